@@ -1,0 +1,74 @@
+//! The coverage audit: an object must be the target's (ELF machine and arch field) and export
+//! every expected entry symbol; otherwise the build fails naming what is missing.
+
+use kbuild_manifest::read::{identify, ObjectIdent};
+use kbuild_manifest::target::{CudaSuffix, ObjectKind, ProcessorKind, Target};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("object is not a readable {kind}: {err}")]
+    Unreadable { kind: &'static str, err: String },
+    #[error("object is for {found} (e_machine {machine}, arch {arch:#x}), not {target}")]
+    WrongTarget {
+        target: String,
+        found: String,
+        machine: u16,
+        arch: u32,
+    },
+    #[error("object does not export entry symbol(s) {missing} (it exports: {found})")]
+    MissingEntries { missing: String, found: String },
+}
+
+/// Check `object` against `target` and the `expected` entries; returns what it identified.
+pub fn audit(
+    target: &Target,
+    expected: &[String],
+    object: &[u8],
+) -> Result<ObjectIdent, AuditError> {
+    let kind = target.object_kind();
+    let ident = identify(object).map_err(|e| AuditError::Unreadable {
+        kind: kind.extension(),
+        err: e.to_string(),
+    })?;
+    // A standalone cubin does not record 'f' (only fatbin entry flags do).
+    let expected_name = match target.processor.kind {
+        ProcessorKind::Cuda {
+            suffix: CudaSuffix::FamilySpecific,
+            ..
+        } => target.processor.name.trim_end_matches('f').to_string(),
+        _ => target.to_string(),
+    };
+    let matches = match (kind, target.expected_elf()) {
+        (ObjectKind::Ptx, _) => {
+            ident.machine == 0 && ident.arch == target.processor.sm().unwrap_or(0)
+        }
+        (_, Some((machine, arch))) => {
+            ident.machine == machine && ident.arch == arch && ident.target == expected_name
+        }
+        (_, None) => false,
+    };
+    if !matches {
+        return Err(AuditError::WrongTarget {
+            target: target.to_string(),
+            found: ident.target.clone(),
+            machine: ident.machine,
+            arch: ident.arch,
+        });
+    }
+    let missing: Vec<&str> = expected
+        .iter()
+        .filter(|e| !ident.entries.iter().any(|x| x == *e))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(AuditError::MissingEntries {
+            missing: missing.join(", "),
+            found: if ident.entries.is_empty() {
+                "none".into()
+            } else {
+                ident.entries.join(", ")
+            },
+        });
+    }
+    Ok(ident)
+}

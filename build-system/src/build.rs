@@ -1,0 +1,479 @@
+//! `kbuild build`: plan, compile through the cache in parallel, audit, write objects and the
+//! manifest.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kbuild_manifest::manifest::{
+    self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity,
+};
+use kbuild_manifest::target::{Target, Vendor};
+
+use crate::cache::{Cache, Dep};
+use crate::config::Project;
+use crate::driver::{self, CompileCommand, CompileError};
+use crate::events::{Event, JobStatus, Reporter};
+use crate::fsutil;
+use crate::plan::{plan, Job};
+use crate::toolchain::{ToolchainError, Toolchains};
+
+/// What the user asked for beyond the project file.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// Overrides the project's default targets.
+    pub targets: Option<Vec<Target>>,
+    pub out_dir: Option<PathBuf>,
+    pub jobs: Option<usize>,
+    pub keep_going: bool,
+    pub fat: bool,
+    pub json: bool,
+    /// Per-compile timeout in seconds (overrides Kbuild.toml `job-timeout`).
+    pub job_timeout: Option<u64>,
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("no targets: pass --targets or set [build] targets in {0}")]
+    NoTargets(String),
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Toolchain(Vec<ToolchainError>),
+    #[error("writing {path}: {err}")]
+    Write { path: String, err: std::io::Error },
+}
+
+/// A job that failed, with everything needed to reproduce it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub label: String,
+    pub cause: String,
+    pub command: Option<String>,
+    pub log: String,
+}
+
+#[derive(Debug)]
+pub struct BuildReport {
+    pub compiled: usize,
+    pub cached: usize,
+    pub failures: Vec<Failure>,
+    pub manifest_path: PathBuf,
+    pub out_dir: PathBuf,
+    pub seconds: f64,
+}
+
+struct Done {
+    status: JobStatus,
+    record: Option<ObjectRecord>,
+    failure: Option<Failure>,
+    seconds: f64,
+}
+
+struct Ctx<'a> {
+    project: &'a Project,
+    tcs: &'a Toolchains,
+    cache: &'a Cache,
+    out_dir: &'a Path,
+    timeout: Option<Duration>,
+    reporter: &'a Reporter,
+}
+
+/// The compile command of every job (what `build` would run on a cold cache), for
+/// `--print-commands` and for benchmarks against other build tools.
+pub fn commands(
+    project: &Project,
+    opts: &BuildOptions,
+) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
+    let targets = opts
+        .targets
+        .clone()
+        .unwrap_or_else(|| project.default_targets.clone());
+    if targets.is_empty() {
+        return Err(BuildError::NoTargets(project.file.display().to_string()));
+    }
+    let cache_dir = opts.cache_dir.clone().unwrap_or_else(fsutil::cache_dir);
+    let tcs = Toolchains::discover(&project.toolchain, &cache_dir);
+    let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
+    if !problems.is_empty() {
+        return Err(BuildError::Toolchain(problems));
+    }
+    Ok(plan(project, &targets)
+        .into_iter()
+        .filter_map(|j| driver::command(project, &j, &tcs).map(|c| (j, c)))
+        .collect())
+}
+
+/// Run a build. Job failures are in the report (the caller exits 1); setup problems (no
+/// targets, missing toolchains) are errors before anything runs.
+pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    let start = Instant::now();
+    let targets = opts
+        .targets
+        .clone()
+        .unwrap_or_else(|| project.default_targets.clone());
+    if targets.is_empty() {
+        return Err(BuildError::NoTargets(project.file.display().to_string()));
+    }
+    let cache_dir = opts.cache_dir.clone().unwrap_or_else(fsutil::cache_dir);
+    let tcs = Toolchains::discover(&project.toolchain, &cache_dir);
+    let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
+    if !problems.is_empty() {
+        return Err(BuildError::Toolchain(problems));
+    }
+    let cache = Cache::open(&cache_dir);
+    let out_dir = opts
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| project.out_dir.clone());
+    let mut jobs = plan(project, &targets);
+    order_longest_first(&mut jobs, &cache_dir);
+
+    let reporter = Reporter::new(opts.json, jobs.len());
+    let timeout = opts
+        .job_timeout
+        .or(project.job_timeout)
+        .map(Duration::from_secs);
+    let ctx = Ctx {
+        project,
+        tcs: &tcs,
+        cache: &cache,
+        out_dir: &out_dir,
+        timeout,
+        reporter: &reporter,
+    };
+    let workers = opts.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let jobserver = crate::exec::inherited_jobserver();
+
+    let mut records: Vec<ObjectRecord> = Vec::new();
+    let mut failures: Vec<Failure> = Vec::new();
+    let mut failed_jobs: Vec<usize> = Vec::new();
+    let (mut compiled, mut cached) = (0, 0);
+    let mut timings: BTreeMap<String, f64> = BTreeMap::new();
+    let keep_going = opts.keep_going;
+    let stops = |d: &Done| d.failure.is_some() && !keep_going;
+    crate::exec::run(
+        &jobs,
+        workers,
+        jobserver.as_ref(),
+        |job| run_job(&ctx, job),
+        stops,
+        |i, done| {
+            let job = &jobs[i];
+            reporter.event(&Event::Job {
+                kernel: job.kernel_name.clone(),
+                variant: job.variant_name().map(str::to_string),
+                target: job.target.to_string(),
+                status: done.status,
+                seconds: round3(done.seconds),
+                path: done.record.as_ref().map(|r| r.path.clone()),
+                error: done.failure.as_ref().map(|f| f.cause.clone()),
+            });
+            match done.status {
+                JobStatus::Compiled => {
+                    compiled += 1;
+                    timings.insert(job.label(), done.seconds);
+                }
+                JobStatus::Cached => cached += 1,
+                JobStatus::Failed => {}
+            }
+            if let Some(r) = done.record {
+                records.push(r);
+            }
+            if let Some(f) = done.failure {
+                reporter.note(&failure_text(&f));
+                failures.push(f);
+                failed_jobs.push(i);
+            }
+        },
+    );
+    // Whatever a failed job's earlier build left is not this build's output.
+    for i in failed_jobs {
+        let _ = std::fs::remove_file(out_dir.join(&jobs[i].out_rel));
+    }
+    if !timings.is_empty() {
+        save_timings(&cache_dir, timings);
+    }
+
+    records.sort_by(|a, b| {
+        (&a.target, &a.kernel, &a.variant).cmp(&(&b.target, &b.kernel, &b.variant))
+    });
+    let containers = if opts.fat && failures.is_empty() {
+        crate::fat::write_containers(&tcs, &cache, &out_dir, &records)
+            .map_err(|(path, err)| BuildError::Write { path, err })?
+    } else {
+        Vec::new()
+    };
+    let manifest = Manifest {
+        schema: manifest::SCHEMA.to_string(),
+        package: Package {
+            name: project.name.clone(),
+            version: project.version.clone(),
+        },
+        provenance: provenance(project, &tcs),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        kernels: project.kernels.iter().map(|k| k.name.clone()).collect(),
+        objects: records,
+        containers,
+    };
+    let manifest_path = out_dir.join("manifest.json");
+    fsutil::write_if_changed(&manifest_path, manifest.to_json().as_bytes()).map_err(|err| {
+        BuildError::Write {
+            path: manifest_path.display().to_string(),
+            err,
+        }
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    reporter.event(&Event::Summary {
+        compiled,
+        cached,
+        failed: failures.len(),
+        seconds: round3(seconds),
+        manifest: Some(manifest_path.display().to_string()),
+    });
+    Ok(BuildReport {
+        compiled,
+        cached,
+        failures,
+        manifest_path,
+        out_dir,
+        seconds,
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn failure_text(f: &Failure) -> String {
+    let mut s = format!("error: {}: {}", f.label, f.cause);
+    if let Some(c) = &f.command {
+        s.push_str(&format!("\n  command: {c}"));
+    }
+    let log = f.log.trim();
+    if !log.is_empty() {
+        s.push_str("\n  compiler output:\n");
+        for line in log.lines() {
+            s.push_str("    ");
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+fn run_job(ctx: &Ctx, job: &Job) -> Done {
+    let start = Instant::now();
+    let fail = |cause: String, command: Option<String>, log: String| Done {
+        status: JobStatus::Failed,
+        record: None,
+        failure: Some(Failure {
+            label: job.label(),
+            cause,
+            command,
+            log,
+        }),
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    let Some(cmd) = driver::command(ctx.project, job, ctx.tcs) else {
+        return fail(
+            format!("no {} toolchain", job.target.vendor().toolchain()),
+            None,
+            String::new(),
+        );
+    };
+    let target_name = job.target.to_string();
+    let action = Cache::action_key(&cmd.identity, &target_name, &cmd.key_args);
+    let (entry, status) = match ctx.cache.lookup(&action, &ctx.project.root) {
+        Some(hit) => (hit, JobStatus::Cached),
+        None => {
+            ctx.reporter.started(&job.label());
+            match compile(ctx, &cmd, &action) {
+                Ok(e) => (e, JobStatus::Compiled),
+                Err(f) => return fail(f.0, Some(f.1), f.2),
+            }
+        }
+    };
+    let kernel = &ctx.project.kernels[job.kernel];
+    let ident = match crate::audit::audit(&job.target, &kernel.entries, &entry.object) {
+        Ok(i) => i,
+        Err(e) => {
+            return fail(
+                format!("coverage audit: {e}"),
+                Some(entry.meta.command.clone()),
+                String::new(),
+            )
+        }
+    };
+    let dest = ctx.out_dir.join(&job.out_rel);
+    if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
+        return fail(
+            format!("writing {}: {e}", dest.display()),
+            None,
+            String::new(),
+        );
+    }
+    if let Err(e) = fsutil::write_if_changed(
+        &dest.with_extension(format!("{}.log", job.target.object_kind().extension())),
+        entry.log.as_bytes(),
+    ) {
+        return fail(
+            format!("writing the compiler log next to {}: {e}", dest.display()),
+            None,
+            String::new(),
+        );
+    }
+    let record = ObjectRecord {
+        kernel: job.kernel_name.clone(),
+        variant: job.variant_name().map(str::to_string),
+        defines: job
+            .variant
+            .as_ref()
+            .map(|v| v.defines.clone())
+            .unwrap_or_default(),
+        target: target_name,
+        path: job.out_rel.display().to_string(),
+        sha256: fsutil::sha256_hex(&entry.object),
+        size: entry.object.len() as u64,
+        format: job.target.object_kind().extension().to_string(),
+        entries: ident.entries,
+        cache_key: entry.key,
+    };
+    Done {
+        status,
+        record: Some(record),
+        failure: None,
+        seconds: match status {
+            JobStatus::Compiled => entry.meta.seconds,
+            _ => start.elapsed().as_secs_f64(),
+        },
+    }
+}
+
+/// Compile a cache miss and store it. Err: (cause, command line, compiler output).
+fn compile(
+    ctx: &Ctx,
+    cmd: &CompileCommand,
+    action: &str,
+) -> Result<crate::cache::Entry, (String, String, String)> {
+    let scratch = ctx.cache.scratch();
+    let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|e| {
+        (
+            format!("creating scratch dir in {}: {e}", scratch.display()),
+            String::new(),
+            String::new(),
+        )
+    })?;
+    let shown = cmd.display(&tmp);
+    let result = driver::run(cmd, &ctx.project.root, &tmp, ctx.timeout);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out =
+        result.map_err(|e: CompileError| (e.to_string(), shown.clone(), e.log().to_string()))?;
+    let root = &ctx.project.root;
+    let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+    let mut deps: Vec<Dep> = Vec::new();
+    for p in &out.deps {
+        // Project files are recorded relative to the project root, so a clone elsewhere hits.
+        let recorded = match p.strip_prefix(&canon_root) {
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        };
+        let Some(h) = ctx.cache.hash_dep(root, &recorded) else {
+            return Err((
+                format!("dependency {recorded} vanished during the compile"),
+                shown,
+                out.log,
+            ));
+        };
+        deps.push((recorded, h));
+    }
+    ctx.cache
+        .store(
+            action,
+            deps,
+            out.object,
+            out.log,
+            shown.clone(),
+            out.seconds,
+        )
+        .map_err(|e| {
+            (
+                format!("storing in the cache {}: {e}", ctx.cache.root().display()),
+                shown,
+                String::new(),
+            )
+        })
+}
+
+fn provenance(project: &Project, tcs: &Toolchains) -> Provenance {
+    let git = crate::git::provenance(&project.root);
+    let mut toolchains = Vec::new();
+    if let Some(c) = &tcs.cuda {
+        toolchains.push(ToolchainIdentity {
+            kind: "cuda".into(),
+            version: c
+                .version_text
+                .lines()
+                .find(|l| l.contains("release"))
+                .unwrap_or_default()
+                .to_string(),
+            path: c.nvcc.display().to_string(),
+            identity: c.identity.clone(),
+        });
+    }
+    if let Some(h) = &tcs.hip {
+        toolchains.push(ToolchainIdentity {
+            kind: "hip".into(),
+            version: h
+                .version_text
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            path: h.clang.display().to_string(),
+            identity: h.identity.clone(),
+        });
+    }
+    let mut flags = BTreeMap::new();
+    flags.insert(
+        Vendor::Nvidia.toolchain().to_string(),
+        project.flags.cuda.clone(),
+    );
+    flags.insert(
+        Vendor::Amd.toolchain().to_string(),
+        project.flags.hip.clone(),
+    );
+    Provenance {
+        git_commit: git.as_ref().map(|g| g.0.clone()),
+        git_dirty: git.map(|g| g.1),
+        toolchains,
+        flags,
+        host: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+    }
+}
+
+/// Longest-processing-time-first from the durations of earlier builds (unknown jobs first:
+/// they are the ones we know least about), so the last job to finish is a short one.
+fn order_longest_first(jobs: &mut [Job], cache_dir: &Path) {
+    let timings: BTreeMap<String, f64> = std::fs::read(cache_dir.join("timings.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let estimate = |j: &Job| timings.get(&j.label()).copied().unwrap_or(f64::MAX);
+    jobs.sort_by(|a, b| estimate(b).total_cmp(&estimate(a)));
+}
+
+fn save_timings(cache_dir: &Path, new: BTreeMap<String, f64>) {
+    let path = cache_dir.join("timings.json");
+    let mut all: BTreeMap<String, f64> = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    all.extend(new);
+    if let Ok(bytes) = serde_json::to_vec(&all) {
+        let _ = fsutil::write_atomic(&path, &bytes);
+    }
+}

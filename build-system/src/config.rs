@@ -1,0 +1,615 @@
+//! `Kbuild.toml`: the project file. Parsing is strict (unknown keys, wrong types, missing
+//! files and unknown targets are errors) and every error names `file:line:column`.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use kbuild_manifest::target::{parse_target_list, Target, Vendor};
+use serde::Deserialize;
+use toml::Spanned;
+
+pub const FILE_NAME: &str = "Kbuild.toml";
+
+/// A `Kbuild.toml` error, located in the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}:{line}:{column}: {message}")]
+    At {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("no {FILE_NAME} found in {start} or its parents (looked for {FILE_NAME} and kernels/{FILE_NAME}); pass --manifest-path")]
+    NotFound { start: String },
+}
+
+/// Source language of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// Single-source CUDA: nvcc for `sm_*`/`compute_*`, hip-clang (through kcompat.h) for `gfx*`.
+    Cuda,
+    /// HIP only: hip-clang, AMD targets only.
+    Hip,
+}
+
+/// Flags per vendor toolchain.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VendorFlags {
+    #[serde(default)]
+    pub cuda: Vec<String>,
+    #[serde(default)]
+    pub hip: Vec<String>,
+}
+
+impl VendorFlags {
+    pub fn for_vendor(&self, v: Vendor) -> &[String] {
+        match v {
+            Vendor::Nvidia => &self.cuda,
+            Vendor::Amd => &self.hip,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    package: RawPackage,
+    #[serde(default)]
+    build: RawBuild,
+    #[serde(default)]
+    toolchain: ToolchainConfig,
+    #[serde(default)]
+    kernels: BTreeMap<String, Spanned<RawKernel>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPackage {
+    name: Spanned<String>,
+    version: Spanned<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawBuild {
+    #[serde(default)]
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
+    out_dir: Option<String>,
+    #[serde(default)]
+    include_dirs: Vec<Spanned<String>>,
+    #[serde(default)]
+    defines: BTreeMap<String, Spanned<DefineValue>>,
+    #[serde(default)]
+    flags: VendorFlags,
+    launcher: Option<String>,
+    /// Per-compile timeout, seconds.
+    job_timeout: Option<u64>,
+}
+
+/// Explicit toolchain locations: the first place discovery looks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ToolchainConfig {
+    /// CUDA root (holds `bin/nvcc`).
+    pub cuda: Option<PathBuf>,
+    /// hip-clang driver (`clang++`).
+    pub hip_clang: Option<PathBuf>,
+    /// ROCm device-library bitcode directory.
+    pub hip_device_libs: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawKernel {
+    source: Spanned<String>,
+    #[serde(default = "default_language")]
+    language: Language,
+    #[serde(default)]
+    include_dirs: Vec<Spanned<String>>,
+    #[serde(default)]
+    defines: BTreeMap<String, Spanned<DefineValue>>,
+    #[serde(default)]
+    variants: BTreeMap<String, Spanned<Vec<DefineValue>>>,
+    #[serde(default)]
+    flags: VendorFlags,
+    entries: Spanned<Vec<String>>,
+    block_size: Option<Spanned<u32>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+fn default_language() -> Language {
+    Language::Cuda
+}
+
+/// A define value: string, integer, float or bool in TOML; always passed as text.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum DefineValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+impl DefineValue {
+    fn text(&self) -> String {
+        match self {
+            DefineValue::Int(i) => i.to_string(),
+            DefineValue::Float(f) => f.to_string(),
+            DefineValue::Bool(b) => u8::from(*b).to_string(),
+            DefineValue::Str(s) => s.clone(),
+        }
+    }
+}
+
+/// One value combination of a kernel's variant matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Variant {
+    /// `rows_per_block4` (axes in key order, joined by `-`).
+    pub name: String,
+    pub defines: BTreeMap<String, String>,
+}
+
+/// A kernel of the project, validated.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub name: String,
+    /// Path relative to the project root.
+    pub source: PathBuf,
+    pub language: Language,
+    /// Relative to the project root, global ones first.
+    pub include_dirs: Vec<PathBuf>,
+    pub defines: BTreeMap<String, String>,
+    /// Empty when the kernel has no variant matrix.
+    pub variants: Vec<Variant>,
+    pub flags: VendorFlags,
+    pub entries: Vec<String>,
+    pub block_size: Option<u32>,
+    /// Optional restriction: only these targets (by processor) are built.
+    pub targets: Option<Vec<Target>>,
+}
+
+impl Kernel {
+    /// Whether this kernel is built for `target`.
+    pub fn builds_for(&self, target: &Target) -> bool {
+        if self.language == Language::Hip && target.vendor() != Vendor::Amd {
+            return false;
+        }
+        match &self.targets {
+            None => true,
+            Some(list) => list.iter().any(|t| t == target),
+        }
+    }
+}
+
+/// The parsed project.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The `Kbuild.toml` path.
+    pub file: PathBuf,
+    /// Directory of `Kbuild.toml`: every relative path is from here; compilers run here.
+    pub root: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub default_targets: Vec<Target>,
+    pub out_dir: PathBuf,
+    pub flags: VendorFlags,
+    pub launcher: Option<String>,
+    pub job_timeout: Option<u64>,
+    pub toolchain: ToolchainConfig,
+    pub kernels: Vec<Kernel>,
+}
+
+/// Find `Kbuild.toml` from `start` upwards: `Kbuild.toml`, then `kernels/Kbuild.toml`, in
+/// each directory.
+pub fn find(start: &Path) -> Result<PathBuf, ConfigError> {
+    for dir in start.ancestors() {
+        for candidate in [dir.join(FILE_NAME), dir.join("kernels").join(FILE_NAME)] {
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(ConfigError::NotFound {
+        start: start.display().to_string(),
+    })
+}
+
+/// Read and validate a project file.
+pub fn load(file: &Path) -> Result<Project, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError::File {
+        path: file.display().to_string(),
+        message: format!("cannot read: {e}"),
+    })?;
+    parse(file, &text)
+}
+
+/// Validate `text` as the contents of `file` (paths resolve against its directory).
+pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
+    let root = file
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let at = |span: Range<usize>, message: String| {
+        let (line, column) = line_col(text, span.start);
+        ConfigError::At {
+            path: file.display().to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let message = e.message().to_string();
+        match e.span() {
+            Some(span) => at(span, message),
+            None => ConfigError::File {
+                path: file.display().to_string(),
+                message,
+            },
+        }
+    })?;
+
+    let nonempty = |s: &Spanned<String>, what: &str| {
+        if s.get_ref().trim().is_empty() {
+            Err(at(s.span(), format!("{what} must not be empty")))
+        } else {
+            Ok(s.get_ref().clone())
+        }
+    };
+    let name = nonempty(&raw.package.name, "package.name")?;
+    let version = nonempty(&raw.package.version, "package.version")?;
+    if !is_semver(&version) {
+        return Err(at(
+            raw.package.version.span(),
+            format!("package.version `{version}` is not a semantic version (MAJOR.MINOR.PATCH)"),
+        ));
+    }
+
+    let targets = |list: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<Target>, ConfigError> {
+        let mut out = Vec::new();
+        for item in list.get_ref() {
+            for t in
+                parse_target_list(item.get_ref()).map_err(|e| at(item.span(), e.to_string()))?
+            {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(at(list.span(), "target list is empty".into()));
+        }
+        Ok(out)
+    };
+    let default_targets = match &raw.build.targets {
+        Some(list) => targets(list)?,
+        None => Vec::new(),
+    };
+
+    let dir = |s: &Spanned<String>| -> Result<PathBuf, ConfigError> {
+        let p = PathBuf::from(s.get_ref());
+        if !root.join(&p).is_dir() {
+            return Err(at(
+                s.span(),
+                format!("include directory `{}` does not exist", s.get_ref()),
+            ));
+        }
+        Ok(p)
+    };
+    let global_includes = raw
+        .build
+        .include_dirs
+        .iter()
+        .map(dir)
+        .collect::<Result<Vec<_>, _>>()?;
+    let defines = |map: &BTreeMap<String, Spanned<DefineValue>>| -> Result<BTreeMap<String, String>, ConfigError> {
+        map.iter()
+            .map(|(k, v)| {
+                if !is_identifier(k) {
+                    return Err(at(v.span(), format!("define name `{k}` is not a C identifier")));
+                }
+                Ok((k.clone(), v.get_ref().text()))
+            })
+            .collect()
+    };
+    let global_defines = defines(&raw.build.defines)?;
+
+    let mut kernels = Vec::new();
+    for (kname, spanned) in &raw.kernels {
+        let k = spanned.get_ref();
+        if !is_identifier(kname) {
+            return Err(at(
+                spanned.span(),
+                format!("kernel name `{kname}` must be letters, digits and `_`"),
+            ));
+        }
+        let source = PathBuf::from(k.source.get_ref());
+        if !root.join(&source).is_file() {
+            return Err(at(
+                k.source.span(),
+                format!(
+                    "kernel `{kname}`: source file `{}` does not exist",
+                    k.source.get_ref()
+                ),
+            ));
+        }
+        let mut include_dirs = global_includes.clone();
+        for d in &k.include_dirs {
+            include_dirs.push(dir(d)?);
+        }
+        let mut kdefines = global_defines.clone();
+        kdefines.extend(defines(&k.defines)?);
+        let variants = variant_matrix(kname, &k.variants, &at)?;
+        if k.entries.get_ref().is_empty() || k.entries.get_ref().iter().any(|e| e.is_empty()) {
+            return Err(at(
+                k.entries.span(),
+                format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
+            ));
+        }
+        let block_size = match &k.block_size {
+            Some(b) if *b.get_ref() == 0 || *b.get_ref() > 1024 => {
+                return Err(at(
+                    b.span(),
+                    format!("kernel `{kname}`: block-size must be 1..=1024"),
+                ))
+            }
+            Some(b) => Some(*b.get_ref()),
+            None => None,
+        };
+        let restriction = match &k.targets {
+            Some(list) => Some(targets(list)?),
+            None => None,
+        };
+        let mut flags = raw.build.flags.clone();
+        flags.cuda.extend(k.flags.cuda.iter().cloned());
+        flags.hip.extend(k.flags.hip.iter().cloned());
+        kernels.push(Kernel {
+            name: kname.clone(),
+            source,
+            language: k.language,
+            include_dirs,
+            defines: kdefines,
+            variants,
+            flags,
+            entries: k.entries.get_ref().clone(),
+            block_size,
+            targets: restriction,
+        });
+    }
+    if kernels.is_empty() {
+        return Err(ConfigError::File {
+            path: file.display().to_string(),
+            message: "no [kernels.NAME] tables: nothing to build".into(),
+        });
+    }
+    let out_dir =
+        lexical_clean(&root.join(raw.build.out_dir.as_deref().unwrap_or("target/kbuild")));
+    Ok(Project {
+        file: file.to_path_buf(),
+        root,
+        name,
+        version,
+        default_targets,
+        out_dir,
+        flags: raw.build.flags,
+        launcher: raw.build.launcher,
+        job_timeout: raw.build.job_timeout,
+        toolchain: raw.toolchain,
+        kernels,
+    })
+}
+
+/// The cartesian product of the variant axes, in key order.
+fn variant_matrix(
+    kernel: &str,
+    axes: &BTreeMap<String, Spanned<Vec<DefineValue>>>,
+    at: &dyn Fn(Range<usize>, String) -> ConfigError,
+) -> Result<Vec<Variant>, ConfigError> {
+    let mut out = vec![Variant {
+        name: String::new(),
+        defines: BTreeMap::new(),
+    }];
+    for (key, values) in axes {
+        if !is_identifier(key) {
+            return Err(at(
+                values.span(),
+                format!("kernel `{kernel}`: variant axis `{key}` is not a C identifier"),
+            ));
+        }
+        if values.get_ref().is_empty() {
+            return Err(at(
+                values.span(),
+                format!("kernel `{kernel}`: variant axis `{key}` has no values"),
+            ));
+        }
+        let mut next = Vec::new();
+        for v in &out {
+            for value in values.get_ref() {
+                let text = value.text();
+                let part = format!("{}{}", key.to_ascii_lowercase(), sanitize(&text));
+                let mut defines = v.defines.clone();
+                defines.insert(key.clone(), text);
+                next.push(Variant {
+                    name: if v.name.is_empty() {
+                        part
+                    } else {
+                        format!("{}-{part}", v.name)
+                    },
+                    defines,
+                });
+            }
+        }
+        out = next;
+    }
+    if axes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for v in &out {
+        if !seen.insert(v.name.clone()) {
+            return Err(ConfigError::File {
+                path: String::new(),
+                message: format!(
+                    "kernel `{kernel}`: two variants are both named `{}`",
+                    v.name
+                ),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_semver(s: &str) -> bool {
+    let core = s.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `a/b/../c` → `a/c` without touching the file system (the directory may not exist yet).
+fn lexical_clean(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        out
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(dir: &Path, toml: &str) -> Result<Project, ConfigError> {
+        std::fs::create_dir_all(dir.join("include")).unwrap();
+        std::fs::write(dir.join("k.cu"), "").unwrap();
+        parse(&dir.join(FILE_NAME), toml)
+    }
+
+    const GOOD: &str = r#"
+[package]
+name = "demo"
+version = "1.2.3"
+
+[build]
+targets = ["sm_89", "gfx1100"]
+include-dirs = ["include"]
+
+[kernels.gemv]
+source = "k.cu"
+entries = ["gemv"]
+block-size = 256
+defines = { EPS = 1e-6, FAST = true }
+variants = { ROWS = [1, 2], VEC = [4, 8] }
+"#;
+
+    #[test]
+    fn parses_a_project_with_a_variant_matrix() {
+        let d = tempfile::tempdir().unwrap();
+        let p = project(d.path(), GOOD).unwrap();
+        assert_eq!(p.name, "demo");
+        assert_eq!(p.default_targets.len(), 2);
+        let k = &p.kernels[0];
+        let names: Vec<_> = k.variants.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["rows1-vec4", "rows1-vec8", "rows2-vec4", "rows2-vec8"]
+        );
+        assert_eq!(k.defines["FAST"], "1");
+        assert_eq!(k.variants[3].defines["VEC"], "8");
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let d = tempfile::tempdir().unwrap();
+        let bad_key = GOOD.replace("block-size = 256", "block-size = 256\nblok = 1");
+        let e = project(d.path(), &bad_key).unwrap_err().to_string();
+        assert!(e.contains("Kbuild.toml:14:1: unknown field `blok`"), "{e}");
+
+        let wrong_type = GOOD.replace("block-size = 256", "block-size = \"big\"");
+        let e = project(d.path(), &wrong_type).unwrap_err().to_string();
+        assert!(e.contains("Kbuild.toml:13:14"), "{e}");
+
+        let missing = GOOD.replace("\"k.cu\"", "\"nope.cu\"");
+        let e = project(d.path(), &missing).unwrap_err().to_string();
+        assert!(
+            e.contains("Kbuild.toml:11:10: kernel `gemv`: source file `nope.cu` does not exist"),
+            "{e}"
+        );
+
+        let target = GOOD.replace("\"sm_89\"", "\"sm89\"");
+        let e = project(d.path(), &target).unwrap_err().to_string();
+        assert!(
+            e.contains("Kbuild.toml:7:12: unknown target `sm89` (did you mean sm_89?)"),
+            "{e}"
+        );
+
+        let syntax = GOOD.replace("[kernels.gemv]", "[kernels.gemv");
+        let e = project(d.path(), &syntax).unwrap_err().to_string();
+        assert!(e.contains("Kbuild.toml:10:"), "{e}");
+    }
+
+    #[test]
+    fn finds_the_project_file_from_root_and_inside() {
+        let d = tempfile::tempdir().unwrap();
+        let k = d.path().join("kernels");
+        std::fs::create_dir_all(k.join("sub")).unwrap();
+        std::fs::write(k.join(FILE_NAME), GOOD).unwrap();
+        assert_eq!(find(d.path()).unwrap(), k.join(FILE_NAME));
+        assert_eq!(find(&k.join("sub")).unwrap(), k.join(FILE_NAME));
+    }
+}

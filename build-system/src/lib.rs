@@ -1,0 +1,17 @@
+//! kbuild: plans kernel × variant × target compiles from a `Kbuild.toml`, runs them through the
+//! vendors' device-only compilers with a content-addressed cache, audits the objects and writes
+//! the build manifest. The `kbuild` binary (`main.rs`) is a thin CLI over this library.
+
+pub mod audit;
+pub mod build;
+pub mod cache;
+pub mod config;
+pub mod depfile;
+pub mod driver;
+pub mod events;
+pub mod exec;
+pub mod fat;
+pub mod fsutil;
+pub mod git;
+pub mod plan;
+pub mod toolchain;

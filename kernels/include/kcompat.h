@@ -1,0 +1,147 @@
+// kcompat.h - single-source CUDA/HIP portability layer for kbuild kernels.
+//
+// Compiled by nvcc (NVIDIA) and by hip-clang (clang++ -x hip, AMD). Provides:
+//   KC_WARP_SIZE             warp/wave size of the target being compiled (compile-time constant)
+//   kc_shfl_xor(v, mask)     butterfly shuffle within a warp/wave
+//   kc_warp_sum / kc_warp_max          full-warp reductions (result in every lane)
+//   kc_block_sum<BLOCK> / kc_block_max<BLOCK>   full-block reductions (result in every thread)
+//   kc_bf16, kc_bf16_to_float, kc_float_to_bf16 (round-to-nearest-even), kc_bf16x2_lo/hi
+//   KC_EXTERN_C, KC_GLOBAL, KC_LAUNCH_BOUNDS(n), KC_KERNEL(n), KC_DEVICE, KC_RESTRICT
+#ifndef KBUILD_KCOMPAT_H
+#define KBUILD_KCOMPAT_H
+
+#if defined(__HIPCC__) || defined(__HIP__)
+// ----------------------------------------------------------------------------------- AMD / HIP
+#define KC_HIP 1
+#include <hip/hip_runtime.h>
+
+// Wave size of the target being compiled: 64 on gfx9 (gfx90a, gfx942), 32 by default on
+// gfx10+/gfx11/gfx12 (64 there only with -mwavefrontsize64, which updates the macro too).
+// clang >= 20 deprecates the undecorated spelling, so prefer the __..__ one (clang-19 has both).
+#if defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define KC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE__
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
+#define KC_WARP_SIZE __AMDGCN_WAVEFRONT_SIZE
+#else
+// Host pass of a non-device-only compile: device code is not generated here, any value works.
+#define KC_WARP_SIZE 64
+#endif
+
+#define KC_DEVICE __device__ __forceinline__
+
+KC_DEVICE float kc_shfl_xor(float v, int lane_mask) { return __shfl_xor(v, lane_mask, KC_WARP_SIZE); }
+KC_DEVICE int kc_shfl_xor(int v, int lane_mask) { return __shfl_xor(v, lane_mask, KC_WARP_SIZE); }
+KC_DEVICE float kc_uint_as_float(unsigned int u) { return __uint_as_float(u); }
+KC_DEVICE unsigned int kc_float_as_uint(float f) { return __float_as_uint(f); }
+
+// bf16 on HIP. Debian's libamdhip64-dev 5.2 has no <hip/hip_bf16.h> (it appeared in ROCm 6);
+// its <hip/hip_bfloat16.h> is the old rocBLAS-style struct that drags in <ostream>. So kbuild
+// uses its own 2-byte storage type: bit-identical to __nv_bfloat16 / __hip_bfloat16 / torch bf16.
+struct kc_bf16 {
+  unsigned short bits;
+};
+KC_DEVICE float kc_bf16_to_float(kc_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
+KC_DEVICE kc_bf16 kc_float_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  kc_bf16 h;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    h.bits = (unsigned short)((u >> 16) | 0x0040u);  // NaN: keep sign, force quiet
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even (overflow -> inf)
+    h.bits = (unsigned short)(u >> 16);
+  }
+  return h;
+}
+
+#else
+// -------------------------------------------------------------------------------- NVIDIA / CUDA
+#define KC_CUDA 1
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#define KC_WARP_SIZE 32
+#define KC_DEVICE __device__ __forceinline__
+
+KC_DEVICE float kc_shfl_xor(float v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+KC_DEVICE int kc_shfl_xor(int v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+KC_DEVICE float kc_uint_as_float(unsigned int u) { return __uint_as_float(u); }
+KC_DEVICE unsigned int kc_float_as_uint(float f) { return __float_as_uint(f); }
+
+typedef __nv_bfloat16 kc_bf16;
+KC_DEVICE float kc_bf16_to_float(kc_bf16 h) { return __bfloat162float(h); }
+KC_DEVICE kc_bf16 kc_float_to_bf16(float f) { return __float2bfloat16_rn(f); }  // RNE
+
+#endif
+
+// ----------------------------------------------------------------------------------- common
+#define KC_EXTERN_C extern "C"
+#define KC_GLOBAL __global__
+#define KC_RESTRICT __restrict__
+// __launch_bounds__(n): CUDA native; HIP maps it to amdgpu_flat_work_group_size(1, n).
+#define KC_LAUNCH_BOUNDS(n) __launch_bounds__(n)
+// Unmangled kernel entry with a max block size: KC_KERNEL(256) void name(args) { ... }
+#define KC_KERNEL(n) KC_EXTERN_C KC_GLOBAL KC_LAUNCH_BOUNDS(n)
+
+#define KC_NEG_INF (kc_uint_as_float(0xff800000u))
+
+static_assert(sizeof(kc_bf16) == 2, "kc_bf16 must be 2 bytes");
+
+// Upper / lower bf16 of a 32-bit word holding two consecutive bf16 (little endian: element 0 is
+// the low half), as float. Exact.
+KC_DEVICE float kc_bf16x2_lo(unsigned int w) { return kc_uint_as_float(w << 16); }
+KC_DEVICE float kc_bf16x2_hi(unsigned int w) { return kc_uint_as_float(w & 0xffff0000u); }
+
+// ------------------------------------------------------------------------------ reductions
+// Butterfly reductions over the whole warp/wave (KC_WARP_SIZE lanes, 32 or 64): every lane ends
+// with the full result. All lanes of the warp must be active.
+KC_DEVICE float kc_warp_sum(float v) {
+#pragma unroll
+  for (int o = KC_WARP_SIZE / 2; o > 0; o >>= 1) v += kc_shfl_xor(v, o);
+  return v;
+}
+KC_DEVICE float kc_warp_max(float v) {
+#pragma unroll
+  for (int o = KC_WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, kc_shfl_xor(v, o));
+  return v;
+}
+
+// Block reductions for a 1-D block of exactly BLOCK threads (BLOCK a multiple of KC_WARP_SIZE,
+// at most 1024). Every thread must call it (contains __syncthreads); every thread gets the
+// result. Safe to call repeatedly back to back (trailing barrier protects the scratch array).
+namespace kc_detail {
+struct op_sum {
+  static KC_DEVICE float identity() { return 0.0f; }
+  static KC_DEVICE float apply(float a, float b) { return a + b; }
+  static KC_DEVICE float warp(float v) { return kc_warp_sum(v); }
+};
+struct op_max {
+  static KC_DEVICE float identity() { return KC_NEG_INF; }
+  static KC_DEVICE float apply(float a, float b) { return fmaxf(a, b); }
+  static KC_DEVICE float warp(float v) { return kc_warp_max(v); }
+};
+
+template <int KcBlock, typename Op>
+KC_DEVICE float block_reduce(float v) {
+  static_assert(KcBlock % KC_WARP_SIZE == 0, "the block size must be a multiple of the warp/wave size");
+  static_assert(KcBlock >= KC_WARP_SIZE && KcBlock <= 1024, "the block size must be in [warp size, 1024]");
+  constexpr int NW = KcBlock / KC_WARP_SIZE;  // <= KC_WARP_SIZE since KcBlock <= 1024
+  v = Op::warp(v);
+  if (NW == 1) return v;
+  __shared__ float scratch[NW];
+  const int lane = (int)threadIdx.x % KC_WARP_SIZE;
+  const int warp = (int)threadIdx.x / KC_WARP_SIZE;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < NW ? scratch[lane] : Op::identity();
+  v = Op::warp(v);
+  __syncthreads();
+  return v;
+}
+}  // namespace kc_detail
+
+template <int KcBlock>
+KC_DEVICE float kc_block_sum(float v) { return kc_detail::block_reduce<KcBlock, kc_detail::op_sum>(v); }
+template <int KcBlock>
+KC_DEVICE float kc_block_max(float v) { return kc_detail::block_reduce<KcBlock, kc_detail::op_max>(v); }
+
+#endif  // KBUILD_KCOMPAT_H

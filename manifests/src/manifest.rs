@@ -1,0 +1,176 @@
+//! The build manifest (`kbuild.manifest/v1`): what a build produced, from what, with what.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The schema tag every manifest carries.
+pub const SCHEMA: &str = "kbuild.manifest/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub schema: String,
+    pub package: Package,
+    pub provenance: Provenance,
+    /// Canonical names of the targets built, in request order.
+    pub targets: Vec<String>,
+    /// Kernel names of the project, in Kbuild.toml order.
+    pub kernels: Vec<String>,
+    /// One record per (kernel, variant, target) object, sorted by (target, kernel, variant).
+    pub objects: Vec<ObjectRecord>,
+    /// Multi-target containers written by `--fat`: one fatbin per CUDA kernel (variant), one
+    /// clang offload bundle per HIP kernel (variant).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerRecord {
+    pub kernel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// `fatbin` or `offload-bundle`.
+    pub format: String,
+    pub path: String,
+    pub sha256: String,
+    pub size: u64,
+    /// The targets inside, canonical names.
+    pub targets: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// `git rev-parse HEAD` of the project, when it is a git checkout.
+    pub git_commit: Option<String>,
+    /// Whether the checkout had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    pub toolchains: Vec<ToolchainIdentity>,
+    /// Flags every compile of a vendor got, before per-kernel flags.
+    pub flags: BTreeMap<String, Vec<String>>,
+    /// `os-arch` of the build host.
+    pub host: String,
+}
+
+/// What identifies a compiler: its version text and the hash of its binaries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolchainIdentity {
+    /// `cuda` or `hip`.
+    pub kind: String,
+    pub version: String,
+    pub path: String,
+    /// blake3 over the version text and the compiler binaries.
+    pub identity: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectRecord {
+    pub kernel: String,
+    /// Variant name (`rows_per_block4`), absent for kernels without a variant matrix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// The defines that make this variant, e.g. `{"ROWS_PER_BLOCK": "4"}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub defines: BTreeMap<String, String>,
+    pub target: String,
+    /// Path relative to the manifest's directory.
+    pub path: String,
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// `cubin`, `ptx` or `hsaco`.
+    pub format: String,
+    /// Entry symbols the object exports.
+    pub entries: Vec<String>,
+    /// The cache key that produced it (blake3).
+    pub cache_key: String,
+}
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("not a JSON manifest: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("manifest has no `schema` field; expected \"{SCHEMA}\"")]
+    NoSchema,
+    #[error("manifest schema \"{found}\" is not supported (this kbuild reads \"{SCHEMA}\"); rebuild it with this kbuild")]
+    Schema { found: String },
+}
+
+impl Manifest {
+    /// Parse a manifest, refusing any schema but [`SCHEMA`] before looking at the rest.
+    pub fn from_json(data: &[u8]) -> Result<Self, ManifestError> {
+        #[derive(Deserialize)]
+        struct Probe {
+            schema: Option<String>,
+        }
+        let probe: Probe = serde_json::from_slice(data)?;
+        match probe.schema {
+            None => return Err(ManifestError::NoSchema),
+            Some(s) if s != SCHEMA => return Err(ManifestError::Schema { found: s }),
+            Some(_) => {}
+        }
+        Ok(serde_json::from_slice(data)?)
+    }
+
+    /// Pretty JSON with a trailing newline; stable field order.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            schema: SCHEMA.into(),
+            package: Package {
+                name: "k".into(),
+                version: "0.1.0".into(),
+            },
+            provenance: Provenance {
+                git_commit: None,
+                git_dirty: None,
+                toolchains: vec![],
+                flags: BTreeMap::new(),
+                host: "linux-x86_64".into(),
+            },
+            targets: vec!["sm_89".into()],
+            kernels: vec!["rmsnorm".into()],
+            objects: vec![],
+            containers: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trip_and_schema_check() {
+        let m = sample();
+        assert_eq!(Manifest::from_json(m.to_json().as_bytes()).unwrap(), m);
+        let old = m.to_json().replace(SCHEMA, "kbuild.manifest/v0");
+        let e = Manifest::from_json(old.as_bytes()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("\"kbuild.manifest/v0\" is not supported"),
+            "{e}"
+        );
+        assert!(matches!(
+            Manifest::from_json(b"{}").unwrap_err(),
+            ManifestError::NoSchema
+        ));
+    }
+}

@@ -1,0 +1,178 @@
+//! The `.nv.info`, `.nv.info.<kernel>` and `.nv.compat` record format of cubins.
+//!
+//! Each record: u8 format, u8 attribute, u16 value-or-size. Formats (EIFMT): 1 no value, 2 one
+//! byte (padded), 3 a u16 value, 4 a u16 length followed by that many bytes. Attribute numbers
+//! (EIATTR) as `cuobjdump --dump-elf` names them; the ones this crate reads are constants here.
+
+use super::elf::u32_at;
+use super::ReadError;
+
+/// Record formats (EIFMT_*).
+pub const EIFMT_NVAL: u8 = 1;
+pub const EIFMT_BVAL: u8 = 2;
+pub const EIFMT_HVAL: u8 = 3;
+pub const EIFMT_SVAL: u8 = 4;
+
+/// Attributes (EIATTR_*) that the cubin reader uses.
+pub const EIATTR_MAX_THREADS: u8 = 0x05;
+pub const EIATTR_PARAM_CBANK: u8 = 0x0a;
+pub const EIATTR_REQNTID: u8 = 0x10;
+pub const EIATTR_FRAME_SIZE: u8 = 0x11;
+pub const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
+pub const EIATTR_KPARAM_INFO: u8 = 0x17;
+pub const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+pub const EIATTR_MAXREG_COUNT: u8 = 0x1b;
+pub const EIATTR_MAX_STACK_SIZE: u8 = 0x23;
+pub const EIATTR_REGCOUNT: u8 = 0x2f;
+pub const EIATTR_CUDA_API_VERSION: u8 = 0x37;
+pub const EIATTR_NUM_MBARRIERS: u8 = 0x38;
+pub const EIATTR_CTA_PER_CLUSTER: u8 = 0x3d;
+pub const EIATTR_EXPLICIT_CLUSTER: u8 = 0x3e;
+pub const EIATTR_MAX_CLUSTER_RANK: u8 = 0x3f;
+pub const EIATTR_NUM_BARRIERS: u8 = 0x4c;
+/// In `.nv.compat`: 1 when the cubin is arch-specific (`sm_XYa`).
+pub const COMPAT_ARCH_SPECIFIC: u8 = 0x09;
+
+/// The value of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvInfoValue<'data> {
+    None,
+    U8(u8),
+    U16(u16),
+    Bytes(&'data [u8]),
+}
+
+/// One record, with its offset from the start of the section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvInfoRecord<'data> {
+    pub offset: usize,
+    pub format: u8,
+    pub attribute: u8,
+    pub value: NvInfoValue<'data>,
+}
+
+impl<'data> NvInfoRecord<'data> {
+    /// A scalar value (formats 2 and 3), widened.
+    pub fn scalar(&self) -> Option<u32> {
+        match self.value {
+            NvInfoValue::U8(v) => Some(v.into()),
+            NvInfoValue::U16(v) => Some(v.into()),
+            NvInfoValue::Bytes(b) if b.len() == 4 => u32_at(b, 0),
+            _ => None,
+        }
+    }
+
+    /// The `i`-th u32 of a byte payload (format 4).
+    pub fn word(&self, i: usize) -> Option<u32> {
+        match self.value {
+            NvInfoValue::Bytes(b) => u32_at(b, i.checked_mul(4)?),
+            _ => None,
+        }
+    }
+
+    /// Three u32s (MAX_THREADS, REQNTID, CTA_PER_CLUSTER).
+    pub fn dims(&self) -> Option<[u32; 3]> {
+        Some([self.word(0)?, self.word(1)?, self.word(2)?])
+    }
+}
+
+/// Iterates the records of a section body. Errors name the section and the record's offset
+/// within it; iteration stops after the first error.
+pub struct NvInfoIter<'data> {
+    data: &'data [u8],
+    offset: usize,
+    section: &'data str,
+    failed: bool,
+}
+
+impl<'data> NvInfoIter<'data> {
+    pub fn new(section: &'data str, data: &'data [u8]) -> Self {
+        NvInfoIter {
+            data,
+            offset: 0,
+            section,
+            failed: false,
+        }
+    }
+}
+
+impl<'data> Iterator for NvInfoIter<'data> {
+    type Item = Result<NvInfoRecord<'data>, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.offset >= self.data.len() {
+            return None;
+        }
+        let off = self.offset;
+        let bad = |d: &str| {
+            ReadError::in_section(
+                "nv.info record",
+                self.section,
+                Some(off as u64),
+                d.to_string(),
+            )
+        };
+        let Some(head) = self.data.get(off..off + 4) else {
+            self.failed = true;
+            return Some(Err(bad("truncated record header")));
+        };
+        let (format, attribute) = (head[0], head[1]);
+        let v = u16::from_le_bytes([head[2], head[3]]);
+        let (value, len) = match format {
+            EIFMT_NVAL => (NvInfoValue::None, 4),
+            EIFMT_BVAL => (NvInfoValue::U8(head[2]), 4),
+            EIFMT_HVAL => (NvInfoValue::U16(v), 4),
+            EIFMT_SVAL => {
+                let n = usize::from(v);
+                match self.data.get(off + 4..off + 4 + n) {
+                    Some(b) => (NvInfoValue::Bytes(b), 4 + n),
+                    None => {
+                        self.failed = true;
+                        return Some(Err(bad(&format!("record of attribute {attribute:#04x} declares {n} bytes past the section end"))));
+                    }
+                }
+            }
+            other => {
+                self.failed = true;
+                return Some(Err(bad(&format!("unknown record format {other}"))));
+            }
+        };
+        self.offset = off + len;
+        Some(Ok(NvInfoRecord {
+            offset: off,
+            format,
+            attribute,
+            value,
+        }))
+    }
+}
+
+/// All records of a section, or the first error.
+pub fn records<'data>(
+    section: &'data str,
+    data: &'data [u8],
+) -> Result<Vec<NvInfoRecord<'data>>, ReadError> {
+    NvInfoIter::new(section, data).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_all_formats_and_rejects_overruns() {
+        let data = [
+            1u8, 0x3e, 0, 0, 2, 0x4c, 1, 0, 3, 0x1b, 0xff, 0, 4, 0x2f, 8, 0, 1, 0, 0, 0, 12, 0, 0,
+            0,
+        ];
+        let r = records(".nv.info", &data).unwrap();
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[1].scalar(), Some(1));
+        assert_eq!(r[2].scalar(), Some(255));
+        assert_eq!(r[3].word(1), Some(12));
+        let err = records(".nv.info", &data[..20]).unwrap_err();
+        assert!(err.to_string().contains("at offset 0xc"), "{err}");
+        assert!(records(".nv.info", &[9, 0, 0, 0]).is_err());
+        assert!(records(".nv.info", &[1, 0]).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! kbuild bundles and the stores they are published to: a local directory and OCI registries.

@@ -1,0 +1,180 @@
+//! End-to-end test helpers: locate (and if needed build) the kbuild binary, copy the project's
+//! kernels into scratch directories, count real compiler invocations through a launcher.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// The kbuild binary of this workspace, built (once per test process) with the profile the
+/// tests run under, so `cargo test -p kbuild-tests` alone also works.
+pub fn kbuild_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> → target/<profile>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile> directory")
+            .to_path_buf();
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "kbuild", "--bin", "kbuild"])
+            .current_dir(repo_root());
+        if release {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build for kbuild");
+        assert!(status.success(), "cargo build -p kbuild failed");
+        profile_dir.join("kbuild")
+    })
+}
+
+/// A scratch copy of a project: its own directory, cache and counting launcher.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+    pub cache: PathBuf,
+    pub count_file: PathBuf,
+    launcher: PathBuf,
+}
+
+impl Scratch {
+    /// An empty scratch area with a fresh cache.
+    pub fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = dir.path().join("cache");
+        let count_file = dir.path().join("compiles.log");
+        let launcher = dir.path().join("count-compiles.sh");
+        std::fs::write(
+            &launcher,
+            format!(
+                "#!/bin/sh\n# Counts real compiler invocations, then runs the compiler.\necho \"$*\" >> '{}'\nexec \"$@\"\n",
+                count_file.display()
+            ),
+        )
+        .expect("write launcher");
+        make_executable(&launcher);
+        Scratch {
+            dir,
+            cache,
+            count_file,
+            launcher,
+        }
+    }
+
+    /// A scratch area holding a copy of the repository's `kernels/` at `<dir>/<name>/kernels`.
+    pub fn with_repo_kernels(name: &str) -> Scratch {
+        let s = Scratch::new();
+        copy_dir(
+            &repo_root().join("kernels"),
+            &s.dir.path().join(name).join("kernels"),
+        );
+        s
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `kbuild ARGS` in `cwd` with this scratch's cache and counting launcher.
+    pub fn kbuild(&self, cwd: &Path, args: &[&str]) -> Output {
+        Command::new(kbuild_bin())
+            .args(args)
+            .current_dir(cwd)
+            .env("KBUILD_CACHE_DIR", &self.cache)
+            .env("KBUILD_LAUNCHER", &self.launcher)
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("running kbuild")
+    }
+
+    /// How many compiler invocations the launcher has seen so far.
+    pub fn compiles(&self) -> usize {
+        std::fs::read_to_string(&self.count_file)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// The compiler command lines seen so far.
+    pub fn compile_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.count_file)
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn reset_count(&self) {
+        let _ = std::fs::remove_file(&self.count_file);
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn make_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = std::fs::metadata(p).expect("metadata").permissions();
+    perm.set_mode(0o755);
+    std::fs::set_permissions(p, perm).expect("chmod");
+}
+
+/// Recursive copy (files get new mtimes, as in a fresh clone). Skips dot-directories.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(&name));
+        } else {
+            std::fs::copy(&p, to.join(&name)).expect("copy");
+        }
+    }
+}
+
+/// stdout + stderr as text, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The JSON events of a `--json` run.
+pub fn events(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The summary event of a `--json` run.
+pub fn summary(o: &Output) -> serde_json::Value {
+    events(o)
+        .into_iter()
+        .find(|e| e["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary event\n{}", text(o)))
+}
+
+/// Read a build's manifest.json.
+pub fn manifest(out_dir: &Path) -> serde_json::Value {
+    let p = out_dir.join("manifest.json");
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .expect("manifest is JSON")
+}
