@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use kbuild_manifest::manifest::{
     self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity,
 };
-use kbuild_manifest::target::{Target, Vendor};
+use kbuild_manifest::resources::object_resources;
+use kbuild_manifest::target::{ObjectKind, Target, Vendor};
 
 use crate::cache::{Cache, Dep};
 use crate::config::Project;
@@ -308,6 +309,21 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
             )
         }
     };
+    let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
+    let resources = match object_resources(&entry.object, log, kernel.block_size) {
+        Ok(r) => r
+            .kernels
+            .into_iter()
+            .map(|k| (k.name, k.resources))
+            .collect(),
+        Err(e) => {
+            return fail(
+                format!("reading resources: {e}"),
+                Some(entry.meta.command.clone()),
+                String::new(),
+            )
+        }
+    };
     let dest = ctx.out_dir.join(&job.out_rel);
     if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
         return fail(
@@ -340,6 +356,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
         entries: ident.entries,
+        resources,
         cache_key: entry.key,
     };
     Done {

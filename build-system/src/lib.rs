@@ -13,5 +13,6 @@ pub mod exec;
 pub mod fat;
 pub mod fsutil;
 pub mod git;
+pub mod inspect;
 pub mod plan;
 pub mod toolchain;

@@ -24,6 +24,14 @@ struct Cli {
 enum Command {
     /// Build every kernel × variant × target (the default command).
     Build(BuildArgs),
+    /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
+    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
+    Inspect {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// List or install toolchains.
     #[command(subcommand)]
     Toolchain(ToolchainCommand),
@@ -131,6 +139,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         None => run_build(cli.build),
         Some(Command::Build(args)) => run_build(args),
+        Some(Command::Inspect { files, json }) => Ok(kbuild::inspect::run(&files, json)),
         Some(Command::Toolchain(ToolchainCommand::Install { which })) => {
             if which.as_deref() != Some("hip") {
                 println!("{}", toolchain::install_cuda()?);

@@ -4,4 +4,6 @@
 pub mod manifest;
 pub mod occupancy;
 pub mod read;
+pub mod report;
+pub mod resources;
 pub mod target;

@@ -93,6 +93,9 @@ pub struct ObjectRecord {
     pub format: String,
     /// Entry symbols the object exports.
     pub entries: Vec<String>,
+    /// Per entry: what it uses (registers, shared/LDS, stack/scratch, spills, occupancy).
+    #[serde(default)]
+    pub resources: BTreeMap<String, crate::resources::Resources>,
     /// The cache key that produced it (blake3).
     pub cache_key: String,
 }
@@ -154,6 +157,130 @@ mod tests {
             kernels: vec!["rmsnorm".into()],
             objects: vec![],
             containers: vec![],
+        }
+    }
+
+    /// Every key a manifest serialises is declared in the shipped JSON Schema (and every
+    /// required key of the schema is present), walking objects, `$ref`s and `oneOf` by `kind`.
+    #[test]
+    fn shipped_json_schema_matches_the_serialised_manifest() {
+        use crate::resources::{AmdResources, CudaResources, PtxResources, Resources};
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../schema/kbuild.manifest.v1.schema.json")).unwrap();
+        let mut m = sample();
+        let occ = Some(crate::occupancy::Occupancy {
+            unit: "waves/SIMD".into(),
+            value: 16,
+            max: 16,
+            limiter: "waves".into(),
+        });
+        let amd = Resources::Amd(AmdResources {
+            vgprs: 8,
+            sgprs: 10,
+            agprs: 0,
+            vgpr_spills: 0,
+            sgpr_spills: 0,
+            lds_bytes: 0,
+            scratch_bytes: 0,
+            wave_size: 32,
+            max_threads: 256,
+            kernarg_bytes: 40,
+            dynamic_stack: false,
+            occupancy: occ.clone(),
+        });
+        let cuda = Resources::Cuda(CudaResources {
+            registers: 16,
+            lds_bytes: 0,
+            reserved_shared_bytes: 1024,
+            scratch_bytes: 0,
+            spill_store_bytes: None,
+            spill_load_bytes: Some(0),
+            const_bytes: 380,
+            barriers: 1,
+            max_threads: Some(256),
+            occupancy: None,
+            note: Some("n".into()),
+        });
+        let ptx = Resources::Ptx(PtxResources {
+            ptx_isa: "9.5".into(),
+            target: "sm_90".into(),
+        });
+        for (i, r) in [amd, cuda, ptx].into_iter().enumerate() {
+            m.objects.push(ObjectRecord {
+                kernel: "k".into(),
+                variant: Some("v1".into()),
+                defines: [("V".to_string(), "1".to_string())].into(),
+                target: "sm_89".into(),
+                path: format!("sm_89/k{i}.cubin"),
+                sha256: "0".repeat(64),
+                size: 1,
+                format: "cubin".into(),
+                entries: vec!["k".into()],
+                resources: [("k".to_string(), r)].into(),
+                cache_key: "x".into(),
+            });
+        }
+        let value = serde_json::to_value(&m).unwrap();
+        check(&schema, &schema, &value, "$");
+
+        fn resolve<'a>(
+            root: &'a serde_json::Value,
+            s: &'a serde_json::Value,
+        ) -> &'a serde_json::Value {
+            match s.get("$ref").and_then(|r| r.as_str()) {
+                Some(r) => root
+                    .pointer(r.trim_start_matches('#'))
+                    .expect("$ref resolves"),
+                None => s,
+            }
+        }
+        fn check(
+            root: &serde_json::Value,
+            schema: &serde_json::Value,
+            v: &serde_json::Value,
+            at: &str,
+        ) {
+            let schema = resolve(root, schema);
+            if let Some(alts) = schema.get("oneOf").and_then(|a| a.as_array()) {
+                let kind = v["kind"].clone();
+                let alt = alts
+                    .iter()
+                    .find(|a| a["properties"]["kind"]["const"] == kind)
+                    .unwrap_or_else(|| panic!("{at}: no oneOf for kind {kind}"));
+                return check(root, alt, v, at);
+            }
+            match v {
+                serde_json::Value::Object(map) => {
+                    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+                        for (k, sub) in map {
+                            let s = props
+                                .get(k)
+                                .unwrap_or_else(|| panic!("{at}.{k} is not in the schema"));
+                            check(root, s, sub, &format!("{at}.{k}"));
+                        }
+                        for req in schema["required"].as_array().into_iter().flatten() {
+                            assert!(
+                                map.contains_key(req.as_str().unwrap()),
+                                "{at}: required {req} missing"
+                            );
+                        }
+                    } else if let Some(extra) =
+                        schema.get("additionalProperties").filter(|a| a.is_object())
+                    {
+                        for (k, sub) in map {
+                            check(root, extra, sub, &format!("{at}.{k}"));
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => {
+                    if let Some(s) = schema.get("items") {
+                        for (i, it) in items.iter().enumerate() {
+                            check(root, s, it, &format!("{at}[{i}]"));
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
     }
 

@@ -55,7 +55,7 @@ fn cubins_equal_cuobjdump() {
 }
 
 /// registers, barriers, smem, stack and cmem[0] equal what ptxas printed when it made the cubin;
-/// the sm_90+ reservation is exactly 1 KiB where there is a shared section.
+/// the reservation itself is checked in `sm90_reservation_is_exactly_1kib`.
 #[test]
 fn cubins_equal_ptxas_log() {
     for file in CUBINS {

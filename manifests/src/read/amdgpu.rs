@@ -4,6 +4,8 @@
 //! descriptor (`<kernel>.kd`, 64 bytes, layout of LLVM `AMDHSAKernelDescriptor.h`) is read as
 //! a cross-check and any contradiction is recorded in [`AmdKernel::contradictions`].
 
+use std::collections::HashMap;
+
 use object::elf;
 use serde::Serialize;
 
@@ -12,7 +14,7 @@ pub use super::amdgpu_target::{
     processor_mach, processor_name, strip_triple, AmdTarget, FeatureSetting,
 };
 
-use super::elf::{u16_at, u32_at, u64_at, Elf};
+use super::elf::{u16_at, u32_at, u64_at, Elf, SymbolInfo};
 use super::ReadError;
 
 /// `EM_AMDGPU`.
@@ -168,11 +170,12 @@ pub(crate) fn read_hsaco_elf(elf: &Elf<'_>) -> Result<AmdCodeObject, ReadError> 
         }
     }
 
+    let symbols: HashMap<&str, SymbolInfo<'_>> = elf.symbols().map(|s| (s.name, s)).collect();
     let mut kernels = Vec::new();
     match &metadata {
         Some(meta) => {
             for km in &meta.kernels {
-                let descriptor = find_descriptor(elf, &km.symbol)?;
+                let descriptor = find_descriptor(elf, &symbols, &km.symbol)?;
                 let mut k = AmdKernel {
                     name: km.name.clone(),
                     symbol: km.symbol.clone(),
@@ -190,7 +193,7 @@ pub(crate) fn read_hsaco_elf(elf: &Elf<'_>) -> Result<AmdCodeObject, ReadError> 
                     if sym.st_type != elf::STT_OBJECT || name.is_empty() {
                         continue;
                     }
-                    let descriptor = find_descriptor(elf, sym.name)?;
+                    let descriptor = find_descriptor(elf, &symbols, sym.name)?;
                     kernels.push(AmdKernel {
                         name: name.to_string(),
                         symbol: sym.name.to_string(),
@@ -271,8 +274,12 @@ fn align4(v: usize) -> Option<usize> {
 }
 
 /// Resolves `<kernel>.kd` to its 64 bytes. `Ok(None)` when the symbol is absent.
-fn find_descriptor(elf: &Elf<'_>, symbol: &str) -> Result<Option<KernelDescriptor>, ReadError> {
-    let Some(sym) = elf.symbols().find(|s| s.name == symbol) else {
+fn find_descriptor(
+    elf: &Elf<'_>,
+    symbols: &HashMap<&str, SymbolInfo<'_>>,
+    symbol: &str,
+) -> Result<Option<KernelDescriptor>, ReadError> {
+    let Some(sym) = symbols.get(symbol) else {
         return Ok(None);
     };
     let bad = |d: String| ReadError::Malformed {

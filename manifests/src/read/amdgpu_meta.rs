@@ -118,8 +118,36 @@ pub struct AmdKernelArg {
     pub is_pipe: Option<bool>,
 }
 
-/// Decodes the note body. rmp-serde bounds its own recursion and pre-allocation, so a hostile
-/// note cannot make this allocate more than a small multiple of its own size.
+/// Deepest MessagePack nesting accepted. Real metadata nests 5 levels (map, kernels, kernel,
+/// args, arg); rmp-serde's default of 1024 overflows a 2 MiB thread stack in debug builds.
+const MAX_DEPTH: usize = 32;
+
+/// Decodes the note body. Recursion is bounded by [`MAX_DEPTH`] and serde pre-allocates
+/// cautiously, so a hostile note costs at most a small multiple of its own size.
 pub(crate) fn decode(desc: &[u8]) -> Result<AmdMetadata, String> {
-    rmp_serde::from_slice::<AmdMetadata>(desc).map_err(|e| e.to_string())
+    let mut de = rmp_serde::Deserializer::from_read_ref(desc);
+    de.set_max_depth(MAX_DEPTH);
+    AmdMetadata::deserialize(&mut de).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_messagepack_is_an_error() {
+        // Deep nesting (fixarray of fixarray ...), inside an ignored key and at the top.
+        let mut deep = vec![0x81, 0xa1, b'x'];
+        deep.extend(std::iter::repeat_n(0x91u8, 200_000));
+        assert!(decode(&deep).is_err());
+        assert!(decode(&[0x91; 200_000]).is_err());
+        // A map that declares 2^32-1 entries, an array of 2^32-1 kernels, a huge string.
+        assert!(decode(&[0xdf, 0xff, 0xff, 0xff, 0xff]).is_err());
+        let mut kernels = vec![0x81, 0xae];
+        kernels.extend(b"amdhsa.kernels");
+        kernels.extend([0xdd, 0xff, 0xff, 0xff, 0xff]);
+        assert!(decode(&kernels).is_err());
+        assert!(decode(&[0x81, 0xdb, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert_eq!(decode(&[0x80]).unwrap(), AmdMetadata::default());
+    }
 }

@@ -7,8 +7,13 @@ use std::io::Read;
 
 use super::ReadError;
 
-/// Largest zstd window accepted (32 MiB): bounds the decoder's own allocation.
-const ZSTD_WINDOW_LOG_MAX: u32 = 25;
+/// zstd windows accepted: up to 8 MiB always (what streaming compressors use for small
+/// inputs), up to the declared output size beyond that, never over 128 MiB (zstd's own default
+/// maximum). A window never needs to exceed the content, so this bounds the decoder's
+/// allocation by the declared size without refusing real frames.
+fn zstd_window_log_max(cap: u64) -> u32 {
+    (64 - cap.saturating_sub(1).leading_zeros()).clamp(23, 27)
+}
 
 /// Checks a declared size against the limit.
 pub(crate) fn check_declared(
@@ -85,7 +90,7 @@ pub(crate) fn zstd(
     let mut decoder = zstd::stream::read::Decoder::with_buffer(data)
         .map_err(|e| ReadError::at(what, offset, format!("zstd: {e}")))?;
     decoder
-        .window_log_max(ZSTD_WINDOW_LOG_MAX)
+        .window_log_max(zstd_window_log_max(cap))
         .map_err(|e| ReadError::at(what, offset, format!("zstd: {e}")))?;
     let out = read_capped(what, offset, decoder, cap)?;
     finish(what, offset, out, declared, cap)

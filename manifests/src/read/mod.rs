@@ -140,7 +140,7 @@ pub fn identify(data: &[u8]) -> Result<ObjectIdent, ReadError> {
     }
 }
 
-fn describe_unknown(data: &[u8]) -> String {
+pub(crate) fn describe_unknown(data: &[u8]) -> String {
     if data.is_empty() {
         return "the input is empty".into();
     }

@@ -1,1 +1,0 @@
-//! Occupancy models: CUDA warps/SM and AMD waves/SIMD at a kernel's block size.
