@@ -1,6 +1,7 @@
 //! kbuild's shared vocabulary: the target catalogue, the one compat rule table, the manifest
 //! schema, and pure readers of GPU code objects (`&[u8]` in, typed records out, never I/O).
 
+pub mod compat;
 pub mod manifest;
 pub mod occupancy;
 pub mod read;

@@ -59,6 +59,9 @@ pub fn walk_with<'data>(
     data: &'data [u8],
     limits: &Limits,
 ) -> Result<Vec<Member<'data>>, ReadError> {
+    if detect(data).is_none() {
+        return Err(super::unrecognised(data));
+    }
     let mut w = Walker {
         limits: *limits,
         total: 0,

@@ -28,10 +28,13 @@ pub const SHT_CUDA_COMPAT: u32 = 0x7000_0086;
 /// V1 `e_flags` bit of arch-specific ('a') cubins.
 pub const EF_CUDA_V1_ARCH_SPECIFIC: u32 = 0x800;
 /// Shared memory the driver reserves per block on sm_90 and later (the `.nv.reservedSmem`
-/// area): cuobjdump and the `.nv.shared.<k>` section include it, `ptxas -v` does not. Observed
-/// as exactly 1 KiB on sm_90, sm_90a, sm_100, sm_100a, sm_103, sm_120 and sm_121 (ptxas 12.4
-/// and 13.5), for kernels with 0..48 KiB of static shared memory, dynamic shared only,
-/// mbarriers and clusters.
+/// area): cuobjdump's SHARED and the `.nv.shared.<k>` section include it, `ptxas -v` does not.
+/// Observed as exactly 1 KiB, whenever a kernel has a `.nv.shared.<k>` section, on sm_90,
+/// sm_90a, sm_100, sm_100a, sm_103, sm_120 and sm_121 (ptxas 13.5, ABI V2) and sm_90a (ptxas
+/// 12.4, ABI V1), for 4 B .. 48 KiB of static shared memory, dynamic shared memory only,
+/// mbarriers and clusters. A kernel with no shared memory usually has no section (0); in a
+/// module with mbarrier and cluster kernels beside it, it had a 1 KiB section and ptxas
+/// reported 0 (so: 0 + 1 KiB reserved). Before sm_90 there is none.
 pub const SM90_RESERVED_SHARED_BYTES: u64 = 1024;
 
 /// A cubin: its target and its kernels.
@@ -115,7 +118,7 @@ fn decode_arch(elf: &Elf<'_>) -> Result<(u8, u32, bool, Option<u32>), ReadError>
             let mut arch_specific = false;
             if let Some((_, s)) = elf.section_by_name(".nv.compat") {
                 let body = elf.section_data(".nv.compat", s)?;
-                for r in nvinfo::NvInfoIter::new(".nv.compat", body) {
+                for r in nvinfo::NvInfoIter::at(".nv.compat", elf.sh_offset(s), body) {
                     let r = r?;
                     if r.attribute == nvinfo::COMPAT_ARCH_SPECIFIC {
                         arch_specific = r.scalar() == Some(1);
@@ -220,7 +223,7 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
 
     if let Some((_, s)) = elf.section_by_name(".nv.info") {
         let body = elf.section_data(".nv.info", s)?;
-        for r in nvinfo::NvInfoIter::new(".nv.info", body) {
+        for r in nvinfo::NvInfoIter::at(".nv.info", elf.sh_offset(s), body) {
             let r = r?;
             let (Some(sym), Some(value)) = (r.word(0), r.word(1)) else {
                 continue;
@@ -246,7 +249,7 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
             continue;
         };
         let body = elf.section_data(name, s)?;
-        for r in nvinfo::NvInfoIter::new(name, body) {
+        for r in nvinfo::NvInfoIter::at(name, elf.sh_offset(s), body) {
             apply_kernel_record(kernel, &r?);
         }
     }

@@ -143,8 +143,7 @@ pub(crate) fn lz4_block(
         }
         Ok(n)
     };
-    while i < src.len() {
-        let token = src[i];
+    while let Some(&token) = src.get(i) {
         i += 1;
         let lit = read_len(&mut i, usize::from(token >> 4))?;
         let lit_end = i
@@ -164,7 +163,10 @@ pub(crate) fn lz4_block(
         let off_bytes = src
             .get(i..i + 2)
             .ok_or_else(|| bad(i, "truncated match offset"))?;
-        let dist = usize::from(u16::from_le_bytes([off_bytes[0], off_bytes[1]]));
+        let dist = usize::from(u16::from_le_bytes([
+            off_bytes.first().copied().unwrap_or(0),
+            off_bytes.get(1).copied().unwrap_or(0),
+        ]));
         i += 2;
         if dist == 0 || dist > out.len() {
             return Err(bad(
@@ -183,7 +185,10 @@ pub(crate) fn lz4_block(
             out.extend_from_within(start..start + mlen);
         } else {
             for k in 0..mlen {
-                let b = out[start + k];
+                let b = out
+                    .get(start + k)
+                    .copied()
+                    .ok_or_else(|| bad(i, "match before the output start"))?;
                 out.push(b);
             }
         }

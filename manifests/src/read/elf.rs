@@ -53,7 +53,15 @@ impl<'data> Elf<'data> {
             .endian()
             .map_err(|e| ReadError::elf("ELF header", Some(0), e))?;
         let sections = header.sections(endian, data).map_err(|e| {
-            ReadError::elf("ELF section header table", Some(header.e_shoff(endian)), e)
+            let (shoff, shnum) = (header.e_shoff(endian), header.e_shnum(endian));
+            ReadError::at(
+                "ELF section header table",
+                shoff,
+                format!(
+                    "{e} ({shnum} headers at {shoff:#x}; the input is {} bytes)",
+                    data.len()
+                ),
+            )
         })?;
         let symbols = sections
             .symbols(endian, data, elf::SHT_SYMTAB)

@@ -136,11 +136,26 @@ pub fn identify(data: &[u8]) -> Result<ObjectIdent, ReadError> {
             })
         }
         Some(f) => Err(ReadError::Container(f)),
-        None => Err(ReadError::Unrecognised(describe_unknown(data))),
+        None => Err(unrecognised(data)),
     }
 }
 
-pub(crate) fn describe_unknown(data: &[u8]) -> String {
+/// The error for bytes `detect` does not know (a truncated ELF header is named as such).
+pub(crate) fn unrecognised(data: &[u8]) -> ReadError {
+    if data.starts_with(&elf::MAGIC) {
+        return ReadError::at(
+            "ELF header",
+            0,
+            format!(
+                "truncated: the input is {} bytes, a header is 64",
+                data.len()
+            ),
+        );
+    }
+    ReadError::Unrecognised(describe_unknown(data))
+}
+
+fn describe_unknown(data: &[u8]) -> String {
     if data.is_empty() {
         return "the input is empty".into();
     }

@@ -80,15 +80,24 @@ impl<'data> NvInfoRecord<'data> {
 /// within it; iteration stops after the first error.
 pub struct NvInfoIter<'data> {
     data: &'data [u8],
+    base: u64,
     offset: usize,
     section: &'data str,
     failed: bool,
 }
 
 impl<'data> NvInfoIter<'data> {
+    /// Records of a section body; error offsets are relative to the body.
     pub fn new(section: &'data str, data: &'data [u8]) -> Self {
+        Self::at(section, 0, data)
+    }
+
+    /// Records of a section body that starts at `base` in the file; error offsets are file
+    /// offsets.
+    pub fn at(section: &'data str, base: u64, data: &'data [u8]) -> Self {
         NvInfoIter {
             data,
+            base,
             offset: 0,
             section,
             failed: false,
@@ -104,23 +113,18 @@ impl<'data> Iterator for NvInfoIter<'data> {
             return None;
         }
         let off = self.offset;
+        let at = self.base.saturating_add(off as u64);
         let bad = |d: &str| {
-            ReadError::in_section(
-                "nv.info record",
-                self.section,
-                Some(off as u64),
-                d.to_string(),
-            )
+            ReadError::in_section("nv.info record", self.section, Some(at), d.to_string())
         };
-        let Some(head) = self.data.get(off..off + 4) else {
+        let Some(&[format, attribute, lo, hi]) = self.data.get(off..off + 4) else {
             self.failed = true;
             return Some(Err(bad("truncated record header")));
         };
-        let (format, attribute) = (head[0], head[1]);
-        let v = u16::from_le_bytes([head[2], head[3]]);
+        let v = u16::from_le_bytes([lo, hi]);
         let (value, len) = match format {
             EIFMT_NVAL => (NvInfoValue::None, 4),
-            EIFMT_BVAL => (NvInfoValue::U8(head[2]), 4),
+            EIFMT_BVAL => (NvInfoValue::U8(lo), 4),
             EIFMT_HVAL => (NvInfoValue::U16(v), 4),
             EIFMT_SVAL => {
                 let n = usize::from(v);

@@ -107,6 +107,7 @@ pub fn read_ptx(data: &[u8]) -> Result<PtxModule, ReadError> {
     let mut address_size = None;
     let mut entries = Vec::new();
     let mut extern_in_statement = false;
+    let mut target_offset = 0;
     while let Some((off, t)) = toks.next() {
         match t {
             b";" | b"{" | b"}" => extern_in_statement = false,
@@ -118,6 +119,7 @@ pub fn read_ptx(data: &[u8]) -> Result<PtxModule, ReadError> {
                 version = Some((voff, word(v)));
             }
             b".target" if targets.is_empty() => {
+                target_offset = off;
                 while let Some((_, v)) = toks.next() {
                     targets.push(word(v));
                     if toks.peek().map(|(_, t)| *t) != Some(b",") {
@@ -165,7 +167,7 @@ pub fn read_ptx(data: &[u8]) -> Result<PtxModule, ReadError> {
     let sm = sm_of_target(&target).ok_or_else(|| {
         ReadError::at(
             "PTX .target",
-            0,
+            target_offset as u64,
             format!("`{target}` is not an sm_XY target"),
         )
     })?;

@@ -1,0 +1,478 @@
+//! A kbuild bundle `NAME-VERSION.kbundle`: the build manifest plus its objects, verified.
+//!
+//! Layout (tar+zstd, see [`crate::archive`]): `manifest.json` first (the build manifest,
+//! re-serialised canonically), then `targets.json` only in a subset bundle (one written by
+//! `package --split` or assembled by `pull --device`: `{"targets": [...]}` names the targets
+//! whose objects are inside), then every object once as `objects/sha256/<hex>`, sorted. A
+//! subset bundle keeps the whole manifest so a signature over its digest still verifies.
+//!
+//! Opening checks everything: each object hashes to its name, every object of every present
+//! target is there with the recorded size, nothing unreferenced is there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path};
+
+use kbuild_manifest::manifest::{Manifest, ManifestError};
+
+use crate::archive::{self, ArchiveError, Entry, Limits};
+use crate::digest;
+
+/// Why a bundle was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("{0}")]
+    Archive(#[from] ArchiveError),
+    #[error("not a kbuild bundle: {0}")]
+    NotABundle(String),
+    #[error("bundle manifest: {0}")]
+    Manifest(#[from] ManifestError),
+    #[error("object {name} does not match its sha256 (it hashes to {actual}); the bundle is corrupt or was tampered with")]
+    ObjectDigest { name: String, actual: String },
+    #[error("manifest lists {kernel} for {target} as object {sha256}, which the bundle does not contain")]
+    MissingObject {
+        kernel: String,
+        target: String,
+        sha256: String,
+    },
+    #[error("object {sha256} ({kernel} for {target}) is {actual} bytes, the manifest says {expected}")]
+    SizeMismatch {
+        kernel: String,
+        target: String,
+        sha256: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("bundle holds object {0}, which no record of its manifest references")]
+    Unreferenced(String),
+    #[error("target `{target}` is not in the manifest (it has: {have})")]
+    UnknownTarget { target: String, have: String },
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
+    #[error("{0}")]
+    Build(String),
+}
+
+/// A verified bundle in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bundle {
+    manifest: Manifest,
+    manifest_json: Vec<u8>,
+    manifest_digest: String,
+    /// sha256 hex → bytes.
+    objects: BTreeMap<String, Vec<u8>>,
+    /// `Some` in a subset bundle: the targets whose objects are inside.
+    subset: Option<Vec<String>>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetsFile {
+    targets: Vec<String>,
+}
+
+impl Bundle {
+    /// Read and verify a bundle file.
+    pub fn open(path: &Path) -> Result<Bundle, BundleError> {
+        let bytes = std::fs::read(path).map_err(|err| BundleError::Io {
+            path: path.display().to_string(),
+            err,
+        })?;
+        Bundle::from_bytes(&bytes, Limits::from_env())
+    }
+
+    /// Verify a bundle held in memory.
+    pub fn from_bytes(bytes: &[u8], limits: Limits) -> Result<Bundle, BundleError> {
+        let entries = archive::read(bytes, limits)?;
+        let mut it = entries.into_iter();
+        let first = it
+            .next()
+            .ok_or_else(|| BundleError::NotABundle("the archive is empty".into()))?;
+        if first.name != "manifest.json" {
+            return Err(BundleError::NotABundle(format!(
+                "its first entry is `{}`; a kbuild bundle starts with manifest.json",
+                first.name
+            )));
+        }
+        let mut subset = None;
+        let mut objects = BTreeMap::new();
+        for e in it {
+            if e.name == "targets.json" {
+                if subset.is_some() || !objects.is_empty() {
+                    return Err(BundleError::NotABundle(
+                        "targets.json must come right after manifest.json".into(),
+                    ));
+                }
+                let t: TargetsFile = serde_json::from_slice(&e.data)
+                    .map_err(|err| BundleError::NotABundle(format!("targets.json: {err}")))?;
+                subset = Some(t.targets);
+            } else if e.name == "manifest.json" {
+                return Err(BundleError::NotABundle("two manifests".into()));
+            } else {
+                let hex = e.name.trim_start_matches("objects/sha256/").to_string();
+                objects.insert(hex, e.data);
+            }
+        }
+        Bundle::from_parts(first.data, objects, subset)
+    }
+
+    /// Assemble and verify a bundle from a manifest's bytes and objects keyed by sha256 hex.
+    /// `subset` names the targets present (`None`: all of the manifest's).
+    pub fn from_parts(
+        manifest_json: Vec<u8>,
+        objects: BTreeMap<String, Vec<u8>>,
+        subset: Option<Vec<String>>,
+    ) -> Result<Bundle, BundleError> {
+        let manifest = Manifest::from_json(&manifest_json)?;
+        let subset = match subset {
+            Some(s) => {
+                let mut seen = BTreeSet::new();
+                for t in &s {
+                    if !manifest.targets.contains(t) {
+                        return Err(unknown_target(&manifest, t));
+                    }
+                    if !seen.insert(t) {
+                        return Err(BundleError::NotABundle(format!(
+                            "targets.json names {t} twice"
+                        )));
+                    }
+                }
+                // A subset naming every target is the full bundle.
+                (s.len() < manifest.targets.len()).then_some(s)
+            }
+            None => None,
+        };
+        let present: BTreeSet<&str> = match &subset {
+            Some(s) => s.iter().map(String::as_str).collect(),
+            None => manifest.targets.iter().map(String::as_str).collect(),
+        };
+        for (hex, data) in &objects {
+            let actual = digest::sha256_hex(data);
+            if &actual != hex {
+                return Err(BundleError::ObjectDigest {
+                    name: format!("objects/sha256/{hex}"),
+                    actual,
+                });
+            }
+        }
+        let mut referenced = BTreeSet::new();
+        for o in &manifest.objects {
+            if !present.contains(o.target.as_str()) {
+                continue;
+            }
+            let Some(data) = objects.get(&o.sha256) else {
+                return Err(BundleError::MissingObject {
+                    kernel: record_label(o),
+                    target: o.target.clone(),
+                    sha256: o.sha256.clone(),
+                });
+            };
+            if data.len() as u64 != o.size {
+                return Err(BundleError::SizeMismatch {
+                    kernel: record_label(o),
+                    target: o.target.clone(),
+                    sha256: o.sha256.clone(),
+                    expected: o.size,
+                    actual: data.len() as u64,
+                });
+            }
+            referenced.insert(o.sha256.as_str());
+        }
+        if let Some(extra) = objects.keys().find(|k| !referenced.contains(k.as_str())) {
+            return Err(BundleError::Unreferenced(extra.clone()));
+        }
+        let manifest_digest = digest::oci_digest(&manifest_json);
+        Ok(Bundle {
+            manifest,
+            manifest_json,
+            manifest_digest,
+            objects,
+            subset,
+        })
+    }
+
+    /// Package a build directory (`kbuild build --out DIR`): its manifest.json and objects,
+    /// optionally only some targets. Each object's bytes are checked against the manifest.
+    pub fn from_build_dir(dir: &Path, targets: Option<&[String]>) -> Result<Bundle, BundleError> {
+        let mpath = dir.join("manifest.json");
+        let raw = std::fs::read(&mpath).map_err(|err| BundleError::Io {
+            path: mpath.display().to_string(),
+            err,
+        })?;
+        let mut manifest = Manifest::from_json(&raw)?;
+        if let Some(keep) = targets {
+            for t in keep {
+                if !manifest.targets.contains(t) {
+                    return Err(BundleError::Build(format!(
+                        "target `{t}` is not in {} (it has: {}); build it first",
+                        mpath.display(),
+                        manifest.targets.join(", ")
+                    )));
+                }
+            }
+            manifest.targets.retain(|t| keep.contains(t));
+            manifest.objects.retain(|o| keep.contains(&o.target));
+        }
+        // Multi-target containers (`--fat`) are build outputs, not per-target objects.
+        manifest.containers.clear();
+        let mut objects = BTreeMap::new();
+        for o in &manifest.objects {
+            let rel = Path::new(&o.path);
+            if rel.is_absolute()
+                || rel
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+            {
+                return Err(BundleError::Build(format!(
+                    "{}: object path `{}` leaves the build directory",
+                    mpath.display(),
+                    o.path
+                )));
+            }
+            let p = dir.join(rel);
+            let data = std::fs::read(&p).map_err(|err| BundleError::Io {
+                path: p.display().to_string(),
+                err,
+            })?;
+            if digest::sha256_hex(&data) != o.sha256 {
+                return Err(BundleError::Build(format!(
+                    "{} changed since the build wrote manifest.json (sha256 differs); rebuild",
+                    p.display()
+                )));
+            }
+            objects.insert(o.sha256.clone(), data);
+        }
+        Bundle::from_parts(manifest.to_json().into_bytes(), objects, None)
+    }
+
+    /// The deterministic archive bytes.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, BundleError> {
+        let mut entries = vec![Entry {
+            name: "manifest.json".into(),
+            data: self.manifest_json.clone(),
+        }];
+        if let Some(s) = &self.subset {
+            let data = serde_json::to_vec(&TargetsFile { targets: s.clone() })
+                .map_err(|e| BundleError::Build(e.to_string()))?;
+            entries.push(Entry {
+                name: "targets.json".into(),
+                data,
+            });
+        }
+        for (hex, data) in &self.objects {
+            entries.push(Entry {
+                name: format!("objects/sha256/{hex}"),
+                data: data.clone(),
+            });
+        }
+        Ok(archive::write(&entries)?)
+    }
+
+    /// The same bundle with only `targets`' objects (a subset bundle, unless that is all).
+    pub fn restrict(&self, targets: &[String]) -> Result<Bundle, BundleError> {
+        for t in targets {
+            if !self.targets().contains(t) {
+                return Err(unknown_target(&self.manifest, t));
+            }
+        }
+        let keep: BTreeSet<&str> = self
+            .manifest
+            .objects
+            .iter()
+            .filter(|o| targets.contains(&o.target))
+            .map(|o| o.sha256.as_str())
+            .collect();
+        let objects = self
+            .objects
+            .iter()
+            .filter(|(k, _)| keep.contains(k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // Keep the manifest's target order.
+        let ordered: Vec<String> = self
+            .manifest
+            .targets
+            .iter()
+            .filter(|t| targets.contains(t))
+            .cloned()
+            .collect();
+        Bundle::from_parts(self.manifest_json.clone(), objects, Some(ordered))
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The manifest's exact bytes (what signatures and the OCI config digest cover).
+    pub fn manifest_json(&self) -> &[u8] {
+        &self.manifest_json
+    }
+
+    /// `sha256:<hex>` of [`Bundle::manifest_json`].
+    pub fn manifest_digest(&self) -> &str {
+        &self.manifest_digest
+    }
+
+    pub fn name(&self) -> &str {
+        &self.manifest.package.name
+    }
+
+    pub fn version(&self) -> &str {
+        &self.manifest.package.version
+    }
+
+    /// An object's bytes by sha256 hex (as in `ObjectRecord::sha256`), already verified.
+    pub fn object(&self, sha256: &str) -> Option<&[u8]> {
+        self.objects.get(sha256).map(Vec::as_slice)
+    }
+
+    /// All objects, sha256 hex → bytes.
+    pub fn objects(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.objects
+    }
+
+    /// The targets whose objects are inside, in manifest order.
+    pub fn targets(&self) -> Vec<String> {
+        match &self.subset {
+            Some(s) => s.clone(),
+            None => self.manifest.targets.clone(),
+        }
+    }
+
+    /// Whether this is a subset bundle.
+    pub fn is_subset(&self) -> bool {
+        self.subset.is_some()
+    }
+
+    /// The objects of one target, sha256 hex → bytes.
+    pub fn target_objects(&self, target: &str) -> BTreeMap<String, Vec<u8>> {
+        self.manifest
+            .objects
+            .iter()
+            .filter(|o| o.target == target)
+            .filter_map(|o| {
+                self.objects
+                    .get(&o.sha256)
+                    .map(|d| (o.sha256.clone(), d.clone()))
+            })
+            .collect()
+    }
+
+    /// `NAME-VERSION.kbundle`, or `NAME-VERSION.T1+T2.kbundle` for a subset.
+    pub fn file_name(&self) -> String {
+        match &self.subset {
+            None => format!("{}-{}.kbundle", self.name(), self.version()),
+            Some(s) => format!("{}-{}.{}.kbundle", self.name(), self.version(), s.join("+")),
+        }
+    }
+}
+
+fn unknown_target(m: &Manifest, t: &str) -> BundleError {
+    BundleError::UnknownTarget {
+        target: t.to_string(),
+        have: m.targets.join(", "),
+    }
+}
+
+fn record_label(o: &kbuild_manifest::manifest::ObjectRecord) -> String {
+    match &o.variant {
+        Some(v) => format!("{}.{v}", o.kernel),
+        None => o.kernel.clone(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use kbuild_manifest::manifest::{ObjectRecord, Package, Provenance, SCHEMA};
+
+    /// A manifest with `targets`, one object per target whose bytes are `target` repeated.
+    pub(crate) fn sample(targets: &[&str]) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
+        let mut objects = BTreeMap::new();
+        let mut records = Vec::new();
+        for t in targets {
+            let data = t.repeat(100).into_bytes();
+            let sha = digest::sha256_hex(&data);
+            records.push(ObjectRecord {
+                kernel: "k".into(),
+                variant: None,
+                defines: BTreeMap::new(),
+                target: t.to_string(),
+                path: format!("{t}/k.cubin"),
+                sha256: sha.clone(),
+                size: data.len() as u64,
+                format: "cubin".into(),
+                entries: vec!["k".into()],
+                resources: BTreeMap::new(),
+                cache_key: "x".into(),
+            });
+            objects.insert(sha, data);
+        }
+        let m = Manifest {
+            schema: SCHEMA.into(),
+            package: Package {
+                name: "pkg".into(),
+                version: "1.2.3".into(),
+            },
+            provenance: Provenance {
+                git_commit: None,
+                git_dirty: None,
+                toolchains: vec![],
+                flags: BTreeMap::new(),
+                host: "linux-x86_64".into(),
+            },
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+            kernels: vec!["k".into()],
+            objects: records,
+            containers: vec![],
+        };
+        (m.to_json().into_bytes(), objects)
+    }
+
+    #[test]
+    fn round_trip_subset_and_names() {
+        let (m, o) = sample(&["sm_89", "gfx1100"]);
+        let b = Bundle::from_parts(m, o, None).unwrap();
+        let bytes = b.to_bytes().unwrap();
+        let back = Bundle::from_bytes(&bytes, Limits::default()).unwrap();
+        assert_eq!(back, b);
+        assert_eq!(b.file_name(), "pkg-1.2.3.kbundle");
+        let s = b.restrict(&["gfx1100".to_string()]).unwrap();
+        assert_eq!(s.file_name(), "pkg-1.2.3.gfx1100.kbundle");
+        assert_eq!(s.objects().len(), 1);
+        assert_eq!(s.manifest_digest(), b.manifest_digest());
+        let sb = Bundle::from_bytes(&s.to_bytes().unwrap(), Limits::default()).unwrap();
+        assert_eq!(sb.targets(), vec!["gfx1100".to_string()]);
+        assert!(b.restrict(&["sm_90".to_string()]).is_err());
+    }
+
+    #[test]
+    fn refuses_missing_unreferenced_and_wrong_objects() {
+        let (m, mut o) = sample(&["sm_89", "gfx1100"]);
+        let first = o.keys().next().unwrap().clone();
+        let mut missing = o.clone();
+        missing.remove(&first);
+        let e = Bundle::from_parts(m.clone(), missing, None).unwrap_err();
+        assert!(matches!(e, BundleError::MissingObject { .. }), "{e}");
+        let mut extra = o.clone();
+        let junk = b"junk".to_vec();
+        extra.insert(digest::sha256_hex(&junk), junk);
+        let e = Bundle::from_parts(m.clone(), extra, None).unwrap_err();
+        assert!(matches!(e, BundleError::Unreferenced(_)), "{e}");
+        if let Some(v) = o.get_mut(&first) {
+            v[0] ^= 1;
+        }
+        let e = Bundle::from_parts(m, o, None).unwrap_err();
+        assert!(matches!(e, BundleError::ObjectDigest { .. }), "{e}");
+    }
+
+    #[test]
+    fn refuses_an_archive_that_is_not_a_bundle() {
+        let bytes = archive::write(&[Entry {
+            name: "targets.json".into(),
+            data: b"{\"targets\":[]}".to_vec(),
+        }])
+        .unwrap();
+        let e = Bundle::from_bytes(&bytes, Limits::default()).unwrap_err();
+        assert!(e.to_string().contains("starts with manifest.json"), "{e}");
+    }
+}

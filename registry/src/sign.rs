@@ -1,0 +1,494 @@
+//! Signatures: ed25519 over a payload naming the package, its version and the manifest
+//! digest, and the trust policy that checks them on pull and on load.
+//!
+//! The signed bytes are the compact JSON of [`Payload`] (fixed field order). Signing the
+//! manifest digest covers every object, since the manifest lists each object's sha256; the
+//! version inside the payload stops a signature for 1.0.0 from being replayed onto 1.0.1.
+//! Signatures live in a [`SignatureFile`]: `NAME-VERSION.kbundle.sig` beside a bundle, and in
+//! OCI registries as an artifact tagged `sha256-<manifest hex>.sig` (see `oci.rs`).
+
+use std::path::{Path, PathBuf};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::digest;
+
+pub const PAYLOAD_SCHEMA: &str = "kbuild.signature-payload/v1";
+pub const FILE_SCHEMA: &str = "kbuild.signatures/v1";
+const PUBLIC_TAG: &str = "kbuild-ed25519";
+const SECRET_TAG: &str = "kbuild-ed25519-secret";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("{path}: {err}")]
+    Io { path: String, err: std::io::Error },
+    #[error("{what}: not a kbuild key (expected `{tag} <base64 of 32 bytes>`)")]
+    BadKey { what: String, tag: &'static str },
+    #[error("signature file: {0}")]
+    BadFile(String),
+    #[error("could not get random bytes for a key: {0}")]
+    Random(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("signature check failed for {package}: {reason}")]
+    Refused { package: String, reason: String },
+}
+
+/// What is signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Payload {
+    pub schema: String,
+    pub name: String,
+    pub version: String,
+    /// `sha256:<hex>` of the bundle's manifest.json (= the OCI config blob).
+    pub manifest: String,
+}
+
+impl Payload {
+    pub fn new(name: &str, version: &str, manifest_digest: &str) -> Payload {
+        Payload {
+            schema: PAYLOAD_SCHEMA.into(),
+            name: name.into(),
+            version: version.into(),
+            manifest: manifest_digest.into(),
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// One signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signature {
+    /// First 16 hex digits of the sha256 of the public key.
+    pub key_id: String,
+    pub public_key: String,
+    pub payload: Payload,
+    /// base64 ed25519 signature over the payload's JSON.
+    pub signature: String,
+}
+
+/// Every signature of one bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureFile {
+    pub schema: String,
+    pub signatures: Vec<Signature>,
+}
+
+impl SignatureFile {
+    pub fn new() -> SignatureFile {
+        SignatureFile {
+            schema: FILE_SCHEMA.into(),
+            signatures: Vec::new(),
+        }
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<SignatureFile, SignError> {
+        let f: SignatureFile =
+            serde_json::from_slice(bytes).map_err(|e| SignError::BadFile(e.to_string()))?;
+        if f.schema != FILE_SCHEMA {
+            return Err(SignError::BadFile(format!(
+                "schema \"{}\" is not \"{FILE_SCHEMA}\"",
+                f.schema
+            )));
+        }
+        Ok(f)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).unwrap_or_default();
+        v.push(b'\n');
+        v
+    }
+
+    /// Add (or replace, for the same key) a signature.
+    pub fn add(&mut self, sig: Signature) {
+        self.signatures.retain(|s| s.key_id != sig.key_id);
+        self.signatures.push(sig);
+        self.signatures.sort_by(|a, b| a.key_id.cmp(&b.key_id));
+    }
+}
+
+impl Default for SignatureFile {
+    fn default() -> Self {
+        SignatureFile::new()
+    }
+}
+
+/// A public key that signatures are checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+impl PublicKey {
+    /// Parse `kbuild-ed25519 <base64>` (the `.pub` file's text).
+    pub fn parse(text: &str, what: &str) -> Result<PublicKey, SignError> {
+        let bad = || SignError::BadKey {
+            what: what.to_string(),
+            tag: PUBLIC_TAG,
+        };
+        let raw = parse_tagged(text, PUBLIC_TAG).ok_or_else(bad)?;
+        VerifyingKey::from_bytes(&raw)
+            .map(PublicKey)
+            .map_err(|_| bad())
+    }
+
+    pub fn id(&self) -> String {
+        key_id(self.0.as_bytes())
+    }
+
+    pub fn to_text(&self) -> String {
+        format!("{PUBLIC_TAG} {}\n", B64.encode(self.0.as_bytes()))
+    }
+}
+
+/// A signing key.
+pub struct SecretKey(SigningKey);
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretKey({})", self.public().id())
+    }
+}
+
+impl SecretKey {
+    pub fn generate() -> Result<SecretKey, SignError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| SignError::Random(e.to_string()))?;
+        Ok(SecretKey(SigningKey::from_bytes(&seed)))
+    }
+
+    /// Parse `kbuild-ed25519-secret <base64>`.
+    pub fn parse(text: &str, what: &str) -> Result<SecretKey, SignError> {
+        let raw = parse_tagged(text, SECRET_TAG).ok_or_else(|| SignError::BadKey {
+            what: what.to_string(),
+            tag: SECRET_TAG,
+        })?;
+        Ok(SecretKey(SigningKey::from_bytes(&raw)))
+    }
+
+    pub fn load(path: &Path) -> Result<SecretKey, SignError> {
+        let text = std::fs::read_to_string(path).map_err(|err| SignError::Io {
+            path: path.display().to_string(),
+            err,
+        })?;
+        SecretKey::parse(&text, &path.display().to_string())
+    }
+
+    pub fn to_text(&self) -> String {
+        format!("{SECRET_TAG} {}\n", B64.encode(self.0.to_bytes()))
+    }
+
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    pub fn sign(&self, payload: Payload) -> Signature {
+        let sig = self.0.sign(&payload.bytes());
+        let public = self.public();
+        Signature {
+            key_id: public.id(),
+            public_key: B64.encode(public.0.as_bytes()),
+            payload,
+            signature: B64.encode(sig.to_bytes()),
+        }
+    }
+}
+
+fn parse_tagged(text: &str, tag: &str) -> Option<[u8; 32]> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let (t, rest) = line.split_once(char::is_whitespace)?;
+    if t != tag {
+        return None;
+    }
+    let raw = B64.decode(rest.trim()).ok()?;
+    raw.try_into().ok()
+}
+
+fn key_id(public: &[u8]) -> String {
+    digest::sha256_hex(public)[..16].to_string()
+}
+
+/// What to do about a bundle that is not signed by a trusted key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Refuse it.
+    Require,
+    /// Say so and go on.
+    #[default]
+    Warn,
+    /// Do not look.
+    Off,
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "require" => Ok(Policy::Require),
+            "warn" => Ok(Policy::Warn),
+            "off" => Ok(Policy::Off),
+            other => Err(format!(
+                "unknown signature policy `{other}` (expected require, warn or off)"
+            )),
+        }
+    }
+}
+
+/// Trusted keys and the policy.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    pub policy: Policy,
+    pub keys: Vec<PublicKey>,
+}
+
+/// The outcome of a check that did not refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Signed by this trusted key.
+    Verified { key_id: String },
+    /// Not verified; `warn` lets it through with this message.
+    Warning(String),
+    /// Policy `off`.
+    NotChecked,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+struct ConfigFile {
+    #[serde(default)]
+    signatures: SignaturesConfig,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct SignaturesConfig {
+    policy: Option<String>,
+    #[serde(default)]
+    trusted_keys: Vec<String>,
+}
+
+impl Trust {
+    /// kbuild's user config file: `KBUILD_CONFIG`, else `$XDG_CONFIG_HOME/kbuild/config.toml`.
+    pub fn config_path() -> PathBuf {
+        if let Some(p) = std::env::var_os("KBUILD_CONFIG").filter(|v| !v.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("/tmp"))
+                    .join(".config")
+            });
+        base.join("kbuild/config.toml")
+    }
+
+    /// Read `[signatures] policy` and `trusted-keys` (key text or paths to `.pub` files,
+    /// relative to the config file) from the config file, if it exists; then
+    /// `KBUILD_SIGNATURE_POLICY` overrides the policy.
+    pub fn load() -> Result<Trust, SignError> {
+        let path = Trust::config_path();
+        let mut trust = match std::fs::read_to_string(&path) {
+            Ok(text) => Trust::from_config(&text, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Trust::default(),
+            Err(err) => {
+                return Err(SignError::Io {
+                    path: path.display().to_string(),
+                    err,
+                })
+            }
+        };
+        if let Ok(p) = std::env::var("KBUILD_SIGNATURE_POLICY") {
+            trust.policy = p
+                .parse()
+                .map_err(|e| SignError::Config(format!("KBUILD_SIGNATURE_POLICY: {e}")))?;
+        }
+        Ok(trust)
+    }
+
+    pub fn from_config(text: &str, path: &Path) -> Result<Trust, SignError> {
+        let cfg: ConfigFile = toml::from_str(text)
+            .map_err(|e| SignError::Config(format!("{}: {e}", path.display())))?;
+        let mut trust = Trust::default();
+        if let Some(p) = cfg.signatures.policy {
+            trust.policy = p
+                .parse()
+                .map_err(|e| SignError::Config(format!("{}: {e}", path.display())))?;
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        for k in cfg.signatures.trusted_keys {
+            trust.add_key(&k, base)?;
+        }
+        Ok(trust)
+    }
+
+    /// Add a key given as text or as a path to a `.pub` file (relative to `base`).
+    pub fn add_key(&mut self, spec: &str, base: &Path) -> Result<(), SignError> {
+        let key = if spec.trim_start().starts_with(PUBLIC_TAG) {
+            PublicKey::parse(spec, "trusted key")?
+        } else {
+            let p = base.join(spec);
+            let text = std::fs::read_to_string(&p).map_err(|err| SignError::Io {
+                path: p.display().to_string(),
+                err,
+            })?;
+            PublicKey::parse(&text, &p.display().to_string())?
+        };
+        if !self.keys.contains(&key) {
+            self.keys.push(key);
+        }
+        Ok(())
+    }
+
+    /// Check `sigs` for the package `name@version` whose manifest has `manifest_digest`.
+    /// Under `require` anything but a valid signature by a trusted key is an error; under
+    /// `warn` it is a [`Verdict::Warning`].
+    pub fn check(
+        &self,
+        name: &str,
+        version: &str,
+        manifest_digest: &str,
+        sigs: Option<&SignatureFile>,
+    ) -> Result<Verdict, SignError> {
+        if self.policy == Policy::Off {
+            return Ok(Verdict::NotChecked);
+        }
+        let package = format!("{name} {version}");
+        let reason = match self.verify(name, version, manifest_digest, sigs) {
+            Ok(key_id) => return Ok(Verdict::Verified { key_id }),
+            Err(r) => r,
+        };
+        match self.policy {
+            Policy::Require => Err(SignError::Refused { package, reason }),
+            _ => Ok(Verdict::Warning(format!("{package}: {reason}"))),
+        }
+    }
+
+    fn verify(
+        &self,
+        name: &str,
+        version: &str,
+        manifest_digest: &str,
+        sigs: Option<&SignatureFile>,
+    ) -> Result<String, String> {
+        let sigs = match sigs {
+            Some(s) if !s.signatures.is_empty() => s,
+            _ => return Err("it is not signed (sign it with `kbuild sign`)".into()),
+        };
+        if self.keys.is_empty() {
+            return Err("no trusted keys are configured ([signatures] trusted-keys in the kbuild config file)".into());
+        }
+        let want = Payload::new(name, version, manifest_digest);
+        let mut problems = Vec::new();
+        for s in &sigs.signatures {
+            let Some(key) = self.keys.iter().find(|k| k.id() == s.key_id) else {
+                problems.push(format!("signature by untrusted key {}", s.key_id));
+                continue;
+            };
+            if s.payload != want {
+                problems.push(format!(
+                    "signature by {} is for {} {} manifest {}, not this manifest {manifest_digest}",
+                    s.key_id, s.payload.name, s.payload.version, s.payload.manifest
+                ));
+                continue;
+            }
+            let ok = B64
+                .decode(&s.signature)
+                .ok()
+                .and_then(|b| <[u8; 64]>::try_from(b).ok())
+                .map(|b| ed25519_dalek::Signature::from_bytes(&b))
+                .is_some_and(|sig| key.0.verify_strict(&want.bytes(), &sig).is_ok());
+            if ok {
+                return Ok(s.key_id.clone());
+            }
+            problems.push(format!("signature by {} does not verify", s.key_id));
+        }
+        Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_verify_tamper_and_policies() {
+        let sk = SecretKey::generate().unwrap();
+        let sk2 = SecretKey::parse(&sk.to_text(), "k").unwrap();
+        assert_eq!(sk2.public(), sk.public());
+        let pk = PublicKey::parse(&sk.public().to_text(), "p").unwrap();
+        let d = digest::oci_digest(b"manifest");
+        let mut file = SignatureFile::new();
+        file.add(sk.sign(Payload::new("pkg", "1.0.0", &d)));
+        let file = SignatureFile::from_json(&file.to_json()).unwrap();
+        let trust = Trust {
+            policy: Policy::Require,
+            keys: vec![pk],
+        };
+        assert!(matches!(
+            trust.check("pkg", "1.0.0", &d, Some(&file)).unwrap(),
+            Verdict::Verified { .. }
+        ));
+        // Other manifest, other version (replay), no signature, untrusted key: refused.
+        let other = digest::oci_digest(b"other");
+        assert!(trust.check("pkg", "1.0.0", &other, Some(&file)).is_err());
+        assert!(trust.check("pkg", "1.0.1", &d, Some(&file)).is_err());
+        let e = trust.check("pkg", "1.0.0", &d, None).unwrap_err();
+        assert!(e.to_string().contains("not signed"), "{e}");
+        let stranger = Trust {
+            policy: Policy::Require,
+            keys: vec![SecretKey::generate().unwrap().public()],
+        };
+        assert!(stranger.check("pkg", "1.0.0", &d, Some(&file)).is_err());
+        // A flipped signature byte.
+        let mut bad = file.clone();
+        let mut raw = B64.decode(&bad.signatures[0].signature).unwrap();
+        raw[0] ^= 1;
+        bad.signatures[0].signature = B64.encode(raw);
+        assert!(trust.check("pkg", "1.0.0", &d, Some(&bad)).is_err());
+        let warn = Trust {
+            policy: Policy::Warn,
+            ..trust.clone()
+        };
+        assert!(matches!(
+            warn.check("pkg", "1.0.0", &d, None).unwrap(),
+            Verdict::Warning(_)
+        ));
+        let off = Trust {
+            policy: Policy::Off,
+            ..trust
+        };
+        assert_eq!(
+            off.check("pkg", "1.0.0", &d, None).unwrap(),
+            Verdict::NotChecked
+        );
+    }
+
+    #[test]
+    fn config_file_keys_and_policy() {
+        let d = tempfile::tempdir().unwrap();
+        let sk = SecretKey::generate().unwrap();
+        std::fs::write(d.path().join("a.pub"), sk.public().to_text()).unwrap();
+        let cfg = d.path().join("config.toml");
+        let t = Trust::from_config(
+            "[signatures]\npolicy = \"require\"\ntrusted-keys = [\"a.pub\"]\n",
+            &cfg,
+        )
+        .unwrap();
+        assert_eq!(t.policy, Policy::Require);
+        assert_eq!(t.keys, vec![sk.public()]);
+        let e = Trust::from_config("[signatures]\npolicy = \"maybe\"\n", &cfg).unwrap_err();
+        assert!(e.to_string().contains("unknown signature policy"), "{e}");
+        assert!(PublicKey::parse("ssh-ed25519 AAAA", "x").is_err());
+    }
+}
