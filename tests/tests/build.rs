@@ -297,3 +297,73 @@ fn json_events_and_fat_containers() {
         }
     }
 }
+
+/// Maximum number of compiles in flight, from a launcher that logs start/end times.
+fn max_concurrency(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .filter_map(|l| {
+            let (kind, t) = l.split_once(' ')?;
+            let t: u128 = t.trim().parse().ok()?;
+            Some((t, if kind == "start" { 1 } else { -1 }))
+        })
+        .collect();
+    events.sort();
+    let (mut cur, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    max as usize
+}
+
+#[test]
+fn a_make_jobserver_bounds_parallel_compiles() {
+    let s = Scratch::new();
+    two_kernel_project(s.path());
+    let k = s.path().join("kernels");
+    let log = s.path().join("spans.log");
+    let launcher = s.path().join("spans.sh");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\necho \"start $(date +%s%N)\" >> '{0}'\n\"$@\"\nrc=$?\nsleep 0.3\necho \"end $(date +%s%N)\" >> '{0}'\nexit $rc\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    kbuild_tests::make_executable(&launcher);
+    let targets = "sm_89,sm_90,gfx1100,gfx1030";
+
+    // Alone, -j 4 runs four compiles at once.
+    let alone = std::process::Command::new(kbuild_tests::kbuild_bin())
+        .args(["-j", "4", "--targets", targets, "--out", "alone"])
+        .current_dir(&k)
+        .env("KBUILD_CACHE_DIR", s.path().join("cache-alone"))
+        .env("KBUILD_LAUNCHER", &launcher)
+        .env_remove("MAKEFLAGS")
+        .env_remove("CARGO_MAKEFLAGS")
+        .output()
+        .unwrap();
+    assert!(alone.status.success(), "{}", text(&alone));
+    assert!(max_concurrency(&log) > 2, "without a jobserver -j 4 should overlap more than 2");
+
+    // Under `make -j2`, the same -j 4 build holds at most 2 compiles (1 implicit + 1 token).
+    std::fs::remove_file(&log).unwrap();
+    std::fs::write(
+        s.path().join("Makefile"),
+        format!(
+            "all:\n\t+cd '{}' && KBUILD_CACHE_DIR='{}' KBUILD_LAUNCHER='{}' '{}' -j 4 --targets {targets} --out viamake\n",
+            k.display(),
+            s.path().join("cache-make").display(),
+            launcher.display(),
+            kbuild_tests::kbuild_bin().display()
+        ),
+    )
+    .unwrap();
+    let make = std::process::Command::new("make").args(["-j2", "-C"]).arg(s.path()).output().expect("make");
+    assert!(make.status.success(), "{}", text(&make));
+    let max = max_concurrency(&log);
+    assert!((1..=2).contains(&max), "under make -j2 at most 2 compiles at once, saw {max}");
+}
