@@ -367,3 +367,35 @@ fn a_make_jobserver_bounds_parallel_compiles() {
     let max = max_concurrency(&log);
     assert!((1..=2).contains(&max), "under make -j2 at most 2 compiles at once, saw {max}");
 }
+
+#[test]
+fn toolchain_list_names_paths_versions_and_buildable_targets_and_clean_removes_output() {
+    let s = Scratch::new();
+    let list = s.kbuild(s.path(), &["toolchain", "list", "--json"]);
+    assert!(list.status.success(), "{}", text(&list));
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v["schema"], "kbuild.toolchains/v1");
+    let cuda = &v["cuda"];
+    assert!(cuda["path"].as_str().unwrap().ends_with("bin/nvcc"), "{cuda}");
+    assert_eq!(cuda["version"], "13.5");
+    let cuda_targets: Vec<&str> = cuda["targets"].as_array().unwrap().iter().filter_map(|t| t.as_str()).collect();
+    for t in ["sm_75", "sm_89", "sm_90a", "sm_100f", "sm_121"] {
+        assert!(cuda_targets.contains(&t), "{t} in {cuda_targets:?}");
+    }
+    let hip = &v["hip"];
+    assert_eq!(hip["version"], "19.1");
+    let hip_targets: Vec<&str> = hip["targets"].as_array().unwrap().iter().filter_map(|t| t.as_str()).collect();
+    for t in ["gfx90a", "gfx942", "gfx1100", "gfx1151", "gfx1201", "gfx11-generic"] {
+        assert!(hip_targets.contains(&t), "{t} in {hip_targets:?}");
+    }
+    assert!(!hip_targets.contains(&"gfx950"), "clang-19 cannot build gfx950");
+
+    two_kernel_project(s.path());
+    let k = s.path().join("kernels");
+    let b = s.kbuild(&k, &["--targets", "sm_89"]);
+    assert!(b.status.success(), "{}", text(&b));
+    assert!(k.join("out/manifest.json").is_file());
+    let c = s.kbuild(&k, &["clean"]);
+    assert!(c.status.success(), "{}", text(&c));
+    assert!(!k.join("out").exists());
+}
