@@ -25,6 +25,28 @@ pub fn audit(
     expected: &[String],
     object: &[u8],
 ) -> Result<ObjectIdent, AuditError> {
+    let ident = check_target(target, object)?;
+    let missing: Vec<&str> = expected
+        .iter()
+        .filter(|e| !ident.entries.iter().any(|x| x == *e))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(AuditError::MissingEntries {
+            missing: missing.join(", "),
+            found: if ident.entries.is_empty() {
+                "none".into()
+            } else {
+                ident.entries.join(", ")
+            },
+        });
+    }
+    Ok(ident)
+}
+
+/// The object is a readable code object for `target`: what a compile must produce before its
+/// output may enter the cache, so a crashing or garbage-writing compiler never poisons it.
+pub fn check_target(target: &Target, object: &[u8]) -> Result<ObjectIdent, AuditError> {
     let kind = target.object_kind();
     let ident = identify(object).map_err(|e| AuditError::Unreadable {
         kind: kind.extension(),
@@ -53,21 +75,6 @@ pub fn audit(
             found: ident.target.clone(),
             machine: ident.machine,
             arch: ident.arch,
-        });
-    }
-    let missing: Vec<&str> = expected
-        .iter()
-        .filter(|e| !ident.entries.iter().any(|x| x == *e))
-        .map(String::as_str)
-        .collect();
-    if !missing.is_empty() {
-        return Err(AuditError::MissingEntries {
-            missing: missing.join(", "),
-            found: if ident.entries.is_empty() {
-                "none".into()
-            } else {
-                ident.entries.join(", ")
-            },
         });
     }
     Ok(ident)

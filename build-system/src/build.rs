@@ -292,7 +292,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         Some(hit) => (hit, JobStatus::Cached),
         None => {
             ctx.reporter.started(&job.label());
-            match compile(ctx, &cmd, &action) {
+            match compile(ctx, &cmd, &action, &job.target) {
                 Ok(e) => (e, JobStatus::Compiled),
                 Err(f) => return fail(f.0, Some(f.1), f.2),
             }
@@ -375,6 +375,7 @@ fn compile(
     ctx: &Ctx,
     cmd: &CompileCommand,
     action: &str,
+    target: &Target,
 ) -> Result<crate::cache::Entry, (String, String, String)> {
     let scratch = ctx.cache.scratch();
     let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|e| {
@@ -389,6 +390,9 @@ fn compile(
     let _ = std::fs::remove_dir_all(&tmp);
     let out =
         result.map_err(|e: CompileError| (e.to_string(), shown.clone(), e.log().to_string()))?;
+    if let Err(e) = crate::audit::check_target(target, &out.object) {
+        return Err((format!("compiler output rejected: {e}"), shown, out.log));
+    }
     let root = &ctx.project.root;
     let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
     let mut deps: Vec<Dep> = Vec::new();

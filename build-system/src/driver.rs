@@ -96,6 +96,9 @@ pub fn command(project: &Project, job: &Job, tcs: &Toolchains) -> Option<Compile
                 format!("--rocm-path={}", tc.rocm_path.display()),
                 format!("--rocm-device-lib-path={}", tc.device_libs.display()),
                 "-Rpass-analysis=kernel-resource-usage".into(),
+                // The default CUID hashes the command line, output path included, into a
+                // `__hip_cuid_*` symbol: objects would differ per build directory.
+                "-fuse-cuid=none".into(),
             ]);
             if t.processor.is_generic() {
                 // Generic processors exist from code object v6 on.

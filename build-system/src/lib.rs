@@ -3,13 +3,16 @@
 //! the build manifest. The `kbuild` binary (`main.rs`) is a thin CLI over this library.
 
 pub mod audit;
+pub mod baseline;
 pub mod build;
 pub mod cache;
 pub mod config;
 pub mod depfile;
+pub mod diff_cmd;
 pub mod driver;
 pub mod events;
 pub mod exec;
+pub mod explain_cmd;
 pub mod fat;
 pub mod fsutil;
 pub mod git;

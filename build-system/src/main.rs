@@ -24,6 +24,47 @@ struct Cli {
 enum Command {
     /// Build every kernel × variant × target (the default command).
     Build(BuildArgs),
+    /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
+    /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
+    /// a git revision; `--fail-on` makes it a CI gate (exit 1).
+    Diff {
+        /// The base side.
+        #[arg(required_unless_present = "base", conflicts_with = "base")]
+        old: Option<PathBuf>,
+        /// The head side.
+        #[arg(required_unless_present = "base", conflicts_with = "base")]
+        new: Option<PathBuf>,
+        /// Build this git revision in a temporary worktree and diff it with the working tree.
+        #[arg(long, value_name = "GIT_REV")]
+        base: Option<String>,
+        #[arg(long, default_value = "text", value_parser = ["md", "text", "json"])]
+        format: String,
+        /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch.
+        #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
+        fail_on: Option<FailOn>,
+        /// Allowlist of known cases (kbuild-allow.toml).
+        #[arg(long, value_name = "FILE")]
+        allow: Option<PathBuf>,
+        /// With --base: targets of both builds (default: each side's project list).
+        #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+        targets: Option<TargetList>,
+        /// With --base: path to Kbuild.toml.
+        #[arg(long, value_name = "PATH")]
+        manifest_path: Option<PathBuf>,
+        #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+    },
+    /// The committed resource baseline (kernels/resources.json).
+    #[command(subcommand)]
+    Baseline(BaselineCommand),
+    /// List the GPUs the CUDA driver and the HIP runtime report (none is a normal answer).
+    Devices {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which code object of a build runs on a device (detected or simulated), with the rule
+    /// that accepted or rejected every candidate; exit 1 when a kernel has none.
+    Explain(kbuild::explain_cmd::ExplainArgs),
     /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
     /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
     Inspect {
@@ -45,6 +86,33 @@ enum Command {
         #[arg(long)]
         cache: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum BaselineCommand {
+    /// Rebuild and rewrite the baseline (a --targets subset replaces only those targets).
+    Update {
+        #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+        targets: Option<TargetList>,
+        #[arg(long, value_name = "PATH")]
+        manifest_path: Option<PathBuf>,
+        /// The baseline file (default: resources.json next to Kbuild.toml).
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// Take the resources from this build output dir or manifest instead of building.
+        #[arg(long, value_name = "PATH")]
+        from: Option<PathBuf>,
+        #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+    },
+}
+
+/// A parsed `--fail-on` value.
+#[derive(Clone)]
+struct FailOn(Vec<kbuild_manifest::diff::gate::Rule>);
+
+fn parse_fail_on(s: &str) -> Result<FailOn, String> {
+    kbuild_manifest::diff::gate::parse_rules(s).map(FailOn)
 }
 
 #[derive(Subcommand)]
@@ -93,6 +161,10 @@ struct BuildArgs {
     /// Print each job's compile command as a JSON line instead of building.
     #[arg(long)]
     print_commands: bool,
+    /// After building, fail (exit 1, printing the diff) if the resources drifted from the
+    /// committed baseline (default: resources.json next to Kbuild.toml).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    check_baseline: Option<PathBuf>,
 }
 
 /// A parsed `--targets` value (one argument, many targets).
@@ -140,6 +212,48 @@ fn run(cli: Cli) -> Result<ExitCode> {
         None => run_build(cli.build),
         Some(Command::Build(args)) => run_build(args),
         Some(Command::Inspect { files, json }) => Ok(kbuild::inspect::run(&files, json)),
+        Some(Command::Devices { json }) => Ok(kbuild::explain_cmd::run_devices(json)),
+        Some(Command::Explain(args)) => kbuild::explain_cmd::run_explain(args),
+        Some(Command::Diff {
+            old,
+            new,
+            base,
+            format,
+            fail_on,
+            allow,
+            targets,
+            manifest_path,
+            jobs,
+        }) => Ok(kbuild::diff_cmd::run(&kbuild::diff_cmd::DiffRequest {
+            old,
+            new,
+            base,
+            format: format.parse().map_err(anyhow::Error::msg)?,
+            rules: fail_on.map(|f| f.0).unwrap_or_default(),
+            allow,
+            targets: targets.map(|t| t.0),
+            manifest_path,
+            jobs: jobs.map(|j| j as usize),
+        })),
+        Some(Command::Baseline(BaselineCommand::Update {
+            targets,
+            manifest_path,
+            baseline,
+            from,
+            jobs,
+        })) => {
+            let project = load_project(manifest_path)?;
+            let req = kbuild::baseline::UpdateRequest {
+                build: BuildOptions {
+                    targets: targets.map(|t| t.0),
+                    jobs: jobs.map(|j| j as usize),
+                    ..BuildOptions::default()
+                },
+                path: baseline,
+                from,
+            };
+            kbuild::baseline::update(&project, &req)
+        }
         Some(Command::Toolchain(ToolchainCommand::Install { which })) => {
             if which.as_deref() != Some("hip") {
                 println!("{}", toolchain::install_cuda()?);
@@ -224,6 +338,13 @@ fn run_build(args: BuildArgs) -> Result<ExitCode> {
     }
     let report = build(&project, &opts)?;
     if report.failures.is_empty() {
+        if let Some(file) = args.check_baseline {
+            let file = match file.as_os_str().is_empty() {
+                true => kbuild::baseline::default_path(&project),
+                false => file,
+            };
+            return kbuild::baseline::check(&report.manifest_path, &file, args.json);
+        }
         Ok(ExitCode::SUCCESS)
     } else {
         if !args.json {
