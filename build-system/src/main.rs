@@ -65,6 +65,20 @@ enum Command {
     /// Which code object of a build runs on a device (detected or simulated), with the rule
     /// that accepted or rejected every candidate; exit 1 when a kernel has none.
     Explain(kbuild::explain_cmd::ExplainArgs),
+    /// Package a build into a deterministic bundle dist/NAME-VERSION.kbundle (tar+zstd,
+    /// manifest.json first, objects once by sha256).
+    Package(kbuild::registry_cmd::PackageArgs),
+    /// Publish a bundle to a registry (a directory or oci://HOST[:PORT]/REPO).
+    Publish(kbuild::registry_cmd::PublishArgs),
+    /// Fetch a version (semver requirement) and only the targets a device runs; verify,
+    /// cache, write Kbuild.lock.
+    Pull(kbuild::registry_cmd::PullArgs),
+    /// List cached and published versions.
+    Ls(kbuild::registry_cmd::LsArgs),
+    /// Make an ed25519 signing key pair.
+    Keygen(kbuild::registry_cmd::KeygenArgs),
+    /// Sign a bundle file or a published version.
+    Sign(kbuild::registry_cmd::SignArgs),
     /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
     /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
     Inspect {
@@ -161,6 +175,10 @@ struct BuildArgs {
     /// Print each job's compile command as a JSON line instead of building.
     #[arg(long)]
     print_commands: bool,
+    /// Prefix every compiler command with this launcher (`sccache`, a wrapper); overrides
+    /// Kbuild.toml `launcher` and KBUILD_LAUNCHER. It is part of no cache key.
+    #[arg(long, value_name = "CMD")]
+    launcher: Option<String>,
     /// After building, fail (exit 1, printing the diff) if the resources drifted from the
     /// committed baseline (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", require_equals = true)]
@@ -214,6 +232,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Inspect { files, json }) => Ok(kbuild::inspect::run(&files, json)),
         Some(Command::Devices { json }) => Ok(kbuild::explain_cmd::run_devices(json)),
         Some(Command::Explain(args)) => kbuild::explain_cmd::run_explain(args),
+        Some(Command::Package(args)) => kbuild::registry_cmd::run_package(args),
+        Some(Command::Publish(args)) => kbuild::registry_cmd::run_publish(args),
+        Some(Command::Pull(args)) => kbuild::registry_cmd::run_pull(args),
+        Some(Command::Ls(args)) => kbuild::registry_cmd::run_ls(args),
+        Some(Command::Keygen(args)) => kbuild::registry_cmd::run_keygen(args),
+        Some(Command::Sign(args)) => kbuild::registry_cmd::run_sign(args),
         Some(Command::Diff {
             old,
             new,
@@ -310,7 +334,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn run_build(args: BuildArgs) -> Result<ExitCode> {
-    let project = load_project(args.manifest_path)?;
+    let mut project = load_project(args.manifest_path)?;
+    if let Some(l) = args.launcher {
+        project.launcher = Some(l);
+    }
     let opts = BuildOptions {
         targets: args.targets.map(|t| t.0),
         out_dir: args.out,
