@@ -5,7 +5,7 @@
 //! Exit codes: 0 ok, 1 a gate tripped or an input could not be read or built, 2 usage.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -155,12 +155,12 @@ pub fn today() -> Date {
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 
 /// Read one side: a build output directory (its `manifest.json`), a manifest, a baseline, or
-/// a bundle (its `manifest.json`). `which` names the argument in errors.
+/// a bundle (its manifest, the bundle verified). `which` names the argument in errors.
 pub fn load_side(path: &Path, which: &str) -> Result<Snapshot> {
     if !path.exists() {
         return Err(UsageError(format!("{which} `{}` does not exist", path.display())).into());
     }
-    let (file, data) = if path.is_dir() {
+    if path.is_dir() {
         let m = path.join("manifest.json");
         let data = std::fs::read(&m).with_context(|| {
             format!(
@@ -169,82 +169,18 @@ pub fn load_side(path: &Path, which: &str) -> Result<Snapshot> {
                 path.display()
             )
         })?;
-        (m, data)
-    } else {
-        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        if data.starts_with(&ZSTD_MAGIC) {
-            let m = bundle_manifest(path)?;
-            (path.join("manifest.json"), m)
-        } else {
-            (path.to_path_buf(), data)
-        }
-    };
-    Snapshot::from_json(&data).with_context(|| format!("{}", file.display()))
-}
-
-/// Largest `manifest.json` read out of a bundle.
-const BUNDLE_MANIFEST_LIMIT: u64 = 64 << 20;
-
-/// The `manifest.json` of a bundle (tar+zstd, manifest first), read through the `zstd`
-/// program, bounded by [`BUNDLE_MANIFEST_LIMIT`].
-fn bundle_manifest(path: &Path) -> Result<Vec<u8>> {
-    let mut child = Command::new("zstd")
-        .args(["-dcq", "--"])
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            anyhow!(
-                "{}: reading a bundle needs the `zstd` program ({e}); install it \
-                 (apt install zstd) or diff the build output directories instead",
-                path.display()
-            )
-        })?;
-    let found = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("no zstd output"))
-        .and_then(|mut out| tar_member(&mut out, "manifest.json"));
-    let _ = child.kill();
-    let _ = child.wait();
-    found.with_context(|| format!("{}: not a readable kbuild bundle", path.display()))
-}
-
-/// The bytes of the first tar member named `name` (`./name` too).
-fn tar_member(r: &mut impl Read, name: &str) -> Result<Vec<u8>> {
-    let mut header = [0u8; 512];
-    loop {
-        if r.read_exact(&mut header).is_err() || header.iter().all(|&b| b == 0) {
-            bail!("no {name} in it");
-        }
-        let field = |range: std::ops::Range<usize>| {
-            let f = &header[range];
-            let end = f.iter().position(|&b| b == 0).unwrap_or(f.len());
-            String::from_utf8_lossy(&f[..end]).into_owned()
-        };
-        let (member, prefix) = (field(0..100), field(345..500));
-        let full = if prefix.is_empty() || !header[257..262].eq(b"ustar") {
-            member
-        } else {
-            format!("{prefix}/{member}")
-        };
-        let size_text = field(124..136);
-        let size = u64::from_str_radix(size_text.trim(), 8)
-            .map_err(|_| anyhow!("a tar header has a bad size `{size_text}`"))?;
-        let padded = size.div_ceil(512) * 512;
-        if full.trim_start_matches("./") == name {
-            if size > BUNDLE_MANIFEST_LIMIT {
-                bail!("{name} is {size} bytes, over the {BUNDLE_MANIFEST_LIMIT}-byte limit");
-            }
-            let mut data = vec![0u8; size as usize];
-            r.read_exact(&mut data)
-                .with_context(|| format!("{name} is cut short"))?;
-            return Ok(data);
-        }
-        std::io::copy(&mut r.by_ref().take(padded), &mut std::io::sink())?;
+        return Snapshot::from_json(&data).with_context(|| m.display().to_string());
     }
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if data.starts_with(&ZSTD_MAGIC) {
+        let bundle = kbuild_registry::Bundle::from_bytes(
+            &data,
+            kbuild_registry::archive::Limits::from_env(),
+        )
+        .with_context(|| format!("{}: not a readable kbuild bundle", path.display()))?;
+        return Ok(Snapshot::from_manifest(bundle.manifest()));
+    }
+    Snapshot::from_json(&data).with_context(|| path.display().to_string())
 }
 
 /// Demangled names of the Itanium-mangled (`_Z...`) entries of `snaps`, through
@@ -316,7 +252,12 @@ fn any_target() -> String {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
+    let bytes = text.as_bytes();
+    bytes[..offset.min(bytes.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// Read `kbuild-allow.toml`: `[[allow]]` tables of `kernel` (glob), `target` (glob, default
@@ -539,31 +480,6 @@ mod tests {
             let e = parse_allowlist("kbuild-allow.toml", text).unwrap_err().to_string();
             assert!(e.contains(says), "{text}\n→ {e}");
         }
-    }
-
-    #[test]
-    fn tar_member_finds_the_manifest_and_bounds_it() {
-        fn header(name: &str, size: usize) -> Vec<u8> {
-            let mut h = vec![0u8; 512];
-            h[..name.len()].copy_from_slice(name.as_bytes());
-            let s = format!("{size:011o}\0");
-            h[124..136].copy_from_slice(s.as_bytes());
-            h[257..262].copy_from_slice(b"ustar");
-            h
-        }
-        let mut tar = header("objects/x", 3);
-        tar.extend([1, 2, 3]);
-        tar.resize(1024, 0);
-        tar.extend(header("manifest.json", 2));
-        tar.extend(b"{}");
-        tar.resize(2048, 0);
-        tar.extend([0u8; 1024]);
-        assert_eq!(tar_member(&mut &tar[..], "manifest.json").unwrap(), b"{}");
-        let e = tar_member(&mut &tar[..1024], "manifest.json").unwrap_err();
-        assert!(e.to_string().contains("no manifest.json"), "{e}");
-        let mut bad = header("manifest.json", 0);
-        bad[124..136].copy_from_slice(b"zzzzzzzzzzz\0");
-        assert!(tar_member(&mut &bad[..], "manifest.json").is_err());
     }
 
     #[test]

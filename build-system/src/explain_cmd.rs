@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_loader::explain::{devices_json, devices_text, explain_json, explain_text};
-use kbuild_loader::{select, Package};
+use kbuild_loader::Package;
 use kbuild_manifest::compat::{parse_version, Device};
 use kbuild_manifest::target::Version;
 
@@ -77,7 +77,7 @@ pub fn run_explain(args: ExplainArgs) -> Result<ExitCode> {
         index: None,
     };
     let device = detect::resolve(&opts)?;
-    let mut selection = select(package.manifest(), &device.device);
+    let mut selection = package.select(&device.device);
     if let Some(k) = &args.kernel {
         selection = selection.only_kernel(k)?;
     }

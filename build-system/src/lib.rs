@@ -18,4 +18,5 @@ pub mod fsutil;
 pub mod git;
 pub mod inspect;
 pub mod plan;
+pub mod registry_cmd;
 pub mod toolchain;

@@ -181,8 +181,8 @@ struct BuildArgs {
     launcher: Option<String>,
     /// After building, fail (exit 1, printing the diff) if the resources drifted from the
     /// committed baseline (default: resources.json next to Kbuild.toml).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", require_equals = true)]
-    check_baseline: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    check_baseline: Option<Option<PathBuf>>,
 }
 
 /// A parsed `--targets` value (one argument, many targets).
@@ -366,10 +366,7 @@ fn run_build(args: BuildArgs) -> Result<ExitCode> {
     let report = build(&project, &opts)?;
     if report.failures.is_empty() {
         if let Some(file) = args.check_baseline {
-            let file = match file.as_os_str().is_empty() {
-                true => kbuild::baseline::default_path(&project),
-                false => file,
-            };
+            let file = file.unwrap_or_else(|| kbuild::baseline::default_path(&project));
             return kbuild::baseline::check(&report.manifest_path, &file, args.json);
         }
         Ok(ExitCode::SUCCESS)

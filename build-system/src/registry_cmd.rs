@@ -235,15 +235,18 @@ pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
     let mut reproducible = None;
     if args.verify_reproducible {
         let project = load_project(args.manifest_path.as_deref())?;
-        let scratch = tempfile::tempdir().context("creating a scratch directory")?;
+        let scratch = fsutil::tempdir_in(&std::env::temp_dir(), "kbuild-reproduce")
+            .context("creating a scratch directory")?;
         let list = bundle.manifest().targets.join(",");
         let again = build_into(
             &project,
             Some(&list),
-            Some(scratch.path().join("out")),
-            Some(scratch.path().join("cache")),
-        )?;
-        let second = Bundle::from_build_dir(&again, filter.as_deref())?;
+            Some(scratch.join("out")),
+            Some(scratch.join("cache")),
+        );
+        let second = again.and_then(|d| Ok(Bundle::from_build_dir(&d, filter.as_deref())?));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let second = second?;
         let second_bytes = second.to_bytes()?;
         if second_bytes != bytes {
             let diffs = differing_objects(bundle.manifest(), second.manifest());
@@ -292,7 +295,15 @@ fn differing_objects(a: &Manifest, b: &Manifest) -> Vec<String> {
         .objects
         .iter()
         .filter(|o| bm.get(&key(o)) != Some(&&o.sha256))
-        .map(|o| format!("{} for {}: {} then {}", o.kernel, o.target, o.sha256, bm.get(&key(o)).map(|s| s.as_str()).unwrap_or("missing")))
+        .map(|o| {
+            format!(
+                "{} for {}: {} then {}",
+                o.kernel,
+                o.target,
+                o.sha256,
+                bm.get(&key(o)).map(|s| s.as_str()).unwrap_or("missing")
+            )
+        })
         .collect();
     if out.is_empty() {
         out.push("objects are equal; the manifest differs (provenance?)".into());
@@ -334,7 +345,9 @@ pub fn run_publish(args: PublishArgs) -> Result<ExitCode> {
         .with_context(|| path.display().to_string())?;
     let sig_path = kbuild_registry::signature_path(&path);
     let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?),
+        Ok(b) => {
+            Some(SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?)
+        }
         Err(_) => None,
     };
     let registry = args.registry.open()?;
@@ -350,14 +363,20 @@ pub fn run_publish(args: PublishArgs) -> Result<ExitCode> {
             bytes,
         } => {
             if args.json {
-                println!("{}", serde_json::json!({"schema": "kbuild.publish/v1", "name": name, "version": version, "registry": reg, "digest": digest, "published": true, "uploaded_blobs": uploaded, "skipped_blobs": skipped, "uploaded_bytes": bytes, "signed": sigs.is_some()}));
+                println!(
+                    "{}",
+                    serde_json::json!({"schema": "kbuild.publish/v1", "name": name, "version": version, "registry": reg, "digest": digest, "published": true, "uploaded_blobs": uploaded, "skipped_blobs": skipped, "uploaded_bytes": bytes, "signed": sigs.is_some()})
+                );
             } else {
                 println!("published {name} {version} to {reg} ({digest}; {uploaded} blob(s) uploaded, {bytes} bytes, {skipped} already there)");
             }
         }
         PublishOutcome::AlreadyPublished { digest } => {
             if args.json {
-                println!("{}", serde_json::json!({"schema": "kbuild.publish/v1", "name": name, "version": version, "registry": reg, "digest": digest, "published": false, "signed": sigs.is_some()}));
+                println!(
+                    "{}",
+                    serde_json::json!({"schema": "kbuild.publish/v1", "name": name, "version": version, "registry": reg, "digest": digest, "published": false, "signed": sigs.is_some()})
+                );
             } else {
                 println!("{name} {version} is already in {reg} with exactly these bytes ({digest}); nothing to do");
             }
@@ -407,7 +426,11 @@ fn parse_driver(s: &str) -> Result<Version, String> {
 
 /// The targets a device selects, per kernel, through the loader's selection (the one compat
 /// table); an error naming each kernel that nothing runs on.
-fn device_targets(manifest: &Manifest, device: &Device, label: &str) -> Result<Vec<String>, String> {
+fn device_targets(
+    manifest: &Manifest,
+    device: &Device,
+    label: &str,
+) -> Result<Vec<String>, String> {
     let sel = kbuild_loader::select(manifest, device);
     let mut picked: Vec<String> = Vec::new();
     let mut missing = Vec::new();
@@ -587,7 +610,10 @@ pub fn run_ls(args: LsArgs) -> Result<ExitCode> {
                 vec![r.rsplit('/').next().unwrap_or(r).to_string()]
             }
             (None, Registry::Oci { repo: None, .. }) => {
-                bail!("name a package: `kbuild ls NAME --registry {}`", registry.describe())
+                bail!(
+                    "name a package: `kbuild ls NAME --registry {}`",
+                    registry.describe()
+                )
             }
         };
         for n in names {
@@ -682,7 +708,11 @@ pub fn run_keygen(args: KeygenArgs) -> Result<ExitCode> {
     fsutil::write_atomic(&public, key.public().to_text().as_bytes())
         .with_context(|| format!("writing {}", public.display()))?;
     println!("secret key: {} (keep it private)", secret.display());
-    println!("public key: {} (id {})", public.display(), key.public().id());
+    println!(
+        "public key: {} (id {})",
+        public.display(),
+        key.public().id()
+    );
     println!(
         "hint: trust it with `trusted-keys = [\"{}\"]` under [signatures] in {}",
         public.display(),
@@ -742,7 +772,7 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
             args.target
         );
     };
-    if semver::Version::parse(version).is_err() {
+    if kbuild_registry::semver::Version::parse(version).is_err() {
         bail!("sign a published bundle by its exact version: NAME@1.2.3");
     }
     let registry = args.registry.open()?;

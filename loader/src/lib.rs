@@ -1,1 +1,39 @@
-//! Run-time side of kbuild: detects the GPU, selects the code object that runs on it, verifies and loads it.
+//! Run-time side of kbuild: detects the GPU, selects the code object that runs on it (with an
+//! explanation of every candidate), verifies and loads it, and launches its kernels.
+//!
+//! Nothing is linked at build time: the CUDA driver is opened through cudarc's dynamic
+//! loading, the HIP runtime through `libloading`; a machine with neither builds and runs this
+//! crate (detection then reports "no CUDA driver found" / "HIP runtime not found").
+//!
+//! ```no_run
+//! use kbuild_loader::{DeviceOptions, Gpu, LaunchConfig, Loader, DevicePtr};
+//! # fn main() -> kbuild_loader::Result<()> {
+//! let gpu = Gpu::open(&DeviceOptions::default())?;            // detect
+//! let loader = Loader::open("target/kbuild".as_ref(), &gpu)?;  // manifest + selection
+//! let f = loader.function("rmsnorm", None, "rmsnorm_f32")?;   // sha256, load, attributes
+//! # let (x, w, y) = (DevicePtr(0), DevicePtr(0), DevicePtr(0));
+//! unsafe { f.launch(&LaunchConfig::linear(64, 256), &(x, w, y, 64i32, 4096i32, 1e-6f32))? };
+//! # Ok(()) }
+//! ```
+//!
+//! The compat rules are [`kbuild_manifest::compat`]'s, the same table the build and the
+//! registry use. The C ABI is in `include/kbuild_loader.h`.
+
+pub mod capi;
+pub mod cuda;
+pub mod detect;
+mod error;
+pub mod explain;
+pub mod hip;
+pub mod launch;
+pub mod load;
+pub mod package;
+pub mod select;
+
+pub use cudarc;
+pub use detect::{detect, DeviceOptions, ResolvedDevice};
+pub use error::{LoaderError, NoMatch, Result};
+pub use launch::{DevicePtr, KernelArg, KernelArgs, LaunchConfig, Stream};
+pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
+pub use package::Package;
+pub use select::{select, Candidate, KernelChoice, Selection};

@@ -248,11 +248,7 @@ fn model_equals_clang_remark_for_every_kernel_and_processor() {
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(clang_ok, "{CLANG} not found: {INSTALL_HINT}");
-    assert!(
-        libs.join("ockl.bc").is_file() || libs.is_dir(),
-        "{} missing: {INSTALL_HINT}",
-        libs.display()
-    );
+    assert!(libs.is_dir(), "{} missing: {INSTALL_HINT}", libs.display());
 
     let mut builds: Vec<Build> = PROCESSORS
         .iter()

@@ -89,41 +89,58 @@ pub fn header_mtime() -> u64 {
         .unwrap_or(0)
 }
 
-/// tar+zstd of `entries` in the given order.
+/// tar+zstd of `entries` in the given order, one zstd frame.
 pub fn write(entries: &[Entry]) -> Result<Vec<u8>, ArchiveError> {
+    write_groups(&[entries])
+}
+
+/// tar+zstd of the groups' entries in order, each group compressed as its own zstd frame
+/// (the tar stream runs on across frames; concatenated frames are one zstd stream to any
+/// reader). A bundle puts each target's objects in their own frame, so the bundle is the sum
+/// of its per-target layers and what one device pulls is its share.
+pub fn write_groups(groups: &[&[Entry]]) -> Result<Vec<u8>, ArchiveError> {
+    let werr = |e: std::io::Error| ArchiveError::Write(e.to_string());
     let mtime = header_mtime();
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
-    for e in entries {
-        let mut h = tar::Header::new_ustar();
-        h.set_path(&e.name)
-            .map_err(|err| ArchiveError::Write(format!("{}: {err}", e.name)))?;
-        h.set_size(e.data.len() as u64);
-        h.set_mode(0o644);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(mtime);
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_cksum();
-        tar.append(&h, e.data.as_slice())
-            .map_err(|err| ArchiveError::Write(err.to_string()))?;
+    let mut cuts = Vec::new();
+    for group in groups {
+        for e in group.iter() {
+            let mut h = tar::Header::new_ustar();
+            h.set_path(&e.name)
+                .map_err(|err| ArchiveError::Write(format!("{}: {err}", e.name)))?;
+            h.set_size(e.data.len() as u64);
+            h.set_mode(0o644);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(mtime);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_cksum();
+            tar.append(&h, e.data.as_slice()).map_err(werr)?;
+        }
+        cuts.push(tar.get_ref().len());
     }
-    let raw = tar
-        .into_inner()
-        .map_err(|err| ArchiveError::Write(err.to_string()))?;
-    let mut enc = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL)
-        .map_err(|err| ArchiveError::Write(err.to_string()))?;
-    let setup = (|| -> std::io::Result<()> {
-        enc.include_checksum(true)?;
-        enc.include_contentsize(true)?;
-        enc.set_pledged_src_size(Some(raw.len() as u64))?;
-        Ok(())
-    })();
-    setup.map_err(|err| ArchiveError::Write(err.to_string()))?;
-    enc.write_all(&raw)
-        .map_err(|err| ArchiveError::Write(err.to_string()))?;
-    enc.finish()
-        .map_err(|err| ArchiveError::Write(err.to_string()))
+    let raw = tar.into_inner().map_err(werr)?;
+    // The end-of-archive blocks belong to the last frame.
+    if let Some(last) = cuts.last_mut() {
+        *last = raw.len();
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    for end in cuts {
+        if end == start && start != 0 {
+            continue;
+        }
+        let part = &raw[start..end];
+        let mut enc = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL).map_err(werr)?;
+        enc.include_checksum(true).map_err(werr)?;
+        enc.include_contentsize(true).map_err(werr)?;
+        enc.set_pledged_src_size(Some(part.len() as u64)).map_err(werr)?;
+        enc.write_all(part).map_err(werr)?;
+        out.extend_from_slice(&enc.finish().map_err(werr)?);
+        start = end;
+    }
+    Ok(out)
 }
 
 /// Whether `name` is a path kbuild writes into an archive: `manifest.json`, `targets.json`, or
@@ -219,9 +236,7 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
             let size = entry.header().size().map_err(|e| corrupt(e, &tripped))?;
             declared_total = declared_total.saturating_add(size);
             if declared_total > limits.max_unpacked {
-                return Err(too_large(&format!(
-                    "entry `{name}` declares {size} bytes"
-                )));
+                return Err(too_large(&format!("entry `{name}` declares {size} bytes")));
             }
             let mut data = Vec::with_capacity(size.min(64 << 20) as usize);
             entry
@@ -287,7 +302,12 @@ mod tests {
         let obj = format!("objects/sha256/{}", "a".repeat(64));
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (
-                raw_tar(&[("manifest.json", tar::EntryType::Symlink, b"", Some("/etc/passwd"))]),
+                raw_tar(&[(
+                    "manifest.json",
+                    tar::EntryType::Symlink,
+                    b"",
+                    Some("/etc/passwd"),
+                )]),
                 "symbolic link",
             ),
             (

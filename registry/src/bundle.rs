@@ -3,8 +3,10 @@
 //! Layout (tar+zstd, see [`crate::archive`]): `manifest.json` first (the build manifest,
 //! re-serialised canonically), then `targets.json` only in a subset bundle (one written by
 //! `package --split` or assembled by `pull --device`: `{"targets": [...]}` names the targets
-//! whose objects are inside), then every object once as `objects/sha256/<hex>`, sorted. A
-//! subset bundle keeps the whole manifest so a signature over its digest still verifies.
+//! whose objects are inside), then every object once as `objects/sha256/<hex>`: grouped by
+//! target in manifest order, sorted by sha256 within a target, each target's group its own
+//! zstd frame (so a bundle costs the sum of its per-target OCI layers, see `oci.rs`). A subset
+//! bundle keeps the whole manifest so a signature over its digest still verifies.
 //!
 //! Opening checks everything: each object hashes to its name, every object of every present
 //! target is there with the recorded size, nothing unreferenced is there.
@@ -34,7 +36,9 @@ pub enum BundleError {
         target: String,
         sha256: String,
     },
-    #[error("object {sha256} ({kernel} for {target}) is {actual} bytes, the manifest says {expected}")]
+    #[error(
+        "object {sha256} ({kernel} for {target}) is {actual} bytes, the manifest says {expected}"
+    )]
     SizeMismatch {
         kernel: String,
         target: String,
@@ -244,27 +248,38 @@ impl Bundle {
         Bundle::from_parts(manifest.to_json().into_bytes(), objects, None)
     }
 
-    /// The deterministic archive bytes.
+    /// The deterministic archive bytes: a first zstd frame with manifest.json (and
+    /// targets.json), then one frame per target (manifest order) with its objects sorted by
+    /// sha256; an object two targets share is stored once, with the first.
     pub fn to_bytes(&self) -> Result<Vec<u8>, BundleError> {
-        let mut entries = vec![Entry {
+        let mut head = vec![Entry {
             name: "manifest.json".into(),
             data: self.manifest_json.clone(),
         }];
         if let Some(s) = &self.subset {
             let data = serde_json::to_vec(&TargetsFile { targets: s.clone() })
                 .map_err(|e| BundleError::Build(e.to_string()))?;
-            entries.push(Entry {
+            head.push(Entry {
                 name: "targets.json".into(),
                 data,
             });
         }
-        for (hex, data) in &self.objects {
-            entries.push(Entry {
-                name: format!("objects/sha256/{hex}"),
-                data: data.clone(),
-            });
+        let mut groups: Vec<Vec<Entry>> = vec![head];
+        let mut placed = BTreeSet::new();
+        for t in self.targets() {
+            let mut g = Vec::new();
+            for (hex, data) in self.target_objects(&t) {
+                if placed.insert(hex.clone()) {
+                    g.push(Entry {
+                        name: format!("objects/sha256/{hex}"),
+                        data,
+                    });
+                }
+            }
+            groups.push(g);
         }
-        Ok(archive::write(&entries)?)
+        let refs: Vec<&[Entry]> = groups.iter().map(Vec::as_slice).collect();
+        Ok(archive::write_groups(&refs)?)
     }
 
     /// The same bundle with only `targets`' objects (a subset bundle, unless that is all).

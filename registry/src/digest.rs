@@ -26,7 +26,9 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Whether `s` is 64 lowercase hex digits (a sha256).
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The hex part of an OCI `sha256:<hex>` digest, if it is one.

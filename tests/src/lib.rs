@@ -1,6 +1,8 @@
 //! End-to-end test helpers: locate (and if needed build) the kbuild binary, copy the project's
 //! kernels into scratch directories, count real compiler invocations through a launcher.
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

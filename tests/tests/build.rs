@@ -28,17 +28,27 @@ fn job_count(project: &serde_json::Value) -> usize {
 /// Objects a Kbuild.toml must produce for `targets`, counted straight from the file (not via
 /// kbuild's planner): per kernel, the variant matrix size times the targets it builds for
 /// (a `targets` restriction, `language = "hip"` → AMD only).
-fn expected_objects(kbuild_toml: &Path, targets: &[&str]) -> (usize, std::collections::BTreeMap<String, usize>) {
+fn expected_objects(
+    kbuild_toml: &Path,
+    targets: &[&str],
+) -> (usize, std::collections::BTreeMap<String, usize>) {
     let doc: toml::Value = toml::from_str(&std::fs::read_to_string(kbuild_toml).unwrap()).unwrap();
     let mut per_kernel = std::collections::BTreeMap::new();
     for (name, k) in doc["kernels"].as_table().unwrap() {
         let variants: usize = k
             .get("variants")
             .and_then(|v| v.as_table())
-            .map(|t| t.values().map(|a| a.as_array().map_or(1, Vec::len)).product())
+            .map(|t| {
+                t.values()
+                    .map(|a| a.as_array().map_or(1, Vec::len))
+                    .product()
+            })
             .unwrap_or(1);
         let hip_only = k.get("language").and_then(|l| l.as_str()) == Some("hip");
-        let restriction: Option<Vec<&str>> = k.get("targets").and_then(|t| t.as_array()).map(|a| a.iter().filter_map(|x| x.as_str()).collect());
+        let restriction: Option<Vec<&str>> = k
+            .get("targets")
+            .and_then(|t| t.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_str()).collect());
         let n = targets
             .iter()
             .filter(|t| !hip_only || t.starts_with("gfx"))
@@ -88,7 +98,10 @@ fn readme_main_job_builds_gfx1100_and_sm_89_objects() {
         assert_eq!(o["size"].as_u64().unwrap(), bytes.len() as u64);
     }
     assert_eq!(amd + cuda, expected);
-    assert!(amd >= 6 && cuda >= 6, "rmsnorm, softmax and 4 gemv variants at least, per target");
+    assert!(
+        amd >= 6 && cuda >= 6,
+        "rmsnorm, softmax and 4 gemv variants at least, per target"
+    );
     for variant in [
         "rows_per_block1",
         "rows_per_block2",
@@ -115,11 +128,25 @@ fn every_default_target_builds_then_noop_and_fresh_clone_compile_nothing() {
     let m = manifest(&kernels.join("out"));
     let targets = m["targets"].as_array().unwrap().len();
     assert_eq!(targets, 18, "default target list");
-    let names: Vec<&str> = m["targets"].as_array().unwrap().iter().filter_map(|t| t.as_str()).collect();
+    let names: Vec<&str> = m["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
     let (expected, per_kernel) = expected_objects(&kernels.join("Kbuild.toml"), &names);
-    assert_eq!(job_count(&m), expected, "every kernel × variant × default target: {per_kernel:?}");
+    assert_eq!(
+        job_count(&m),
+        expected,
+        "every kernel × variant × default target: {per_kernel:?}"
+    );
     for (kernel, n) in &per_kernel {
-        let built = m["objects"].as_array().unwrap().iter().filter(|o| o["kernel"] == kernel.as_str()).count();
+        let built = m["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["kernel"] == kernel.as_str())
+            .count();
         assert_eq!(built, *n, "{kernel}");
     }
     let sum = summary(&out);

@@ -127,7 +127,11 @@ impl Snapshot {
             s.push_str(if i == 0 { "\n    " } else { ",\n    " });
             s.push_str(&line(o));
         }
-        s.push_str(if objects.is_empty() { "]\n}\n" } else { "\n  ]\n}\n" });
+        s.push_str(if objects.is_empty() {
+            "]\n}\n"
+        } else {
+            "\n  ]\n}\n"
+        });
         s
     }
 
@@ -195,9 +199,12 @@ mod tests {
 
     #[test]
     fn other_schemas_are_refused_by_name() {
-        let e = Snapshot::from_json(br#"{"schema": "kbuild.inspect/v1", "objects": []}"#)
-            .unwrap_err();
-        assert!(e.to_string().contains("\"kbuild.inspect/v1\" is neither"), "{e}");
+        let e =
+            Snapshot::from_json(br#"{"schema": "kbuild.inspect/v1", "objects": []}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("\"kbuild.inspect/v1\" is neither"),
+            "{e}"
+        );
         assert!(matches!(
             Snapshot::from_json(b"{}").unwrap_err(),
             SnapshotError::NoSchema

@@ -1,0 +1,294 @@
+//! The C ABI (`include/kbuild_loader.h`): open, explain (text or JSON), get function, launch,
+//! last error. Every function catches panics; failures return NULL / -1 and leave a message
+//! for [`kbuild_last_error`] on the calling thread.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use kbuild_manifest::compat::parse_version;
+
+use crate::detect::DeviceOptions;
+use crate::error::LoaderError;
+use crate::explain::{explain_json, explain_text};
+use crate::launch::{LaunchConfig, Stream};
+use crate::load::{Function, Gpu, Loader};
+
+/// `flags` bit of [`kbuild_loader_open`]: a simulated AMD runtime loads no generic objects.
+pub const KBUILD_NO_GENERIC: c_uint = 1;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn guard<T>(fallback: T, f: impl FnOnce() -> Result<T, LoaderError>) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_error(&e.to_string());
+            fallback
+        }
+        Err(_) => {
+            set_error("kbuild-loader panicked (a bug: please report it)");
+            fallback
+        }
+    }
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, LoaderError> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map(Some)
+        .map_err(|_| LoaderError::Other(format!("{what} is not UTF-8")))
+}
+
+/// An open package for one device.
+pub struct KbuildLoader {
+    loader: Loader,
+    device: CString,
+}
+
+/// A function ready to launch.
+pub struct KbuildFunction {
+    function: Function,
+}
+
+/// Mirrors `kbuild_launch_config` in the header.
+#[repr(C)]
+pub struct KbuildLaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_bytes: c_uint,
+    pub stream: *mut c_void,
+}
+
+/// Open a build directory or manifest. `device`: NULL (KBUILD_DEVICE, else detect), "auto",
+/// or a target to simulate ("sm_90", "gfx1151"). `driver`: NULL or a simulated CUDA driver
+/// version ("13.0"). Returns NULL on error.
+///
+/// # Safety
+/// String arguments are NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_open(
+    path: *const c_char,
+    device: *const c_char,
+    driver: *const c_char,
+    flags: c_uint,
+) -> *mut KbuildLoader {
+    guard(std::ptr::null_mut(), || {
+        let path =
+            opt_str(path, "path")?.ok_or_else(|| LoaderError::Other("path is NULL".into()))?;
+        let mut opts = match opt_str(device, "device")? {
+            Some(d) => DeviceOptions {
+                device: Some(d.to_string()),
+                ..DeviceOptions::default()
+            },
+            None => DeviceOptions::from_env(),
+        };
+        if let Some(d) = opt_str(driver, "driver")? {
+            opts.driver = Some(parse_version(d).ok_or_else(|| {
+                LoaderError::Other(format!("driver `{d}` is not a version like 13.0"))
+            })?);
+        }
+        opts.no_generic = flags & KBUILD_NO_GENERIC != 0;
+        let gpu = Gpu::open(&opts)?;
+        let loader = Loader::open(Path::new(path), &gpu)?;
+        let device = CString::new(gpu.device().device.name()).unwrap_or_default();
+        Ok(Box::into_raw(Box::new(KbuildLoader { loader, device })))
+    })
+}
+
+/// Close a loader (NULL is ignored). Functions taken from it stay valid.
+///
+/// # Safety
+/// `loader` is NULL or from [`kbuild_loader_open`], closed once.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_close(loader: *mut KbuildLoader) {
+    if !loader.is_null() {
+        drop(Box::from_raw(loader));
+    }
+}
+
+/// The device name (`sm_90`, `gfx90a:sramecc+:xnack-`), owned by the loader.
+///
+/// # Safety
+/// `loader` is a live loader.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_device(loader: *const KbuildLoader) -> *const c_char {
+    match loader.as_ref() {
+        Some(l) => l.device.as_ptr(),
+        None => {
+            set_error("loader is NULL");
+            std::ptr::null()
+        }
+    }
+}
+
+/// 1 when every kernel has a selected object, 0 when some has none, -1 on error.
+///
+/// # Safety
+/// `loader` is a live loader.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_complete(loader: *const KbuildLoader) -> c_int {
+    match loader.as_ref() {
+        Some(l) => c_int::from(l.loader.selection().complete()),
+        None => {
+            set_error("loader is NULL");
+            -1
+        }
+    }
+}
+
+/// The selection trace: text (`json` = 0) or `kbuild.explain/v1` JSON (`json` = 1).
+/// Free the result with [`kbuild_string_free`].
+///
+/// # Safety
+/// `loader` is a live loader.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_explain(
+    loader: *const KbuildLoader,
+    json: c_int,
+) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        let l = loader
+            .as_ref()
+            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
+        let source = l.loader.package().origin().display().to_string();
+        let device = l.loader.gpu().device();
+        let text = if json != 0 {
+            let mut s = explain_json(l.loader.selection(), device, &source);
+            s.push('\n');
+            s
+        } else {
+            explain_text(l.loader.selection(), device, &source)
+        };
+        Ok(CString::new(text)
+            .map_err(|_| LoaderError::Other("explain text has a NUL byte".into()))?
+            .into_raw())
+    })
+}
+
+/// The selected target of `kernel` (`variant` may be NULL), or NULL with the no-match error.
+/// Free the result with [`kbuild_string_free`].
+///
+/// # Safety
+/// `loader` is live; strings are NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_selected_target(
+    loader: *const KbuildLoader,
+    kernel: *const c_char,
+    variant: *const c_char,
+) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        let l = loader
+            .as_ref()
+            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
+        let kernel = opt_str(kernel, "kernel")?
+            .ok_or_else(|| LoaderError::Other("kernel is NULL".into()))?;
+        let variant = opt_str(variant, "variant")?;
+        let sel = l.loader.selection();
+        let c = sel.require(sel.kernel(kernel, variant)?)?;
+        Ok(CString::new(c.target).unwrap_or_default().into_raw())
+    })
+}
+
+/// Load (if needed) the object of `kernel` and look up `entry`: sha256 checked before load,
+/// attributes compared after. NULL on error (a simulated device always errs here).
+///
+/// # Safety
+/// `loader` is live; strings are NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_get_function(
+    loader: *const KbuildLoader,
+    kernel: *const c_char,
+    variant: *const c_char,
+    entry: *const c_char,
+) -> *mut KbuildFunction {
+    guard(std::ptr::null_mut(), || {
+        let l = loader
+            .as_ref()
+            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
+        let kernel = opt_str(kernel, "kernel")?
+            .ok_or_else(|| LoaderError::Other("kernel is NULL".into()))?;
+        let entry =
+            opt_str(entry, "entry")?.ok_or_else(|| LoaderError::Other("entry is NULL".into()))?;
+        let function = l
+            .loader
+            .function(kernel, opt_str(variant, "variant")?, entry)?;
+        Ok(Box::into_raw(Box::new(KbuildFunction { function })))
+    })
+}
+
+/// Free a function (NULL is ignored).
+///
+/// # Safety
+/// `function` is NULL or from [`kbuild_loader_get_function`], freed once.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_function_free(function: *mut KbuildFunction) {
+    if !function.is_null() {
+        drop(Box::from_raw(function));
+    }
+}
+
+/// Launch: `args` is an array of pointers to each argument value, as `cuLaunchKernel`
+/// takes. 0 on success, -1 on error.
+///
+/// # Safety
+/// `function` and `config` are valid; `args` matches the kernel's parameters.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_function_launch(
+    function: *const KbuildFunction,
+    config: *const KbuildLaunchConfig,
+    args: *mut *mut c_void,
+    nargs: c_uint,
+) -> c_int {
+    guard(-1, || {
+        let f = function
+            .as_ref()
+            .ok_or_else(|| LoaderError::Other("function is NULL".into()))?;
+        let c = config
+            .as_ref()
+            .ok_or_else(|| LoaderError::Other("config is NULL".into()))?;
+        let cfg = LaunchConfig {
+            grid: (c.grid[0], c.grid[1], c.grid[2]),
+            block: (c.block[0], c.block[1], c.block[2]),
+            shared_bytes: c.shared_bytes,
+            stream: Stream::from_raw(c.stream),
+        };
+        let params: &mut [*mut c_void] = if nargs == 0 || args.is_null() {
+            &mut []
+        } else {
+            std::slice::from_raw_parts_mut(args, nargs as usize)
+        };
+        f.function.launch_raw(&cfg, params)?;
+        Ok(0)
+    })
+}
+
+/// The last error on this thread ("" when none); valid until the next call on this thread.
+#[no_mangle]
+pub extern "C" fn kbuild_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Free a string returned by this library (NULL is ignored).
+///
+/// # Safety
+/// `s` is NULL or was returned by this library, freed once.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        drop(CString::from_raw(s));
+    }
+}

@@ -1,0 +1,122 @@
+//! What can go wrong between a bundle on disk and a running kernel; every variant names the
+//! file, kernel, target or field and, where there is one, the fix.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = LoaderError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoaderError {
+    #[error("{path}: {what}")]
+    Io {
+        path: PathBuf,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Manifest {
+        path: PathBuf,
+        #[source]
+        source: kbuild_manifest::manifest::ManifestError,
+    },
+    #[error("{path}: {what}")]
+    Package { path: PathBuf, what: String },
+    #[error("device `{spec}`: {source}")]
+    Device {
+        spec: String,
+        #[source]
+        source: kbuild_manifest::target::TargetError,
+    },
+    #[error("no GPU found ({cuda}; {hip}); hint: pass --device TARGET (or KBUILD_DEVICE=TARGET) to explain for a simulated device")]
+    NoDevice { cuda: String, hip: String },
+    #[error("{0}")]
+    NoMatch(Box<NoMatch>),
+    #[error("kernel `{kernel}`{} is not in the manifest (it has: {known})", variant_text(.variant))]
+    UnknownKernel {
+        kernel: String,
+        variant: Option<String>,
+        known: String,
+    },
+    #[error("{object}: entry `{entry}` is not exported (it exports: {exports})")]
+    UnknownEntry {
+        object: String,
+        entry: String,
+        exports: String,
+    },
+    #[error("{path}: sha256 is {found}, the manifest says {expected}: the object was swapped or modified after the build; hint: rebuild or re-pull the bundle")]
+    Sha256Mismatch {
+        path: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{object}: `{entry}` {field} is {loaded} after load, the manifest says {manifest}: stale or swapped artifact; hint: rebuild the bundle")]
+    AttributeMismatch {
+        object: String,
+        entry: String,
+        field: &'static str,
+        loaded: i64,
+        manifest: String,
+    },
+    #[error("device {device} is simulated (--device / KBUILD_DEVICE): selection and explain only, nothing can be loaded")]
+    Simulated { device: String },
+    #[error("{api} failed: {message}")]
+    Runtime { api: String, message: String },
+    #[error("launch of `{entry}`: {what}")]
+    Launch { entry: String, what: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn variant_text(v: &Option<String>) -> String {
+    v.as_ref()
+        .map(|v| format!(" (variant `{v}`)"))
+        .unwrap_or_default()
+}
+
+/// No object of a kernel runs on the device: who, what there is, and how to get one.
+#[derive(Debug, Clone)]
+pub struct NoMatch {
+    pub kernel: String,
+    pub variant: Option<String>,
+    pub device: String,
+    /// The targets the manifest has for this kernel.
+    pub available: Vec<String>,
+    /// The target to build so that it runs (`gfx1151`, `sm_90`).
+    pub build_target: String,
+}
+
+impl std::fmt::Display for NoMatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let available = if self.available.is_empty() {
+            "none".to_string()
+        } else {
+            self.available.join(", ")
+        };
+        write!(
+            f,
+            "no code object of kernel `{}`{} runs on {} (the bundle has: {available}); hint: build it with `kbuild --targets {}`",
+            self.kernel,
+            variant_text(&self.variant),
+            self.device,
+            self.build_target
+        )
+    }
+}
+
+impl LoaderError {
+    pub(crate) fn io(path: impl Into<PathBuf>, what: &str, source: std::io::Error) -> Self {
+        LoaderError::Io {
+            path: path.into(),
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn runtime(api: &str, message: impl Into<String>) -> Self {
+        LoaderError::Runtime {
+            api: api.to_string(),
+            message: message.into(),
+        }
+    }
+}

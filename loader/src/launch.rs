@@ -1,0 +1,207 @@
+//! The typed launch API: grid, block, dynamic shared memory, stream, and arguments as a tuple
+//! of plain values ([`KernelArg`]), turned into the `void**` both drivers take.
+
+use std::ffi::c_void;
+
+use crate::error::{LoaderError, Result};
+
+/// A CUDA `CUstream` or HIP `hipStream_t`; [`Stream::DEFAULT`] is the null (legacy) stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream(*mut c_void);
+
+// SAFETY: a stream handle is an opaque driver token usable from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: see above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub const DEFAULT: Stream = Stream(std::ptr::null_mut());
+
+    /// Wrap a raw stream handle (`CUstream`, `hipStream_t`).
+    pub fn from_raw(raw: *mut c_void) -> Stream {
+        Stream(raw)
+    }
+
+    pub fn raw(self) -> *mut c_void {
+        self.0
+    }
+}
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream::DEFAULT
+    }
+}
+
+/// Where and how wide to launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory (LDS) bytes.
+    pub shared_bytes: u32,
+    pub stream: Stream,
+}
+
+impl LaunchConfig {
+    /// A 1-D launch on the default stream with no dynamic shared memory.
+    pub fn linear(grid: u32, block: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            shared_bytes: 0,
+            stream: Stream::DEFAULT,
+        }
+    }
+
+    pub fn on(mut self, stream: Stream) -> LaunchConfig {
+        self.stream = stream;
+        self
+    }
+
+    pub fn threads_per_block(&self) -> u64 {
+        u64::from(self.block.0) * u64::from(self.block.1) * u64::from(self.block.2)
+    }
+
+    /// Refuse what the driver would refuse less clearly: empty grids or blocks, and blocks
+    /// larger than the kernel's bound (`__launch_bounds__` / `.max_flat_workgroup_size`).
+    pub fn check(&self, entry: &str, max_threads: Option<u32>) -> Result<()> {
+        let err = |what: String| LoaderError::Launch {
+            entry: entry.to_string(),
+            what,
+        };
+        if [self.grid.0, self.grid.1, self.grid.2].contains(&0) {
+            return Err(err(format!("grid {:?} has a zero dimension", self.grid)));
+        }
+        let threads = self.threads_per_block();
+        if threads == 0 {
+            return Err(err(format!("block {:?} has a zero dimension", self.block)));
+        }
+        if let Some(max) = max_threads {
+            if threads > u64::from(max) {
+                return Err(err(format!(
+                    "block of {threads} threads exceeds the kernel's bound of {max} (its __launch_bounds__ in the manifest)"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A device pointer argument (`CUdeviceptr` / `hipDeviceptr_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct DevicePtr(pub u64);
+
+/// A value passed by value to a kernel parameter of the same C type.
+///
+/// # Safety
+/// The type must have the size and layout of the C parameter type it stands for.
+pub unsafe trait KernelArg {}
+
+// SAFETY: each matches the C type of the same size (int, unsigned, long long, float, double,
+// pointers as 64-bit integers).
+unsafe impl KernelArg for i8 {}
+// SAFETY: as above.
+unsafe impl KernelArg for u8 {}
+// SAFETY: as above.
+unsafe impl KernelArg for i16 {}
+// SAFETY: as above.
+unsafe impl KernelArg for u16 {}
+// SAFETY: as above.
+unsafe impl KernelArg for i32 {}
+// SAFETY: as above.
+unsafe impl KernelArg for u32 {}
+// SAFETY: as above.
+unsafe impl KernelArg for i64 {}
+// SAFETY: as above.
+unsafe impl KernelArg for u64 {}
+// SAFETY: as above.
+unsafe impl KernelArg for usize {}
+// SAFETY: as above.
+unsafe impl KernelArg for f32 {}
+// SAFETY: as above.
+unsafe impl KernelArg for f64 {}
+// SAFETY: a transparent u64.
+unsafe impl KernelArg for DevicePtr {}
+
+/// A set of arguments: a tuple of [`KernelArg`]s (up to 12) or a slice of one type.
+pub trait KernelArgs {
+    /// Pointers to each value, valid while `self` is borrowed.
+    fn params(&self) -> Vec<*mut c_void>;
+}
+
+fn ptr<T: KernelArg>(v: &T) -> *mut c_void {
+    (v as *const T).cast_mut().cast()
+}
+
+impl<T: KernelArg> KernelArgs for [T] {
+    fn params(&self) -> Vec<*mut c_void> {
+        self.iter().map(ptr).collect()
+    }
+}
+
+impl KernelArgs for () {
+    fn params(&self) -> Vec<*mut c_void> {
+        Vec::new()
+    }
+}
+
+macro_rules! tuple_args {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: KernelArg),+> KernelArgs for ($($name,)+) {
+            fn params(&self) -> Vec<*mut c_void> {
+                vec![$(ptr(&self.$idx)),+]
+            }
+        }
+    };
+}
+
+tuple_args!(A 0);
+tuple_args!(A 0, B 1);
+tuple_args!(A 0, B 1, C 2);
+tuple_args!(A 0, B 1, C 2, D 3);
+tuple_args!(A 0, B 1, C 2, D 3, E 4);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuple_params_point_at_the_values() {
+        let args = (DevicePtr(0xdead_beef), 7i32, 0.5f32);
+        let p = args.params();
+        assert_eq!(p.len(), 3);
+        // SAFETY: the pointers come from `args`, alive here, with these types.
+        unsafe {
+            assert_eq!(*(p[0] as *const u64), 0xdead_beef);
+            assert_eq!(*(p[1] as *const i32), 7);
+            assert_eq!(*(p[2] as *const f32), 0.5);
+        }
+        assert!(().params().is_empty());
+        assert_eq!([1u32, 2, 3][..].params().len(), 3);
+    }
+
+    #[test]
+    fn launch_checks() {
+        let c = LaunchConfig::linear(4, 256);
+        assert!(c.check("k", Some(256)).is_ok());
+        assert!(c.check("k", None).is_ok());
+        let e = LaunchConfig::linear(4, 512)
+            .check("k", Some(256))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds the kernel's bound of 256"),
+            "{e}"
+        );
+        assert!(LaunchConfig::linear(0, 256).check("k", None).is_err());
+        assert!(LaunchConfig::linear(1, 0).check("k", None).is_err());
+    }
+}

@@ -1,0 +1,574 @@
+//! Loading: a [`Gpu`] (the resolved device and its runtime, opened once per process), a
+//! [`Loader`] over one package (selection done at open, modules loaded lazily per object),
+//! sha256 checked before every load, function attributes compared with the manifest after it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use kbuild_manifest::compat::Device;
+use kbuild_manifest::manifest::ObjectRecord;
+use kbuild_manifest::resources::Resources;
+
+use crate::cuda::{self, CudaDevice, CudaModule};
+use crate::detect::{self, DeviceOptions, ResolvedDevice};
+use crate::error::{LoaderError, Result};
+use crate::hip::{HipFunction, HipModule, HipRuntime, HipSearch};
+use crate::launch::{KernelArgs, LaunchConfig};
+use crate::package::Package;
+use crate::select::Selection;
+
+#[derive(Clone, Debug)]
+enum Backend {
+    Simulated,
+    Cuda(CudaDevice),
+    Hip(Arc<HipRuntime>, u32),
+}
+
+/// The device to load onto: detected (with its runtime opened) or simulated.
+#[derive(Clone, Debug)]
+pub struct Gpu {
+    device: ResolvedDevice,
+    backend: Backend,
+}
+
+impl Gpu {
+    /// Resolve `opts` (detect, or simulate `--device`) and open the device's runtime.
+    pub fn open(opts: &DeviceOptions) -> Result<Gpu> {
+        let device = detect::resolve(opts)?;
+        Gpu::from_resolved(device)
+    }
+
+    /// Open the runtime of an already resolved device (a simulated one opens nothing).
+    pub fn from_resolved(device: ResolvedDevice) -> Result<Gpu> {
+        let backend = match (&device.detected, device.device) {
+            (None, _) => Backend::Simulated,
+            (Some(d), Device::Cuda { .. }) => Backend::Cuda(CudaDevice::open(d.index)?),
+            (Some(d), Device::Amd { .. }) => {
+                let rt = HipRuntime::open(&HipSearch::default())
+                    .map_err(|e| LoaderError::Other(e.to_string()))?;
+                rt.set_device(d.index)?;
+                Backend::Hip(Arc::new(rt), d.index)
+            }
+        };
+        Ok(Gpu { device, backend })
+    }
+
+    /// A simulated device: selection and explain only.
+    pub fn simulated(device: Device) -> Gpu {
+        Gpu {
+            device: ResolvedDevice {
+                device,
+                detected: None,
+            },
+            backend: Backend::Simulated,
+        }
+    }
+
+    pub fn device(&self) -> &ResolvedDevice {
+        &self.device
+    }
+
+    /// The CUDA device (context), when this is a detected NVIDIA GPU.
+    pub fn cuda(&self) -> Option<&CudaDevice> {
+        match &self.backend {
+            Backend::Cuda(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The HIP runtime, when this is a detected AMD GPU.
+    pub fn hip(&self) -> Option<&HipRuntime> {
+        match &self.backend {
+            Backend::Hip(rt, _) => Some(rt),
+            _ => None,
+        }
+    }
+}
+
+/// A package opened for one device: the selection is made, objects load on first use.
+pub struct Loader {
+    package: Package,
+    gpu: Gpu,
+    selection: Selection,
+    modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("package", &self.package)
+            .field("device", &self.gpu.device.device.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Loader {
+    /// Open a build directory or manifest for `gpu` and select every kernel's object.
+    pub fn open(path: &Path, gpu: &Gpu) -> Result<Loader> {
+        Ok(Loader::from_package(Package::open(path)?, gpu))
+    }
+
+    /// A loader over any package (a bundle or pulled cache entry of the registry).
+    pub fn from_package(package: Package, gpu: &Gpu) -> Loader {
+        let selection = package.select(&gpu.device.device);
+        Loader {
+            package,
+            gpu: gpu.clone(),
+            selection,
+            modules: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn selection(&self) -> &Selection {
+        &self.selection
+    }
+
+    pub fn package(&self) -> &Package {
+        &self.package
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The module holding `kernel` (`variant`), loaded on first use.
+    pub fn module(&self, kernel: &str, variant: Option<&str>) -> Result<Arc<LoadedModule>> {
+        let choice = self.selection.kernel(kernel, variant)?;
+        let candidate = self.selection.require(choice)?;
+        self.load_object(candidate.object)
+    }
+
+    /// `entry` of `kernel` (`variant`): load the module if needed, look the function up and
+    /// compare its attributes with the manifest.
+    pub fn function(&self, kernel: &str, variant: Option<&str>, entry: &str) -> Result<Function> {
+        self.module(kernel, variant)?.function(entry)
+    }
+
+    fn load_object(&self, index: usize) -> Result<Arc<LoadedModule>> {
+        let mut modules = self
+            .modules
+            .lock()
+            .map_err(|_| LoaderError::Other("module cache poisoned by a panic".into()))?;
+        if let Some(m) = modules.get(&index) {
+            return Ok(Arc::clone(m));
+        }
+        if matches!(self.gpu.backend, Backend::Simulated) {
+            return Err(LoaderError::Simulated {
+                device: self.gpu.device.device.name(),
+            });
+        }
+        let record = self.package.record(index)?;
+        // Verify before the bytes reach the driver.
+        let bytes = self.package.read_verified(index)?;
+        let inner = match &self.gpu.backend {
+            Backend::Cuda(dev) => ModuleInner::Cuda(dev.load(&bytes, record.format == "ptx")?),
+            Backend::Hip(rt, index) => {
+                // HIP's current device is per thread: make it ours before loading.
+                rt.set_device(*index)?;
+                ModuleInner::Hip {
+                    raw: rt.module_load_data(&bytes)?,
+                    rt: Arc::clone(rt),
+                }
+            }
+            Backend::Simulated => {
+                return Err(LoaderError::Simulated {
+                    device: self.gpu.device.device.name(),
+                })
+            }
+        };
+        let module = Arc::new(LoadedModule { record, inner });
+        modules.insert(index, Arc::clone(&module));
+        Ok(module)
+    }
+}
+
+enum ModuleInner {
+    Cuda(CudaModule),
+    Hip { rt: Arc<HipRuntime>, raw: HipModule },
+}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if let ModuleInner::Hip { rt, raw } = self {
+            // SAFETY: loaded by us, unloaded once.
+            let _ = unsafe { rt.module_unload(*raw) };
+        }
+    }
+}
+
+/// A loaded code object.
+pub struct LoadedModule {
+    record: ObjectRecord,
+    inner: ModuleInner,
+}
+
+// SAFETY: module handles are usable from any thread (the CUDA side binds its context per
+// call); the HIP handle is only passed to the runtime.
+unsafe impl Send for LoadedModule {}
+// SAFETY: see above; nothing mutates a module after load.
+unsafe impl Sync for LoadedModule {}
+
+impl std::fmt::Debug for LoadedModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModule")
+            .field("target", &self.record.target)
+            .field("path", &self.record.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedModule {
+    pub fn record(&self) -> &ObjectRecord {
+        &self.record
+    }
+
+    /// The raw `CUmodule`, for code that needs more than functions (globals).
+    pub fn cuda_module(&self) -> Option<&CudaModule> {
+        match &self.inner {
+            ModuleInner::Cuda(m) => Some(m),
+            ModuleInner::Hip { .. } => None,
+        }
+    }
+
+    /// Look up `entry` and check its attributes against the manifest.
+    pub fn function(self: &Arc<Self>, entry: &str) -> Result<Function> {
+        if !self.record.entries.iter().any(|e| e == entry) {
+            return Err(LoaderError::UnknownEntry {
+                object: self.record.path.clone(),
+                entry: entry.to_string(),
+                exports: self.record.entries.join(", "),
+            });
+        }
+        let (raw, loaded) = match &self.inner {
+            ModuleInner::Cuda(m) => {
+                let f = m.function(entry)?;
+                // SAFETY: `f` belongs to the live module `m`.
+                let a = unsafe { cuda::attributes(f) }?;
+                (RawFunction::Cuda(f), Loaded::from(a))
+            }
+            ModuleInner::Hip { rt, raw } => {
+                // SAFETY: the module is live while `self` is.
+                let f = unsafe { rt.module_get_function(*raw, entry) }?;
+                // SAFETY: `f` belongs to the live module. Attribute numbers as CUDA's.
+                let get = |a| unsafe { rt.func_attribute(f, a) };
+                let loaded = Loaded {
+                    registers: get(4).ok(),
+                    shared_bytes: get(1)?,
+                    local_bytes: get(3)?,
+                    max_threads: get(0).unwrap_or(0),
+                };
+                (RawFunction::Hip(f), loaded)
+            }
+        };
+        let checks = check_attributes(&self.record, entry, &loaded)?;
+        Ok(Function {
+            module: Arc::clone(self),
+            entry: entry.to_string(),
+            raw,
+            max_threads: manifest_max_threads(&self.record, entry)
+                .or_else(|| u32::try_from(loaded.max_threads).ok().filter(|t| *t > 0)),
+            checks,
+        })
+    }
+}
+
+/// What the runtime reports for a loaded function.
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    registers: Option<i64>,
+    shared_bytes: i64,
+    local_bytes: i64,
+    max_threads: i64,
+}
+
+impl From<cuda::FuncAttributes> for Loaded {
+    fn from(a: cuda::FuncAttributes) -> Loaded {
+        Loaded {
+            registers: Some(a.registers),
+            shared_bytes: a.shared_bytes,
+            local_bytes: a.local_bytes,
+            max_threads: a.max_threads,
+        }
+    }
+}
+
+/// One compared attribute.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AttributeCheck {
+    /// Manifest field: `registers`, `lds_bytes`, `scratch_bytes`.
+    pub field: &'static str,
+    /// What the runtime reports after load.
+    pub loaded: i64,
+    /// What the manifest says (`32`, or `32 (+1024 reserved)`).
+    pub manifest: String,
+    /// How they were compared, e.g. that the driver's figure includes the reservation.
+    pub note: String,
+}
+
+/// Compare the runtime's figures with the manifest's; a difference is an error.
+///
+/// CUDA: `NUM_REGS` = `registers`; `LOCAL_SIZE_BYTES` = `scratch_bytes`;
+/// `SHARED_SIZE_BYTES` = `lds_bytes`, or `lds_bytes + reserved_shared_bytes` (the sm_90+
+/// 1 KiB system reservation, which a driver may count in). PTX is JIT-compiled by the driver,
+/// so there are no build-time figures to compare. AMD: `SHARED_SIZE_BYTES` = `lds_bytes` and
+/// `LOCAL_SIZE_BYTES` = `scratch_bytes` (registers are reported per the runtime's own unit
+/// and not compared).
+fn check_attributes(
+    record: &ObjectRecord,
+    entry: &str,
+    loaded: &Loaded,
+) -> Result<Vec<AttributeCheck>> {
+    let mismatch =
+        |field: &'static str, loaded: i64, manifest: String| LoaderError::AttributeMismatch {
+            object: record.path.clone(),
+            entry: entry.to_string(),
+            field,
+            loaded,
+            manifest,
+        };
+    let mut out = Vec::new();
+    match record.resources.get(entry) {
+        Some(Resources::Cuda(r)) => {
+            let regs = loaded.registers.unwrap_or(-1);
+            if regs != i64::from(r.registers) {
+                return Err(mismatch("registers", regs, r.registers.to_string()));
+            }
+            out.push(AttributeCheck {
+                field: "registers",
+                loaded: regs,
+                manifest: r.registers.to_string(),
+                note: "NUM_REGS".into(),
+            });
+            let lds = i64::try_from(r.lds_bytes).unwrap_or(i64::MAX);
+            let reserved = i64::try_from(r.reserved_shared_bytes).unwrap_or(0);
+            let manifest_shared = if reserved > 0 {
+                format!("{lds} (+{reserved} reserved)")
+            } else {
+                lds.to_string()
+            };
+            let note = if loaded.shared_bytes == lds {
+                "SHARED_SIZE_BYTES = lds_bytes"
+            } else if reserved > 0 && loaded.shared_bytes == lds + reserved {
+                "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes"
+            } else {
+                return Err(mismatch("lds_bytes", loaded.shared_bytes, manifest_shared));
+            };
+            out.push(AttributeCheck {
+                field: "lds_bytes",
+                loaded: loaded.shared_bytes,
+                manifest: manifest_shared,
+                note: note.into(),
+            });
+            let scratch = i64::try_from(r.scratch_bytes).unwrap_or(i64::MAX);
+            if loaded.local_bytes != scratch {
+                return Err(mismatch(
+                    "scratch_bytes",
+                    loaded.local_bytes,
+                    scratch.to_string(),
+                ));
+            }
+            out.push(AttributeCheck {
+                field: "scratch_bytes",
+                loaded: loaded.local_bytes,
+                manifest: scratch.to_string(),
+                note: "LOCAL_SIZE_BYTES".into(),
+            });
+        }
+        Some(Resources::Amd(r)) => {
+            for (field, got, want) in [
+                ("lds_bytes", loaded.shared_bytes, r.lds_bytes),
+                ("scratch_bytes", loaded.local_bytes, r.scratch_bytes),
+            ] {
+                let want = i64::try_from(want).unwrap_or(i64::MAX);
+                if got != want {
+                    return Err(mismatch(field, got, want.to_string()));
+                }
+                out.push(AttributeCheck {
+                    field,
+                    loaded: got,
+                    manifest: want.to_string(),
+                    note: "hipFuncGetAttribute".into(),
+                });
+            }
+        }
+        Some(Resources::Ptx(_)) | None => {}
+    }
+    Ok(out)
+}
+
+fn manifest_max_threads(record: &ObjectRecord, entry: &str) -> Option<u32> {
+    match record.resources.get(entry)? {
+        Resources::Cuda(r) => r.max_threads,
+        Resources::Amd(r) => Some(r.max_threads),
+        Resources::Ptx(_) => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RawFunction {
+    Cuda(cudarc::driver::sys::CUfunction),
+    Hip(HipFunction),
+}
+
+/// A kernel entry ready to launch; keeps its module loaded.
+#[derive(Debug)]
+pub struct Function {
+    module: Arc<LoadedModule>,
+    entry: String,
+    raw: RawFunction,
+    max_threads: Option<u32>,
+    checks: Vec<AttributeCheck>,
+}
+
+// SAFETY: function handles are plain driver handles, valid on any thread while the module is.
+unsafe impl Send for Function {}
+// SAFETY: see above.
+unsafe impl Sync for Function {}
+
+impl Function {
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// The object it came from (target, path, sha256, resources).
+    pub fn record(&self) -> &ObjectRecord {
+        &self.module.record
+    }
+
+    /// The attributes compared after load (all matched, or loading failed).
+    pub fn attribute_checks(&self) -> &[AttributeCheck] {
+        &self.checks
+    }
+
+    /// The raw `CUfunction`, for users of the driver API.
+    pub fn cuda_function(&self) -> Option<cudarc::driver::sys::CUfunction> {
+        match self.raw {
+            RawFunction::Cuda(f) => Some(f),
+            RawFunction::Hip(_) => None,
+        }
+    }
+
+    /// Launch with typed arguments (a tuple of [`crate::launch::KernelArg`]s). On CUDA a
+    /// launch into a capturing stream is recorded into the graph like any other launch.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, order and type, and any
+    /// device pointers must be valid for what the kernel does with them.
+    pub unsafe fn launch<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
+        let mut params = args.params();
+        self.launch_raw(cfg, &mut params)
+    }
+
+    /// Launch with an array of pointers to the argument values (`void**` as the driver).
+    ///
+    /// # Safety
+    /// As [`Self::launch`].
+    pub unsafe fn launch_raw(
+        &self,
+        cfg: &LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        cfg.check(&self.entry, self.max_threads)?;
+        match (&self.raw, &self.module.inner) {
+            (RawFunction::Cuda(f), ModuleInner::Cuda(_)) => cuda::launch(
+                *f,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                cfg.stream.raw().cast(),
+                params,
+            ),
+            (RawFunction::Hip(f), ModuleInner::Hip { rt, .. }) => rt.launch(
+                *f,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                cfg.stream.raw(),
+                params,
+            ),
+            _ => Err(LoaderError::Launch {
+                entry: self.entry.clone(),
+                what: "function and module are of different runtimes".into(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_manifest::resources::CudaResources;
+
+    fn record(registers: u32, lds: u64, reserved: u64, scratch: u64) -> ObjectRecord {
+        let mut o = crate::select::tests::object("k", None, "sm_90a", None);
+        o.resources.insert(
+            "k".into(),
+            Resources::Cuda(CudaResources {
+                registers,
+                lds_bytes: lds,
+                reserved_shared_bytes: reserved,
+                scratch_bytes: scratch,
+                spill_store_bytes: Some(0),
+                spill_load_bytes: Some(0),
+                const_bytes: 388,
+                barriers: 1,
+                max_threads: Some(256),
+                occupancy: None,
+                note: None,
+            }),
+        );
+        o
+    }
+
+    fn loaded(registers: i64, shared: i64, local: i64) -> Loaded {
+        Loaded {
+            registers: Some(registers),
+            shared_bytes: shared,
+            local_bytes: local,
+            max_threads: 256,
+        }
+    }
+
+    #[test]
+    fn matching_attributes_pass_with_or_without_the_reservation() {
+        let r = record(32, 32, 1024, 0);
+        let c = check_attributes(&r, "k", &loaded(32, 32, 0)).unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes");
+        let c = check_attributes(&r, "k", &loaded(32, 1056, 0)).unwrap();
+        assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes");
+        assert_eq!(c[1].manifest, "32 (+1024 reserved)");
+        assert_eq!(manifest_max_threads(&r, "k"), Some(256));
+    }
+
+    #[test]
+    fn a_difference_is_a_stale_artifact() {
+        let r = record(32, 32, 1024, 0);
+        let e = check_attributes(&r, "k", &loaded(40, 32, 0)).unwrap_err().to_string();
+        assert!(e.contains("`k` registers is 40 after load, the manifest says 32"), "{e}");
+        assert!(e.contains("stale or swapped"), "{e}");
+        let e = check_attributes(&r, "k", &loaded(32, 64, 0)).unwrap_err().to_string();
+        assert!(e.contains("lds_bytes is 64"), "{e}");
+        let e = check_attributes(&r, "k", &loaded(32, 32, 16)).unwrap_err().to_string();
+        assert!(e.contains("scratch_bytes is 16"), "{e}");
+        // Without a reservation the 1 KiB form is not accepted.
+        let r = record(32, 32, 0, 0);
+        assert!(check_attributes(&r, "k", &loaded(32, 1056, 0)).is_err());
+    }
+
+    #[test]
+    fn simulated_devices_explain_but_do_not_load() {
+        let dev = Device::parse("sm_90", None, true).unwrap();
+        let gpu = Gpu::simulated(dev);
+        let dir = tempfile::tempdir().unwrap();
+        let m = crate::select::tests::manifest(vec![crate::select::tests::object("k", None, "sm_90", None)]);
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let l = Loader::open(dir.path(), &gpu).unwrap();
+        assert_eq!(l.selection().kernel("k", None).unwrap().selected().unwrap().target, "sm_90");
+        let e = l.function("k", None, "k").unwrap_err();
+        assert!(matches!(e, LoaderError::Simulated { .. }), "{e}");
+        let e = l.function("nope", None, "k").unwrap_err().to_string();
+        assert!(e.contains("kernel `nope` is not in the manifest (it has: k)"), "{e}");
+    }
+}

@@ -1,0 +1,493 @@
+//! CI gates over a diff: `--fail-on` rules and the allowlist (`kbuild-allow.toml`) that
+//! suppresses a known case until its expiry date.
+//!
+//! Rules (comma-separated in `--fail-on`):
+//! - `spills`: a spill appears or grows (AMD VGPR/SGPR spills, CUDA spill stores/loads), or
+//!   an added kernel spills;
+//! - `occupancy`: occupancy drops;
+//! - `registers:+N` / `registers:+N%`: registers grow by N or more (N% of base or more);
+//!   CUDA registers, AMD VGPRs and AGPRs (SGPRs rarely bind);
+//! - `lds:+N` / `lds:+N%`: static shared memory / LDS grows by N bytes (N%) or more;
+//! - `scratch`: scratch (AMD) / stack frame (CUDA) grows, or an added kernel uses some.
+
+use std::fmt;
+
+use super::fields::{self, Column, Value};
+use super::{Class, Diff, Entry, Row, TargetStatus};
+
+/// How much growth trips a threshold rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    /// By this many units or more (`+0`: any growth).
+    Abs(u64),
+    /// By this percentage of the base or more (any growth from 0).
+    Pct(f64),
+}
+
+/// One `--fail-on` rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rule {
+    Spills,
+    Occupancy,
+    Registers(Threshold),
+    Lds(Threshold),
+    Scratch,
+}
+
+/// The rule names an allowlist entry can name.
+pub const RULE_NAMES: &[&str] = &["spills", "occupancy", "registers", "lds", "scratch"];
+
+const EXPECTED: &str =
+    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N% or scratch";
+
+impl Rule {
+    /// `spills`, `registers`, ...: what an allowlist entry's `rule` names.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Rule::Spills => "spills",
+            Rule::Occupancy => "occupancy",
+            Rule::Registers(_) => "registers",
+            Rule::Lds(_) => "lds",
+            Rule::Scratch => "scratch",
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let th = |t: &Threshold| match t {
+            Threshold::Abs(n) => format!("+{n}"),
+            Threshold::Pct(p) => format!("+{p}%"),
+        };
+        match self {
+            Rule::Registers(t) | Rule::Lds(t) => write!(f, "{}:{}", self.family(), th(t)),
+            _ => f.write_str(self.family()),
+        }
+    }
+}
+
+impl std::str::FromStr for Rule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Rule, String> {
+        let s = s.trim();
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n.trim(), Some(a.trim())),
+            None => (s, None),
+        };
+        let threshold = |arg: Option<&str>| -> Result<Threshold, String> {
+            let Some(a) = arg else {
+                return Err(format!(
+                    "gate rule `{name}` needs a threshold: `{name}:+N` or `{name}:+N%`"
+                ));
+            };
+            let bad =
+                || format!("gate rule `{s}`: the threshold must be `+N` or `+N%` (N a number ≥ 0)");
+            let a = a.strip_prefix('+').ok_or_else(bad)?;
+            match a.strip_suffix('%') {
+                Some(p) => p
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| p.is_finite() && *p >= 0.0)
+                    .map(Threshold::Pct)
+                    .ok_or_else(bad),
+                None => a.parse::<u64>().map(Threshold::Abs).map_err(|_| bad()),
+            }
+        };
+        let no_arg = |r: Rule| match arg {
+            None => Ok(r),
+            Some(_) => Err(format!("gate rule `{name}` takes no threshold (got `{s}`)")),
+        };
+        match name {
+            "spills" => no_arg(Rule::Spills),
+            "occupancy" => no_arg(Rule::Occupancy),
+            "scratch" => no_arg(Rule::Scratch),
+            "registers" => Ok(Rule::Registers(threshold(arg)?)),
+            "lds" => Ok(Rule::Lds(threshold(arg)?)),
+            "" => Err(format!("empty gate rule; {EXPECTED}")),
+            other => Err(format!("unknown gate rule `{other}`; {EXPECTED}")),
+        }
+    }
+}
+
+/// Parse a `--fail-on` list: `spills,occupancy,registers:+8`.
+pub fn parse_rules(list: &str) -> Result<Vec<Rule>, String> {
+    list.split(',')
+        .filter(|s| !s.trim().is_empty() || list.trim().is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// A calendar date (UTC), as allowlist expiries are written: `YYYY-MM-DD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Date {
+    pub year: i32,
+    pub month: u32,
+    pub day: u32,
+}
+
+impl Date {
+    /// Parse `YYYY-MM-DD` (a real calendar date).
+    pub fn parse(s: &str) -> Option<Date> {
+        let mut it = s.split('-');
+        let (y, m, d) = (it.next()?, it.next()?, it.next()?);
+        if it.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
+            return None;
+        }
+        let date = Date {
+            year: y.parse().ok()?,
+            month: m.parse().ok()?,
+            day: d.parse().ok()?,
+        };
+        (date.month >= 1 && date.month <= 12 && date.day >= 1 && date.day <= date.month_days())
+            .then_some(date)
+    }
+
+    fn month_days(&self) -> u32 {
+        let leap = (self.year % 4 == 0 && self.year % 100 != 0) || self.year % 400 == 0;
+        match self.month {
+            2 if leap => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        }
+    }
+
+    /// The UTC date of a Unix time (Howard Hinnant's `civil_from_days`).
+    pub fn from_unix_seconds(secs: i64) -> Date {
+        let z = secs.div_euclid(86_400) + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
+        Date { year, month, day }
+    }
+}
+
+impl fmt::Display for Date {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+    }
+}
+
+/// One allowlist entry (validated by whoever read the file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllowEntry {
+    /// Glob (`*`, `?`) over the kernel: its display name, entry symbol or Kbuild.toml name.
+    pub kernel: String,
+    /// Glob over the canonical target name.
+    pub target: String,
+    /// A [`RULE_NAMES`] member.
+    pub rule: String,
+    pub justification: String,
+    /// Last day the entry applies (inclusive).
+    pub expires: Date,
+    /// Where it is: `kbuild-allow.toml:12` (file and line of the entry).
+    pub origin: String,
+}
+
+/// Which allowlist entry let a case pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllowedBy {
+    pub origin: String,
+    pub justification: String,
+    pub expires: Date,
+}
+
+/// One gate outcome: a rule tripped (or was allowed) by a kernel on a target; a rule with no
+/// case at all (passed); or an expired allowlist entry (rule `allowlist`, tripped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateResult {
+    /// The rule as given (`registers:+8`), or `allowlist` for an expired entry.
+    pub rule: String,
+    pub tripped: bool,
+    pub kernel: Option<String>,
+    pub target: Option<String>,
+    pub allowed_by: Option<AllowedBy>,
+    /// What happened, for people: `gfx1100 tile_spill: vgpr_spills 0 → 91 (+91 VGPR spills)`.
+    pub message: String,
+}
+
+/// The outcome of all gates.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GateReport {
+    pub results: Vec<GateResult>,
+    /// Unused allowlist entries and the like: reported, never failing.
+    pub warnings: Vec<String>,
+}
+
+impl GateReport {
+    pub fn tripped(&self) -> bool {
+        self.results.iter().any(|r| r.tripped)
+    }
+
+    /// The distinct rules that tripped, in order.
+    pub fn tripped_rules(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for r in self.results.iter().filter(|r| r.tripped) {
+            if !out.contains(&r.rule.as_str()) {
+                out.push(&r.rule);
+            }
+        }
+        out
+    }
+}
+
+/// `*` any run of characters, `?` one character, all else literal; the whole string.
+pub fn glob_match(pattern: &str, s: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+fn matches_entry(a: &AllowEntry, e: &Entry, target: &str) -> bool {
+    // The display name with and without its ` [variant]`, the symbol, the Kbuild.toml name.
+    let without_variant = match &e.variant {
+        Some(v) => e
+            .kernel
+            .strip_suffix(&format!(" [{v}]"))
+            .unwrap_or(&e.kernel),
+        None => &e.kernel,
+    };
+    glob_match(&a.target, target)
+        && [e.kernel.as_str(), without_variant, &e.entry, &e.object]
+            .iter()
+            .any(|n| glob_match(&a.kernel, n))
+}
+
+/// The changes of a row that trip `rule`, as `field base → head (delta)` texts.
+fn row_trips(rule: &Rule, row: &Row) -> Vec<String> {
+    let hits = row.changes.iter().filter(|c| {
+        let Some(d) = c.delta else { return false };
+        let base = c.base.num().unwrap_or(0);
+        let grew = |t: &Threshold| {
+            d > 0
+                && match t {
+                    Threshold::Abs(n) => d.unsigned_abs() >= *n,
+                    Threshold::Pct(p) => {
+                        base == 0 || (d.unsigned_abs() as f64) * 100.0 >= p * base as f64
+                    }
+                }
+        };
+        match rule {
+            Rule::Spills => c.field.column == Column::Spills && d > 0,
+            Rule::Occupancy => c.field.column == Column::Occupancy && d < 0,
+            Rule::Registers(t) => {
+                matches!(c.field.name, "vgprs" | "agprs" | "registers") && grew(t)
+            }
+            Rule::Lds(t) => c.field.name == "lds_bytes" && grew(t),
+            Rule::Scratch => c.field.name == "scratch_bytes" && d > 0,
+        }
+    });
+    hits.map(|c| {
+        format!(
+            "{} {} → {} ({})",
+            c.field.name,
+            c.base.show(),
+            c.head.show(),
+            fields::delta_text(&c.field, c.delta.unwrap_or(0), &row.entry.resources)
+        )
+    })
+    .collect()
+}
+
+/// The fields of an added entry that trip `rule` (spills or scratch used at all).
+fn added_trips(rule: &Rule, e: &Entry) -> Vec<String> {
+    let r = &e.resources;
+    fields::fields_of(r)
+        .iter()
+        .filter(|f| match rule {
+            Rule::Spills => f.column == Column::Spills,
+            Rule::Scratch => f.name == "scratch_bytes",
+            _ => false,
+        })
+        .filter_map(|f| match fields::value(r, f.name) {
+            Value::Num(n) if n > 0 => Some(format!("{} {n} (new kernel)", f.name)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Evaluate `rules` on `diff`, letting non-expired `allow` entries suppress matching cases;
+/// every expired entry is itself a tripped result.
+pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) -> GateReport {
+    let mut report = GateReport::default();
+    let mut used = vec![false; allow.len()];
+    for rule in rules {
+        let mut any = false;
+        for t in &diff.targets {
+            let mut cases: Vec<(&Entry, Vec<String>)> = Vec::new();
+            for row in &t.rows {
+                if row.class == Class::Changed {
+                    continue;
+                }
+                let why = row_trips(rule, row);
+                if !why.is_empty() {
+                    cases.push((&row.entry, why));
+                }
+            }
+            if t.status != TargetStatus::Removed {
+                for e in &t.added {
+                    let why = added_trips(rule, e);
+                    if !why.is_empty() {
+                        cases.push((e, why));
+                    }
+                }
+            }
+            for (e, why) in cases {
+                any = true;
+                let allowed = allow.iter().enumerate().find(|(_, a)| {
+                    a.rule == rule.family() && a.expires >= today && matches_entry(a, e, &t.target)
+                });
+                let allowed_by = allowed.map(|(i, a)| {
+                    used[i] = true;
+                    AllowedBy {
+                        origin: a.origin.clone(),
+                        justification: a.justification.clone(),
+                        expires: a.expires,
+                    }
+                });
+                report.results.push(GateResult {
+                    rule: rule.to_string(),
+                    tripped: allowed_by.is_none(),
+                    kernel: Some(e.kernel.clone()),
+                    target: Some(t.target.clone()),
+                    message: format!("{} {}: {}", t.target, e.kernel, why.join(", ")),
+                    allowed_by,
+                });
+            }
+        }
+        if !any {
+            report.results.push(GateResult {
+                rule: rule.to_string(),
+                tripped: false,
+                kernel: None,
+                target: None,
+                allowed_by: None,
+                message: "no kernel trips it".into(),
+            });
+        }
+    }
+    for (i, a) in allow.iter().enumerate() {
+        if a.expires < today {
+            report.results.push(GateResult {
+                rule: "allowlist".into(),
+                tripped: true,
+                kernel: Some(a.kernel.clone()),
+                target: Some(a.target.clone()),
+                allowed_by: None,
+                message: format!(
+                    "{}: the entry for kernel `{}`, target `{}`, rule `{}` expired on {} \
+                     (today is {today}); fix the kernel, or renew the entry with a new \
+                     justification, or remove it",
+                    a.origin, a.kernel, a.target, a.rule, a.expires
+                ),
+            });
+        } else if !used[i] && rules.iter().any(|r| r.family() == a.rule) {
+            report.warnings.push(format!(
+                "{}: the entry for kernel `{}`, target `{}`, rule `{}` matches nothing; remove it",
+                a.origin, a.kernel, a.target, a.rule
+            ));
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_and_print_back() {
+        let r =
+            parse_rules("spills, occupancy,registers:+8,registers:+10%,lds:+1024,scratch").unwrap();
+        let shown: Vec<String> = r.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "spills",
+                "occupancy",
+                "registers:+8",
+                "registers:+10%",
+                "lds:+1024",
+                "scratch"
+            ]
+        );
+        for (bad, says) in [
+            ("spils", "unknown gate rule `spils`"),
+            ("registers", "needs a threshold"),
+            ("registers:8", "must be `+N` or `+N%`"),
+            ("lds:+x", "must be `+N`"),
+            ("spills:+1", "takes no threshold"),
+            ("", "empty gate rule"),
+        ] {
+            let e = parse_rules(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn dates_parse_strictly_and_come_from_unix_time() {
+        assert_eq!(
+            Date::parse("2026-02-28").map(|d| d.to_string()),
+            Some("2026-02-28".into())
+        );
+        for bad in [
+            "2026-02-29",
+            "2026-13-01",
+            "26-01-01",
+            "2026-1-01",
+            "x",
+            "2026-01-01-1",
+        ] {
+            assert_eq!(Date::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Date::from_unix_seconds(0).to_string(), "1970-01-01");
+        assert_eq!(
+            Date::from_unix_seconds(951_782_400).to_string(),
+            "2000-02-29"
+        );
+        assert_eq!(
+            Date::from_unix_seconds(1_798_675_200).to_string(),
+            "2026-12-31"
+        );
+        assert_eq!(Date::from_unix_seconds(-86_400).to_string(), "1969-12-31");
+    }
+
+    #[test]
+    fn globs() {
+        for (p, s, m) in [
+            ("*", "", true),
+            ("gemv*", "gemv_bf16 [rows1]", true),
+            ("gfx11*", "gfx1100", true),
+            ("gfx11*", "gfx1030", false),
+            ("sm_?9", "sm_89", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("tile_spill", "tile_spill", true),
+            ("tile", "tile_spill", false),
+        ] {
+            assert_eq!(glob_match(p, s), m, "{p} {s}");
+        }
+    }
+}

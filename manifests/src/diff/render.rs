@@ -1,0 +1,596 @@
+//! The diff for people: GitHub-flavoured markdown (a PR comment) and terminal text.
+//!
+//! Both show the same things in the same order: the sides, one summary line per target, the
+//! gates, then per target a table of changed kernels (most significant first, base → head
+//! with signed deltas in the vendor's columns), the unchanged count, added and removed
+//! kernels, and object size changes.
+
+use std::fmt::Write;
+
+use super::fields;
+use super::gate::GateReport;
+use super::{Class, Diff, Entry, FieldChange, Row, TargetDiff, TargetStatus};
+use crate::resources::Resources;
+
+/// How a cell moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tone {
+    Same,
+    Worse,
+    Better,
+    Neutral,
+}
+
+struct Cell {
+    text: String,
+    tone: Tone,
+}
+
+/// The report columns of a record kind: header and the fields shown in it.
+fn columns(kind: &str) -> &'static [(&'static str, &'static [&'static str])] {
+    match kind {
+        "amd" => &[
+            ("VGPR", &["vgprs"]),
+            ("SGPR", &["sgprs"]),
+            ("AGPR", &["agprs"]),
+            ("LDS B", &["lds_bytes"]),
+            ("scratch B", &["scratch_bytes"]),
+            ("spills v/s", &["vgpr_spills", "sgpr_spills"]),
+            ("occupancy", &["occupancy"]),
+        ],
+        "cuda" => &[
+            ("registers", &["registers"]),
+            ("shared B", &["lds_bytes"]),
+            ("stack B", &["scratch_bytes"]),
+            ("spills st/ld B", &["spill_store_bytes", "spill_load_bytes"]),
+            ("occupancy", &["occupancy"]),
+        ],
+        _ => &[("PTX ISA", &["ptx_isa"]), ("target", &["target"])],
+    }
+}
+
+fn vendor_name(kind: &str) -> &'static str {
+    match kind {
+        "amd" => "AMD",
+        "cuda" => "CUDA",
+        _ => "PTX",
+    }
+}
+
+/// One side's values of a column: `12/0`, occupancy as `12/16 [vgprs]`.
+fn side_values(r: &Resources, names: &[&str]) -> String {
+    if names == ["occupancy"] {
+        return match fields::occupancy(r) {
+            Some(o) if o.value < o.max => format!("{}/{} [{}]", o.value, o.max, o.limiter),
+            Some(o) => format!("{}/{}", o.value, o.max),
+            None => "?".into(),
+        };
+    }
+    names
+        .iter()
+        .map(|n| fields::value(r, n).show())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn change_cell(row: &Row, names: &[&str]) -> Cell {
+    let changed: Vec<&FieldChange> = names.iter().filter_map(|n| row.change(n)).collect();
+    let head = side_values(&row.entry.resources, names);
+    if changed.is_empty() {
+        return Cell {
+            text: head,
+            tone: Tone::Same,
+        };
+    }
+    let deltas: Vec<String> = changed
+        .iter()
+        .filter_map(|c| {
+            c.delta
+                .filter(|d| *d != 0)
+                .map(|d| fields::delta_text(&c.field, d, &row.entry.resources))
+        })
+        .collect();
+    let mut text = format!("{} → {head}", side_values(&row.base, names));
+    if !deltas.is_empty() {
+        let _ = write!(text, " ({})", deltas.join(", "));
+    }
+    let tone = if changed.iter().any(|c| c.better == Some(false)) {
+        Tone::Worse
+    } else if changed.iter().any(|c| c.better == Some(true)) {
+        Tone::Better
+    } else {
+        Tone::Neutral
+    };
+    Cell { text, tone }
+}
+
+fn plain_cell(e: &Entry, names: &[&str]) -> Cell {
+    Cell {
+        text: side_values(&e.resources, names),
+        tone: Tone::Same,
+    }
+}
+
+/// Record kinds present among `rs`, in a fixed order.
+fn kinds<'a>(rs: impl Iterator<Item = &'a Resources>) -> Vec<&'static str> {
+    let present: Vec<&str> = rs.map(fields::kind).collect();
+    ["amd", "cuda", "ptx"]
+        .into_iter()
+        .filter(|k| present.contains(k))
+        .collect()
+}
+
+/// Changes outside the columns: `kernarg_bytes 40 → 48 (+8 B)`.
+fn other_changes(row: &Row) -> Vec<String> {
+    let cols = columns(fields::kind(&row.entry.resources));
+    row.changes
+        .iter()
+        .filter(|c| !cols.iter().any(|(_, ns)| ns.contains(&c.field.name)))
+        .map(|c| {
+            let mut s = format!("{} {} → {}", c.field.name, c.base.show(), c.head.show());
+            if let Some(d) = c.delta.filter(|d| *d != 0) {
+                let _ = write!(
+                    s,
+                    " ({})",
+                    fields::delta_text(&c.field, d, &row.entry.resources)
+                );
+            }
+            s
+        })
+        .collect()
+}
+
+/// `+2.1 KiB (+6.3%)`, `-312 B`, `±0 B`.
+pub(crate) fn size_delta(base: u64, head: u64) -> String {
+    let d = head as i128 - base as i128;
+    let sign = if d < 0 {
+        "-"
+    } else if d > 0 {
+        "+"
+    } else {
+        "±"
+    };
+    let n = d.unsigned_abs() as f64;
+    let mut s = if n < 1024.0 {
+        format!("{sign}{n} B")
+    } else if n < 1024.0 * 1024.0 {
+        format!("{sign}{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{sign}{:.1} MiB", n / (1024.0 * 1024.0))
+    };
+    if base > 0 && head > 0 && d != 0 {
+        let _ = write!(s, " ({sign}{:.1}%)", n * 100.0 / base as f64);
+    }
+    s
+}
+
+fn bytes(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), |n| n.to_string())
+}
+
+/// A rendered table: header and rows of cells (first cell the kernel).
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<Cell>>,
+}
+
+fn table_of_rows(kind: &str, rows: &[&Row]) -> Table {
+    let cols = columns(kind);
+    let mut header = vec!["kernel".to_string()];
+    header.extend(cols.iter().map(|(h, _)| h.to_string()));
+    let rows = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![Cell {
+                text: r.entry.kernel.clone(),
+                tone: match r.class {
+                    Class::Regression => Tone::Worse,
+                    Class::Improvement => Tone::Better,
+                    Class::Changed => Tone::Neutral,
+                },
+            }];
+            cells.extend(cols.iter().map(|(_, ns)| change_cell(r, ns)));
+            cells
+        })
+        .collect();
+    Table { header, rows }
+}
+
+fn table_of_entries(kind: &str, entries: &[&Entry]) -> Table {
+    let cols = columns(kind);
+    let mut header = vec!["kernel".to_string()];
+    header.extend(cols.iter().map(|(h, _)| h.to_string()));
+    let rows = entries
+        .iter()
+        .map(|e| {
+            let mut cells = vec![Cell {
+                text: e.kernel.clone(),
+                tone: Tone::Same,
+            }];
+            cells.extend(cols.iter().map(|(_, ns)| plain_cell(e, ns)));
+            cells
+        })
+        .collect();
+    Table { header, rows }
+}
+
+/// The tables of one target: changed rows per kind, then added entries per kind.
+fn target_tables(t: &TargetDiff) -> (Vec<Table>, Vec<Table>) {
+    let changed = kinds(t.rows.iter().map(|r| &r.entry.resources))
+        .into_iter()
+        .map(|k| {
+            let rows: Vec<&Row> = t
+                .rows
+                .iter()
+                .filter(|r| fields::kind(&r.entry.resources) == k)
+                .collect();
+            table_of_rows(k, &rows)
+        })
+        .collect();
+    let added = kinds(t.added.iter().map(|e| &e.resources))
+        .into_iter()
+        .map(|k| {
+            let es: Vec<&Entry> = t
+                .added
+                .iter()
+                .filter(|e| fields::kind(&e.resources) == k)
+                .collect();
+            table_of_entries(k, &es)
+        })
+        .collect();
+    (changed, added)
+}
+
+fn target_vendor(t: &TargetDiff) -> String {
+    let ks = kinds(
+        t.rows
+            .iter()
+            .map(|r| &r.entry.resources)
+            .chain(t.added.iter().map(|e| &e.resources))
+            .chain(t.removed.iter().map(|e| &e.resources)),
+    );
+    ks.iter()
+        .map(|k| vendor_name(k))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn target_heading(t: &TargetDiff) -> String {
+    let vendor = target_vendor(t);
+    let status = match t.status {
+        TargetStatus::Both => "",
+        TargetStatus::Added => "new target",
+        TargetStatus::Removed => "target removed",
+    };
+    let tags: Vec<&str> = [vendor.as_str(), status]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if tags.is_empty() {
+        t.target.clone()
+    } else {
+        format!("{} ({})", t.target, tags.join(", "))
+    }
+}
+
+// ---------------------------------------------------------------------------------- markdown
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn md_code(s: &str) -> String {
+    format!("`{}`", md_escape(s).replace('`', "'"))
+}
+
+fn md_table(out: &mut String, t: &Table) {
+    let _ = writeln!(out, "| {} |", t.header.join(" | "));
+    let align: Vec<&str> = (0..t.header.len())
+        .map(|i| if i == 0 { ":--" } else { "--:" })
+        .collect();
+    let _ = writeln!(out, "|{}|", align.join("|"));
+    for r in &t.rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let text = if i == 0 {
+                    md_code(&c.text)
+                } else {
+                    md_escape(&c.text)
+                };
+                match c.tone {
+                    Tone::Worse | Tone::Better if i > 0 => format!("**{text}**"),
+                    _ => text,
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+}
+
+/// End `out` with exactly one blank line (before a heading or a block).
+fn blank_line(out: &mut String) {
+    while out.ends_with('\n') {
+        out.pop();
+    }
+    out.push_str("\n\n");
+}
+
+fn md_gates(out: &mut String, g: &GateReport) {
+    blank_line(out);
+    out.push_str("#### Gates\n\n");
+    for r in &g.results {
+        let line = match (&r.allowed_by, r.tripped, r.rule.as_str()) {
+            (_, true, "allowlist") => format!(":x: allowlist entry expired: {}", r.message),
+            (_, true, _) => format!(":x: `{}` tripped: {}", r.rule, r.message),
+            (Some(a), false, _) => format!(
+                ":heavy_minus_sign: `{}` allowed: {} (by {} until {}: {})",
+                r.rule, r.message, a.origin, a.expires, a.justification
+            ),
+            (None, false, _) => format!(":white_check_mark: `{}` passed: {}", r.rule, r.message),
+        };
+        let _ = writeln!(out, "- {line}");
+    }
+    for w in &g.warnings {
+        let _ = writeln!(out, "- :warning: {w}");
+    }
+}
+
+/// GitHub-flavoured markdown for a PR comment. `gates`: the `--fail-on` outcome, if any.
+pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### Kernel resources: {} → {}\n",
+        md_code(&diff.base_label),
+        md_code(&diff.head_label)
+    );
+    if diff.targets.is_empty() {
+        out.push_str("No targets on either side.\n");
+    }
+    for t in &diff.targets {
+        let line = t.summary_line();
+        let (name, rest) = line.split_once(": ").unwrap_or((&line, ""));
+        let _ = writeln!(out, "- **{name}**: {rest}");
+    }
+    if let Some(g) = gates {
+        md_gates(&mut out, g);
+    }
+    for t in diff.targets.iter().filter(|t| t.differs()) {
+        blank_line(&mut out);
+        let _ = writeln!(out, "#### {}\n", target_heading(t));
+        let (changed, added) = target_tables(t);
+        for table in &changed {
+            md_table(&mut out, table);
+            out.push('\n');
+        }
+        let others: Vec<String> = t
+            .rows
+            .iter()
+            .flat_map(|r| {
+                other_changes(r)
+                    .into_iter()
+                    .map(move |c| format!("- {}: {c}", md_code(&r.entry.kernel)))
+            })
+            .collect();
+        if !others.is_empty() {
+            out.push_str("Other changes:\n\n");
+            for o in others {
+                let _ = writeln!(out, "{o}");
+            }
+            out.push('\n');
+        }
+        if t.unchanged > 0 {
+            let _ = writeln!(out, "{} unchanged.\n", t.unchanged);
+        }
+        if !added.is_empty() {
+            let what = if t.status == TargetStatus::Added {
+                "Kernels"
+            } else {
+                "Added"
+            };
+            let _ = writeln!(out, "{what}:\n");
+            for table in &added {
+                md_table(&mut out, table);
+                out.push('\n');
+            }
+        }
+        if !t.removed.is_empty() {
+            let names: Vec<String> = t.removed.iter().map(|e| md_code(&e.kernel)).collect();
+            let _ = writeln!(out, "Removed: {}\n", names.join(", "));
+        }
+        let sizes: Vec<_> = t
+            .sizes
+            .iter()
+            .filter(|s| s.base.is_some() && s.head.is_some())
+            .collect();
+        if !sizes.is_empty() {
+            let _ = writeln!(
+                out,
+                "<details><summary>Object sizes: {}</summary>\n",
+                size_delta(t.base_bytes, t.head_bytes)
+            );
+            out.push_str("| object | base B | head B | delta |\n|:--|--:|--:|--:|\n");
+            for s in sizes {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} |",
+                    md_code(&s.object),
+                    bytes(s.base),
+                    bytes(s.head),
+                    size_delta(s.base.unwrap_or(0), s.head.unwrap_or(0))
+                );
+            }
+            out.push_str("\n</details>\n");
+        }
+    }
+    if !diff.differs() && !diff.targets.is_empty() {
+        blank_line(&mut out);
+        out.push_str("No resource changes.\n");
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
+}
+
+// -------------------------------------------------------------------------------------- text
+
+fn paint(s: &str, tone: Tone, color: bool) -> String {
+    let code = match tone {
+        Tone::Worse => "31",
+        Tone::Better => "32",
+        Tone::Neutral => "33",
+        Tone::Same => return s.to_string(),
+    };
+    if color {
+        format!("\x1b[{code}m{s}\x1b[0m")
+    } else {
+        s.to_string()
+    }
+}
+
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+fn text_table(out: &mut String, t: &Table, indent: &str, color: bool) {
+    let n = t.header.len();
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            t.rows
+                .iter()
+                .map(|r| r.get(i).map_or(0, |c| width(&c.text)))
+                .max()
+                .unwrap_or(0)
+                .max(width(&t.header[i]))
+        })
+        .collect();
+    let pad = |s: &str, i: usize| {
+        let fill = " ".repeat(widths[i].saturating_sub(width(s)));
+        if i == 0 {
+            format!("{s}{fill}")
+        } else {
+            format!("{fill}{s}")
+        }
+    };
+    let head: Vec<String> = t
+        .header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| pad(h, i))
+        .collect();
+    let _ = writeln!(out, "{indent}{}", head.join("  ").trim_end());
+    for r in &t.rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| paint(&pad(&c.text, i), c.tone, color))
+            .collect();
+        let _ = writeln!(out, "{indent}{}", cells.join("  ").trim_end());
+    }
+}
+
+/// Terminal text; ANSI colours when `color` (red worse, green better, yellow other).
+pub fn text(diff: &Diff, gates: Option<&GateReport>, color: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kernel resources: {} → {}",
+        diff.base_label, diff.head_label
+    );
+    for t in &diff.targets {
+        let c = t.counts();
+        let tone = if c.regressions > 0 {
+            Tone::Worse
+        } else if c.improvements > 0 {
+            Tone::Better
+        } else {
+            Tone::Same
+        };
+        let _ = writeln!(out, "  {}", paint(&t.summary_line(), tone, color));
+    }
+    if let Some(g) = gates {
+        out.push_str("\ngates:\n");
+        for r in &g.results {
+            let line = match (&r.allowed_by, r.tripped, r.rule.as_str()) {
+                (_, true, "allowlist") => paint(
+                    &format!("FAIL    allowlist: {}", r.message),
+                    Tone::Worse,
+                    color,
+                ),
+                (_, true, _) => paint(
+                    &format!("FAIL    {}: {}", r.rule, r.message),
+                    Tone::Worse,
+                    color,
+                ),
+                (Some(a), false, _) => format!(
+                    "allowed {}: {} (by {} until {}: {})",
+                    r.rule, r.message, a.origin, a.expires, a.justification
+                ),
+                (None, false, _) => format!("ok      {}: {}", r.rule, r.message),
+            };
+            let _ = writeln!(out, "  {line}");
+        }
+        for w in &g.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+    }
+    for t in diff.targets.iter().filter(|t| t.differs()) {
+        let _ = writeln!(out, "\n{}", target_heading(t));
+        let (changed, added) = target_tables(t);
+        for table in &changed {
+            text_table(&mut out, table, "  ", color);
+        }
+        for r in &t.rows {
+            for o in other_changes(r) {
+                let _ = writeln!(out, "  other: {}: {o}", r.entry.kernel);
+            }
+        }
+        if t.unchanged > 0 {
+            let _ = writeln!(out, "  {} unchanged", t.unchanged);
+        }
+        if !added.is_empty() {
+            let what = if t.status == TargetStatus::Added {
+                "kernels"
+            } else {
+                "added"
+            };
+            let _ = writeln!(out, "  {what}:");
+            for table in &added {
+                text_table(&mut out, table, "    ", color);
+            }
+        }
+        if !t.removed.is_empty() {
+            let names: Vec<&str> = t.removed.iter().map(|e| e.kernel.as_str()).collect();
+            let _ = writeln!(out, "  removed: {}", names.join(", "));
+        }
+        let sizes: Vec<String> = t
+            .sizes
+            .iter()
+            .filter(|s| s.base.is_some() && s.head.is_some())
+            .map(|s| {
+                format!(
+                    "{} {} → {} ({})",
+                    s.object,
+                    bytes(s.base),
+                    bytes(s.head),
+                    size_delta(s.base.unwrap_or(0), s.head.unwrap_or(0))
+                )
+            })
+            .collect();
+        if !sizes.is_empty() {
+            let _ = writeln!(
+                out,
+                "  object sizes {}: {}",
+                size_delta(t.base_bytes, t.head_bytes),
+                sizes.join(", ")
+            );
+        }
+    }
+    if !diff.differs() && !diff.targets.is_empty() {
+        out.push_str("\nno resource changes\n");
+    }
+    out
+}

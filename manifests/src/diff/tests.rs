@@ -1,0 +1,334 @@
+//! Unit tests of the diff model and gates on hand-made records. (Rendering is snapshot-tested
+//! end to end in `tests/tests/diff.rs`, on objects built by the real compilers.)
+
+use std::collections::BTreeMap;
+
+use super::gate::{evaluate, parse_rules, AllowEntry, Date};
+use super::*;
+use crate::occupancy::Occupancy;
+use crate::resources::{AmdResources, CudaResources};
+
+pub(crate) fn amd(vgprs: u32, vgpr_spills: u32, lds: u64, waves: u32) -> Resources {
+    Resources::Amd(AmdResources {
+        vgprs,
+        sgprs: 32,
+        agprs: 0,
+        vgpr_spills,
+        sgpr_spills: 0,
+        lds_bytes: lds,
+        scratch_bytes: u64::from(vgpr_spills) * 4,
+        wave_size: 32,
+        max_threads: 256,
+        kernarg_bytes: 40,
+        dynamic_stack: false,
+        occupancy: Some(Occupancy {
+            unit: "waves/SIMD".into(),
+            value: waves,
+            max: 16,
+            limiter: if waves < 16 { "vgprs" } else { "waves" }.into(),
+        }),
+    })
+}
+
+pub(crate) fn cuda(registers: u32, spill: Option<u64>, warps: u32) -> Resources {
+    Resources::Cuda(CudaResources {
+        registers,
+        lds_bytes: 0,
+        reserved_shared_bytes: 0,
+        scratch_bytes: spill.unwrap_or(0),
+        spill_store_bytes: spill,
+        spill_load_bytes: spill,
+        const_bytes: 380,
+        barriers: 0,
+        max_threads: Some(256),
+        occupancy: Some(Occupancy {
+            unit: "warps/SM".into(),
+            value: warps,
+            max: 48,
+            limiter: if warps < 48 { "registers" } else { "warps" }.into(),
+        }),
+        note: None,
+    })
+}
+
+fn snap(targets: &[&str], objects: Vec<(&str, &str, Option<&str>, u64, Resources)>) -> Snapshot {
+    Snapshot {
+        schema: BASELINE_SCHEMA.into(),
+        package: "p".into(),
+        toolchains: BTreeMap::new(),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        objects: objects
+            .into_iter()
+            .map(|(target, kernel, variant, size, r)| SnapshotObject {
+                target: target.into(),
+                kernel: kernel.into(),
+                variant: variant.map(str::to_string),
+                format: "hsaco".into(),
+                size,
+                resources: [(kernel.to_string(), r)].into(),
+            })
+            .collect(),
+    }
+}
+
+fn sample() -> Diff {
+    let base = snap(
+        &["gfx1201", "sm_89"],
+        vec![
+            ("gfx1201", "norm", None, 1000, amd(89, 0, 6160, 16)),
+            ("gfx1201", "gemv", Some("rows4"), 1000, amd(64, 0, 0, 16)),
+            ("gfx1201", "spiller", None, 1000, amd(64, 0, 0, 16)),
+            ("gfx1201", "flat", None, 1000, amd(10, 0, 0, 16)),
+            ("gfx1201", "gone", None, 500, amd(10, 0, 0, 16)),
+            ("sm_89", "norm", None, 2000, cuda(64, Some(0), 32)),
+        ],
+    );
+    let head = snap(
+        &["gfx1201", "sm_89"],
+        vec![
+            ("gfx1201", "norm", None, 1000, amd(83, 0, 6160, 16)),
+            (
+                "gfx1201",
+                "gemv",
+                Some("rows4"),
+                1100,
+                amd(128, 0, 1024, 12),
+            ),
+            ("gfx1201", "spiller", None, 1200, amd(48, 12, 0, 16)),
+            ("gfx1201", "flat", None, 1000, amd(10, 0, 0, 16)),
+            ("gfx1201", "fresh", None, 700, amd(10, 2, 0, 16)),
+            ("sm_89", "norm", None, 2000, cuda(40, Some(0), 48)),
+        ],
+    );
+    Diff::new(&base, &head, "base", "head", &BTreeMap::new())
+}
+
+#[test]
+fn rows_are_classified_and_ordered_by_significance() {
+    let d = sample();
+    let t = &d.targets[0];
+    assert_eq!(t.target, "gfx1201");
+    let order: Vec<&str> = t.rows.iter().map(|r| r.entry.kernel.as_str()).collect();
+    // new spills, then the occupancy drop, then a plain improvement.
+    assert_eq!(order, ["spiller", "gemv [rows4]", "norm"]);
+    assert_eq!(t.rows[0].class, Class::Regression);
+    assert_eq!(t.rows[2].class, Class::Improvement);
+    assert_eq!(t.unchanged, 1);
+    assert_eq!(t.added[0].kernel, "fresh");
+    assert_eq!(t.removed[0].kernel, "gone");
+    assert_eq!(
+        t.summary_line(),
+        "gfx1201: 2 regressions, 1 improvement, 1 unchanged, 1 added, 1 removed; objects +500 B (+11.1%)"
+    );
+    assert_eq!(
+        d.targets[1].summary_line(),
+        "sm_89: 0 regressions, 1 improvement, 0 unchanged"
+    );
+    let c = d.counts();
+    assert_eq!(
+        (c.regressions, c.improvements, c.added, c.removed),
+        (2, 2, 1, 1)
+    );
+    assert!(d.differs());
+}
+
+#[test]
+fn added_and_removed_targets_and_demangled_names() {
+    let base = snap(
+        &["sm_75"],
+        vec![("sm_75", "k", None, 10, cuda(8, Some(0), 48))],
+    );
+    let mut head = snap(
+        &["gfx1100"],
+        vec![("gfx1100", "k", None, 20, amd(8, 0, 0, 16))],
+    );
+    let r = head.objects[0].resources.remove("k").unwrap();
+    head.objects[0]
+        .resources
+        .insert("_Z8scale_byILi4EEvPf".into(), r);
+    let names: BTreeMap<String, String> = [(
+        "_Z8scale_byILi4EEvPf".to_string(),
+        "void scale_by<4>(float*)".to_string(),
+    )]
+    .into();
+    let d = Diff::new(&base, &head, "a", "b", &names);
+    assert_eq!(d.targets[0].status, TargetStatus::Added);
+    assert_eq!(d.targets[0].added[0].kernel, "scale_by<4>(float*)");
+    assert_eq!(d.targets[1].status, TargetStatus::Removed);
+    assert_eq!(
+        d.targets[0].summary_line(),
+        "gfx1100: new target, 1 kernel (+20 B)"
+    );
+    assert_eq!(
+        d.targets[1].summary_line(),
+        "sm_75: target removed, 1 kernel (-10 B)"
+    );
+}
+
+#[test]
+fn identical_sides_do_not_differ() {
+    let s = snap(
+        &["sm_89"],
+        vec![("sm_89", "k", None, 10, cuda(8, Some(0), 48))],
+    );
+    let d = Diff::new(&s, &s, "a", "b", &BTreeMap::new());
+    assert!(!d.differs());
+    assert_eq!(d.targets[0].unchanged, 1);
+}
+
+fn today() -> Date {
+    Date::parse("2026-06-01").unwrap()
+}
+
+fn tripped(d: &Diff, rules: &str) -> Vec<(String, String)> {
+    evaluate(d, &parse_rules(rules).unwrap(), &[], today())
+        .results
+        .into_iter()
+        .filter(|r| r.tripped)
+        .map(|r| (r.rule, r.kernel.unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn each_rule_trips_on_its_case_only() {
+    let d = sample();
+    let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        tripped(&d, "spills"),
+        s(&[("spills", "spiller"), ("spills", "fresh")])
+    );
+    assert_eq!(
+        tripped(&d, "occupancy"),
+        s(&[("occupancy", "gemv [rows4]")])
+    );
+    assert_eq!(
+        tripped(&d, "registers:+64"),
+        s(&[("registers:+64", "gemv [rows4]")])
+    );
+    assert_eq!(tripped(&d, "registers:+65"), s(&[]));
+    assert_eq!(
+        tripped(&d, "registers:+100%"),
+        s(&[("registers:+100%", "gemv [rows4]")])
+    );
+    assert_eq!(tripped(&d, "registers:+101%"), s(&[]));
+    assert_eq!(
+        tripped(&d, "lds:+1024"),
+        s(&[("lds:+1024", "gemv [rows4]")])
+    );
+    assert_eq!(tripped(&d, "lds:+1025"), s(&[]));
+    assert_eq!(
+        tripped(&d, "scratch"),
+        s(&[("scratch", "spiller"), ("scratch", "fresh")])
+    );
+    let passed = evaluate(&d, &parse_rules("lds:+1025").unwrap(), &[], today());
+    assert!(!passed.tripped());
+    assert_eq!(passed.results[0].message, "no kernel trips it");
+}
+
+fn allow(kernel: &str, target: &str, rule: &str, expires: &str) -> AllowEntry {
+    AllowEntry {
+        kernel: kernel.into(),
+        target: target.into(),
+        rule: rule.into(),
+        justification: "known".into(),
+        expires: Date::parse(expires).unwrap(),
+        origin: "kbuild-allow.toml:1".into(),
+    }
+}
+
+#[test]
+fn allowlist_suppresses_until_expiry_and_expired_entries_fail() {
+    let d = sample();
+    let rules = parse_rules("occupancy").unwrap();
+    let ok = evaluate(
+        &d,
+        &rules,
+        &[allow("gemv*", "gfx12*", "occupancy", "2026-06-01")],
+        today(),
+    );
+    assert!(!ok.tripped(), "{ok:?}");
+    assert_eq!(
+        ok.results[0].allowed_by.as_ref().unwrap().origin,
+        "kbuild-allow.toml:1"
+    );
+    let other = evaluate(
+        &d,
+        &rules,
+        &[allow("norm", "*", "occupancy", "2027-01-01")],
+        today(),
+    );
+    assert!(other.tripped());
+    assert!(other.warnings[0].contains("matches nothing"), "{other:?}");
+    let wrong_rule = evaluate(
+        &d,
+        &rules,
+        &[allow("gemv*", "*", "spills", "2027-01-01")],
+        today(),
+    );
+    assert!(wrong_rule.tripped());
+    let expired = evaluate(
+        &d,
+        &rules,
+        &[allow("gemv*", "*", "occupancy", "2026-05-31")],
+        today(),
+    );
+    assert_eq!(expired.tripped_rules(), ["occupancy", "allowlist"]);
+    let e = expired
+        .results
+        .iter()
+        .find(|r| r.rule == "allowlist")
+        .unwrap();
+    assert!(e.message.contains("expired on 2026-05-31"), "{}", e.message);
+    // An expired entry fails even when nothing would trip.
+    let none = evaluate(&d, &[], &[allow("x", "*", "lds", "2000-01-01")], today());
+    assert_eq!(none.tripped_rules(), ["allowlist"]);
+}
+
+#[test]
+fn extreme_values_neither_panic_nor_overflow() {
+    let huge = |v: u32, lds: u64| {
+        let mut r = amd(v, u32::MAX, lds, 0);
+        if let Resources::Amd(a) = &mut r {
+            a.scratch_bytes = u64::MAX;
+            a.sgpr_spills = u32::MAX;
+        }
+        r
+    };
+    let base = snap(
+        &["gfx1100"],
+        vec![
+            ("gfx1100", "a", None, u64::MAX, huge(0, 0)),
+            ("gfx1100", "b", None, u64::MAX, huge(u32::MAX, u64::MAX)),
+        ],
+    );
+    let head = snap(
+        &["gfx1100"],
+        vec![
+            ("gfx1100", "a", None, 0, huge(u32::MAX, u64::MAX)),
+            ("gfx1100", "b", None, u64::MAX, huge(0, 0)),
+        ],
+    );
+    let d = Diff::new(&base, &head, "a", "b", &BTreeMap::new());
+    let rules = parse_rules("spills,occupancy,registers:+0,registers:+1%,lds:+0,scratch").unwrap();
+    let g = evaluate(&d, &rules, &[], today());
+    assert!(g.tripped());
+    let c = d.targets[0].rows[0]
+        .change("lds_bytes")
+        .or_else(|| d.targets[0].rows[1].change("lds_bytes"))
+        .unwrap();
+    assert!(
+        c.delta == Some(i64::MAX) || c.delta == Some(i64::MIN),
+        "{c:?}"
+    );
+    for out in [
+        markdown(&d, Some(&g)),
+        text(&d, Some(&g), true),
+        to_json(&d, Some(&g)),
+    ] {
+        assert!(!out.is_empty());
+    }
+}

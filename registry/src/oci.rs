@@ -1,0 +1,1123 @@
+//! A blocking OCI distribution client (distribution-spec v1.1) for kbuild artifacts.
+//!
+//! The artifact (ORAS-compatible): an OCI image manifest with
+//! `artifactType: application/vnd.kbuild.bundle.v1+json`, config = the bundle's manifest.json
+//! (`application/vnd.kbuild.manifest.v1+json`), one layer per target (tar+zstd of that
+//! target's objects, [`LAYER_MEDIA_TYPE`]) annotated with `dev.kbuild.target` and
+//! `org.opencontainers.image.title`, tagged with the version. No timestamps, so the same
+//! bundle always makes the same manifest digest.
+//!
+//! Signatures: an artifact of type [`SIGNATURE_ARTIFACT_TYPE`] whose `subject` is the bundle
+//! manifest, pushed under the tag `sha256-<hex>.sig` (the tag-schema fallback cosign and ORAS
+//! use where a registry lacks the referrers API, as CNCF distribution 2.8 does). Reading tries
+//! `GET /v2/<repo>/referrers/<digest>` first and falls back to that tag.
+//!
+//! Transfers: uploads are chunked (`POST` + `PATCH` with `Content-Range` + `PUT ?digest=`),
+//! blobs the registry has (`HEAD`) are skipped, requests are retried with exponential backoff
+//! on 5xx, 429 and transport errors, auth follows `WWW-Authenticate` (basic, or bearer via the
+//! token endpoint). Plain HTTP only when asked.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::archive::{self, Entry};
+use crate::auth::{self, Credentials};
+use crate::bundle::Bundle;
+use crate::digest;
+use crate::progress::Progress;
+
+pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const IMAGE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const ARTIFACT_TYPE: &str = "application/vnd.kbuild.bundle.v1+json";
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.kbuild.manifest.v1+json";
+pub const LAYER_MEDIA_TYPE: &str = "application/vnd.kbuild.layer.v1.tar+zstd";
+pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.kbuild.signature.v1+json";
+pub const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
+pub const TARGET_ANNOTATION: &str = "dev.kbuild.target";
+pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+pub const VERSION_ANNOTATION: &str = "org.opencontainers.image.version";
+pub const NAME_ANNOTATION: &str = "dev.kbuild.name";
+
+/// Largest manifest or config read into memory.
+const MAX_DOCUMENT: u64 = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("{method} {url}: {message}")]
+    Transport {
+        method: String,
+        url: String,
+        message: String,
+    },
+    #[error("{method} {url}: HTTP {code}{}", if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
+    Status {
+        method: String,
+        url: String,
+        code: u16,
+        message: String,
+    },
+    #[error("authentication to {host} failed: {message}")]
+    Auth { host: String, message: String },
+    #[error("{0} not found in the registry")]
+    NotFound(String),
+    #[error("{reference} is not a kbuild bundle: {found}")]
+    NotKbuild { reference: String, found: String },
+    #[error("{what}: digest mismatch (expected {expected}, got {actual}); the registry's copy is corrupt or was tampered with")]
+    Digest {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl OciError {
+    fn retryable(&self) -> bool {
+        match self {
+            OciError::Transport { .. } => true,
+            OciError::Status { code, .. } => *code >= 500 || *code == 429,
+            _ => false,
+        }
+    }
+}
+
+/// An OCI content descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// An OCI image manifest (the fields kbuild writes and reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageManifest {
+    pub schema_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
+    pub config: Descriptor,
+    #[serde(default)]
+    pub layers: Vec<Descriptor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Descriptor>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct Index {
+    #[serde(default)]
+    manifests: Vec<Descriptor>,
+}
+
+/// A bundle in its OCI form, ready to push.
+#[derive(Debug, Clone)]
+pub struct Artifact {
+    pub manifest: Vec<u8>,
+    pub digest: String,
+    pub config: Vec<u8>,
+    /// (target, layer bytes, descriptor), in manifest target order.
+    pub layers: Vec<(String, Vec<u8>, Descriptor)>,
+}
+
+/// The deterministic per-target layer: tar+zstd of that target's objects.
+pub fn target_layer(bundle: &Bundle, target: &str) -> Result<Vec<u8>, OciError> {
+    let entries: Vec<Entry> = bundle
+        .target_objects(target)
+        .into_iter()
+        .map(|(hex, data)| Entry {
+            name: format!("objects/sha256/{hex}"),
+            data,
+        })
+        .collect();
+    archive::write(&entries).map_err(|e| OciError::Invalid(e.to_string()))
+}
+
+impl Artifact {
+    /// The OCI form of a full bundle.
+    pub fn from_bundle(bundle: &Bundle) -> Result<Artifact, OciError> {
+        if bundle.is_subset() {
+            return Err(OciError::Invalid(format!(
+                "{} holds only some targets ({}); publish the full bundle",
+                bundle.file_name(),
+                bundle.targets().join(", ")
+            )));
+        }
+        let config = bundle.manifest_json().to_vec();
+        let mut layers = Vec::new();
+        for t in bundle.targets() {
+            let bytes = target_layer(bundle, &t)?;
+            let desc = Descriptor {
+                media_type: LAYER_MEDIA_TYPE.into(),
+                digest: digest::oci_digest(&bytes),
+                size: bytes.len() as u64,
+                artifact_type: None,
+                annotations: [
+                    (TARGET_ANNOTATION.to_string(), t.clone()),
+                    (TITLE_ANNOTATION.to_string(), format!("{t}.tar.zst")),
+                ]
+                .into(),
+            };
+            layers.push((t, bytes, desc));
+        }
+        let mut annotations: BTreeMap<String, String> = [
+            (NAME_ANNOTATION.to_string(), bundle.name().to_string()),
+            (VERSION_ANNOTATION.to_string(), bundle.version().to_string()),
+        ]
+        .into();
+        if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {
+            if let Ok(secs) = epoch.trim().parse::<i64>() {
+                annotations.insert("org.opencontainers.image.created".into(), rfc3339_utc(secs));
+            }
+        }
+        let m = ImageManifest {
+            schema_version: 2,
+            media_type: Some(IMAGE_MANIFEST.into()),
+            artifact_type: Some(ARTIFACT_TYPE.into()),
+            config: Descriptor {
+                media_type: CONFIG_MEDIA_TYPE.into(),
+                digest: digest::oci_digest(&config),
+                size: config.len() as u64,
+                artifact_type: None,
+                annotations: BTreeMap::new(),
+            },
+            layers: layers.iter().map(|l| l.2.clone()).collect(),
+            subject: None,
+            annotations,
+        };
+        let manifest = serde_json::to_vec(&m).map_err(|e| OciError::Invalid(e.to_string()))?;
+        Ok(Artifact {
+            digest: digest::oci_digest(&manifest),
+            manifest,
+            config,
+            layers,
+        })
+    }
+}
+
+fn rfc3339_utc(secs: i64) -> String {
+    // Civil-from-days (Howard Hinnant's algorithm), no time zone database needed.
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// How to talk to a registry.
+#[derive(Debug, Clone)]
+pub struct OciOptions {
+    /// `http://` instead of `https://` (ORAS's `--plain-http`).
+    pub plain_http: bool,
+    /// Upload chunk size in bytes.
+    pub chunk_size: usize,
+    /// Retries after the first attempt, for 5xx/429/transport errors.
+    pub retries: u32,
+    /// First backoff delay; doubles each retry.
+    pub backoff: Duration,
+    /// Connect and per-read/write timeout.
+    pub timeout: Duration,
+}
+
+impl Default for OciOptions {
+    fn default() -> Self {
+        OciOptions {
+            plain_http: false,
+            chunk_size: 8 << 20,
+            retries: 4,
+            backoff: Duration::from_millis(250),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A manifest fetched from the registry, digest-checked.
+#[derive(Debug, Clone)]
+pub struct FetchedManifest {
+    pub digest: String,
+    pub bytes: Vec<u8>,
+    pub media_type: String,
+}
+
+/// A client for one repository.
+pub struct OciClient {
+    agent: ureq::Agent,
+    base: String,
+    host: String,
+    repo: String,
+    creds: Option<Credentials>,
+    authorization: Mutex<Option<String>>,
+    opts: OciOptions,
+}
+
+impl std::fmt::Debug for OciClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OciClient({}/{})", self.base, self.repo)
+    }
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    Published {
+        digest: String,
+        uploaded: usize,
+        skipped: usize,
+        bytes: u64,
+    },
+    /// This version already holds exactly these bytes.
+    AlreadyPublished { digest: String },
+}
+
+/// `oci://HOST[:PORT]/REPO` split into host and repository (the repository may be empty).
+pub fn parse_reference(spec: &str) -> Result<(String, String), OciError> {
+    let rest = spec
+        .strip_prefix("oci://")
+        .ok_or_else(|| OciError::Invalid(format!("`{spec}` is not an oci:// reference")))?;
+    let (host, repo) = match rest.split_once('/') {
+        Some((h, r)) => (h, r.trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if host.is_empty() || host.contains('@') {
+        return Err(OciError::Invalid(format!(
+            "`{spec}`: expected oci://HOST[:PORT]/REPO (no credentials in the URL; use KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD)"
+        )));
+    }
+    let valid_repo = repo.split('/').all(|c| {
+        !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+    });
+    if !repo.is_empty() && !valid_repo {
+        return Err(OciError::Invalid(format!(
+            "`{spec}`: repository `{repo}` must be lowercase letters, digits, `._-` and `/`"
+        )));
+    }
+    Ok((host.to_string(), repo.to_string()))
+}
+
+impl OciClient {
+    pub fn new(host: &str, repo: &str, opts: OciOptions) -> OciClient {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(opts.timeout)
+            .timeout_read(opts.timeout)
+            .timeout_write(opts.timeout)
+            .user_agent(concat!("kbuild/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let scheme = if opts.plain_http { "http" } else { "https" };
+        OciClient {
+            agent,
+            base: format!("{scheme}://{host}"),
+            host: host.to_string(),
+            repo: repo.to_string(),
+            creds: Credentials::find(host),
+            authorization: Mutex::new(None),
+            opts,
+        }
+    }
+
+    pub fn with_credentials(mut self, creds: Option<Credentials>) -> OciClient {
+        self.creds = creds;
+        self
+    }
+
+    pub fn repo(&self) -> &str {
+        &self.repo
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// `host/repo:tag` for messages.
+    pub fn display_ref(&self, tag_or_digest: &str) -> String {
+        let sep = if tag_or_digest.starts_with("sha256:") {
+            '@'
+        } else {
+            ':'
+        };
+        format!("{}/{}{sep}{tag_or_digest}", self.host, self.repo)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v2/{}/{path}", self.base, self.repo)
+    }
+
+    fn scope(&self, push: bool) -> String {
+        if push {
+            format!("repository:{}:pull,push", self.repo)
+        } else {
+            format!("repository:{}:pull", self.repo)
+        }
+    }
+
+    /// One HTTP exchange with the auth handshake (no retries). Errors for any status ≥ 400.
+    fn exchange(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Option<&[u8]>,
+        push: bool,
+    ) -> Result<ureq::Response, OciError> {
+        let mut authz = self
+            .authorization
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default();
+        for round in 0..2 {
+            let mut req = self.agent.request(method, url);
+            for (k, v) in headers {
+                req = req.set(k, v);
+            }
+            if let Some(a) = &authz {
+                req = req.set("Authorization", a);
+            }
+            let res = match body {
+                Some(b) => req.send_bytes(b),
+                None => req.call(),
+            };
+            match res {
+                Ok(r) => return Ok(r),
+                Err(ureq::Error::Status(401, r)) if round == 0 => {
+                    let header = r.header("WWW-Authenticate").unwrap_or_default().to_string();
+                    let ch = auth::parse_challenge(&header).ok_or_else(|| OciError::Auth {
+                        host: self.host.clone(),
+                        message: "the registry answered 401 without a WWW-Authenticate challenge"
+                            .into(),
+                    })?;
+                    let a = self.authorize(&ch, push)?;
+                    if let Ok(mut slot) = self.authorization.lock() {
+                        *slot = Some(a.clone());
+                    }
+                    authz = Some(a);
+                }
+                Err(ureq::Error::Status(code @ (401 | 403), _)) => {
+                    return Err(OciError::Auth {
+                        host: self.host.clone(),
+                        message: self.auth_hint(code),
+                    })
+                }
+                Err(ureq::Error::Status(code, r)) => {
+                    return Err(OciError::Status {
+                        method: method.into(),
+                        url: url.into(),
+                        code,
+                        message: error_message(r),
+                    })
+                }
+                Err(ureq::Error::Transport(t)) => {
+                    return Err(OciError::Transport {
+                        method: method.into(),
+                        url: url.into(),
+                        message: t.to_string(),
+                    })
+                }
+            }
+        }
+        Err(OciError::Auth {
+            host: self.host.clone(),
+            message: self.auth_hint(401),
+        })
+    }
+
+    fn auth_hint(&self, code: u16) -> String {
+        let what = if code == 403 {
+            "access denied (HTTP 403)"
+        } else {
+            "credentials refused (HTTP 401)"
+        };
+        match &self.creds {
+            Some(c) => format!(
+                "{what} with the credentials from {}; check them (hint: KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD or `auths` in a docker config.json)",
+                c.source
+            ),
+            None => format!(
+                "{what}: the registry needs credentials and none were found (hint: set KBUILD_REGISTRY_USER and KBUILD_REGISTRY_PASSWORD, or log in with `docker login`/`oras login` so ~/.docker/config.json has them)"
+            ),
+        }
+    }
+
+    /// The `Authorization` value answering a challenge.
+    fn authorize(&self, ch: &auth::Challenge, push: bool) -> Result<String, OciError> {
+        match ch.scheme.as_str() {
+            "basic" => self
+                .creds
+                .as_ref()
+                .map(Credentials::basic_header)
+                .ok_or_else(|| OciError::Auth {
+                    host: self.host.clone(),
+                    message: self.auth_hint(401),
+                }),
+            "bearer" => {
+                let url = auth::token_url(ch, &self.scope(push)).ok_or_else(|| OciError::Auth {
+                    host: self.host.clone(),
+                    message: "bearer challenge without a realm".into(),
+                })?;
+                let mut req = self.agent.get(&url);
+                if let Some(c) = &self.creds {
+                    req = req.set("Authorization", &c.basic_header());
+                }
+                let resp = req.call().map_err(|e| OciError::Auth {
+                    host: self.host.clone(),
+                    message: match e {
+                        ureq::Error::Status(code, _) => {
+                            format!(
+                                "the token endpoint refused ({code}): {}",
+                                self.auth_hint(code)
+                            )
+                        }
+                        ureq::Error::Transport(t) => format!("token endpoint: {t}"),
+                    },
+                })?;
+                let body = read_all(resp, MAX_DOCUMENT, None).map_err(|e| OciError::Auth {
+                    host: self.host.clone(),
+                    message: format!("reading the token: {e}"),
+                })?;
+                let token = auth::token_from_response(&body).ok_or_else(|| OciError::Auth {
+                    host: self.host.clone(),
+                    message: "the token endpoint's answer has no token".into(),
+                })?;
+                Ok(format!("Bearer {token}"))
+            }
+            other => Err(OciError::Auth {
+                host: self.host.clone(),
+                message: format!("unsupported auth scheme `{other}`"),
+            }),
+        }
+    }
+
+    /// Run `op` with retries and exponential backoff on retryable errors.
+    fn retry<T>(
+        &self,
+        progress: &dyn Progress,
+        mut op: impl FnMut() -> Result<T, OciError>,
+    ) -> Result<T, OciError> {
+        let mut delay = self.opts.backoff;
+        let mut attempt = 0;
+        loop {
+            match op() {
+                Err(e) if e.retryable() && attempt < self.opts.retries => {
+                    attempt += 1;
+                    progress.note(&format!(
+                        "{e}; retrying in {:.1}s ({attempt}/{})",
+                        delay.as_secs_f64(),
+                        self.opts.retries
+                    ));
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(8));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Versions: the repository's tags that are semver versions, ascending.
+    pub fn tags(&self, progress: &dyn Progress) -> Result<Vec<String>, OciError> {
+        let mut tags = Vec::new();
+        let mut next = Some(self.url("tags/list"));
+        while let Some(url) = next.take() {
+            let resp = match self.retry(progress, || self.exchange("GET", &url, &[], None, false)) {
+                Err(OciError::Status { code: 404, .. }) => return Ok(Vec::new()),
+                r => r?,
+            };
+            let link = resp.header("Link").map(str::to_string);
+            #[derive(Deserialize)]
+            struct Tags {
+                #[serde(default)]
+                tags: Option<Vec<String>>,
+            }
+            let body =
+                read_all(resp, MAX_DOCUMENT, None).map_err(|e| self.transport("GET", &url, e))?;
+            let t: Tags = serde_json::from_slice(&body)
+                .map_err(|e| OciError::Invalid(format!("tags/list answer: {e}")))?;
+            tags.extend(t.tags.unwrap_or_default());
+            if let Some(l) = link {
+                // `</v2/repo/tags/list?last=x&n=y>; rel="next"`
+                if let Some(path) = l.split('>').next().and_then(|s| s.strip_prefix('<')) {
+                    next = Some(if path.starts_with("http") {
+                        path.to_string()
+                    } else {
+                        format!("{}{path}", self.base)
+                    });
+                }
+            }
+        }
+        Ok(tags)
+    }
+
+    fn transport(&self, method: &str, url: &str, e: std::io::Error) -> OciError {
+        OciError::Transport {
+            method: method.into(),
+            url: url.into(),
+            message: e.to_string(),
+        }
+    }
+
+    /// A manifest by tag or digest; `None` when there is none.
+    pub fn get_manifest(
+        &self,
+        reference: &str,
+        progress: &dyn Progress,
+    ) -> Result<Option<FetchedManifest>, OciError> {
+        let url = self.url(&format!("manifests/{reference}"));
+        let accept = [(
+            "Accept",
+            format!(
+                "{IMAGE_MANIFEST}, {IMAGE_INDEX}, application/vnd.docker.distribution.manifest.v2+json"
+            ),
+        )];
+        let fetched = self.retry(progress, || {
+            let resp = match self.exchange("GET", &url, &accept, None, false) {
+                Err(OciError::Status { code: 404, .. }) => return Ok(None),
+                r => r?,
+            };
+            let header_digest = resp.header("Docker-Content-Digest").map(str::to_string);
+            let media_type = resp.content_type().to_string();
+            let bytes =
+                read_all(resp, MAX_DOCUMENT, None).map_err(|e| self.transport("GET", &url, e))?;
+            Ok(Some((header_digest, media_type, bytes)))
+        })?;
+        let Some((header_digest, media_type, bytes)) = fetched else {
+            return Ok(None);
+        };
+        let actual = digest::oci_digest(&bytes);
+        let expected = if reference.starts_with("sha256:") {
+            Some(reference.to_string())
+        } else {
+            header_digest
+        };
+        if let Some(expected) = expected {
+            if expected != actual {
+                return Err(OciError::Digest {
+                    what: format!("manifest {}", self.display_ref(reference)),
+                    expected,
+                    actual,
+                });
+            }
+        }
+        Ok(Some(FetchedManifest {
+            digest: actual,
+            bytes,
+            media_type,
+        }))
+    }
+
+    /// A blob, checked against its descriptor's digest and size.
+    pub fn get_blob(
+        &self,
+        desc: &Descriptor,
+        progress: &dyn Progress,
+    ) -> Result<Vec<u8>, OciError> {
+        let url = self.url(&format!("blobs/{}", desc.digest));
+        let label = desc
+            .annotations
+            .get(TARGET_ANNOTATION)
+            .cloned()
+            .unwrap_or_else(|| short(&desc.digest));
+        let bytes = self.retry(progress, || {
+            let resp = match self.exchange("GET", &url, &[], None, false) {
+                Err(OciError::Status { code: 404, .. }) => {
+                    return Err(OciError::NotFound(format!("blob {}", desc.digest)))
+                }
+                r => r?,
+            };
+            progress.begin(&label, desc.size);
+            let r = read_all(resp, desc.size.saturating_add(1), Some(progress));
+            progress.end();
+            r.map_err(|e| self.transport("GET", &url, e))
+        })?;
+        if bytes.len() as u64 != desc.size {
+            return Err(OciError::Digest {
+                what: format!("blob {} (size)", desc.digest),
+                expected: format!("{} bytes", desc.size),
+                actual: format!("{} bytes", bytes.len()),
+            });
+        }
+        let actual = digest::oci_digest(&bytes);
+        if actual != desc.digest {
+            return Err(OciError::Digest {
+                what: format!("blob {label}"),
+                expected: desc.digest.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    fn blob_exists(&self, digest: &str, progress: &dyn Progress) -> Result<bool, OciError> {
+        let url = self.url(&format!("blobs/{digest}"));
+        match self.retry(progress, || self.exchange("HEAD", &url, &[], None, true)) {
+            Ok(_) => Ok(true),
+            Err(OciError::Status { code: 404, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn absolute(&self, location: &str) -> String {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            location.to_string()
+        } else {
+            format!("{}{location}", self.base)
+        }
+    }
+
+    /// Upload a blob unless the registry has it. Returns whether it uploaded.
+    pub fn put_blob(
+        &self,
+        bytes: &[u8],
+        label: &str,
+        progress: &dyn Progress,
+    ) -> Result<bool, OciError> {
+        let digest = digest::oci_digest(bytes);
+        if self.blob_exists(&digest, progress)? {
+            progress.note(&format!(
+                "{label}: the registry has blob {} already, skipped",
+                short(&digest)
+            ));
+            return Ok(false);
+        }
+        let start_url = self.url("blobs/uploads/");
+        self.retry(progress, || {
+            let resp = self.exchange(
+                "POST",
+                &start_url,
+                &[("Content-Length", "0".into())],
+                Some(&[]),
+                true,
+            )?;
+            let mut location = self.absolute(resp.header("Location").ok_or_else(|| {
+                OciError::Invalid("upload start answered without a Location".into())
+            })?);
+            progress.begin(label, bytes.len() as u64);
+            let mut offset = 0usize;
+            let chunk = self.opts.chunk_size.max(1);
+            while offset < bytes.len() {
+                let end = (offset + chunk).min(bytes.len());
+                let headers = [
+                    ("Content-Type", "application/octet-stream".to_string()),
+                    ("Content-Range", format!("{offset}-{}", end - 1)),
+                    ("Content-Length", (end - offset).to_string()),
+                ];
+                let r = self.exchange(
+                    "PATCH",
+                    &location,
+                    &headers,
+                    Some(&bytes[offset..end]),
+                    true,
+                );
+                let r = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        progress.end();
+                        return Err(e);
+                    }
+                };
+                if let Some(l) = r.header("Location") {
+                    location = self.absolute(l);
+                }
+                progress.advance((end - offset) as u64);
+                offset = end;
+            }
+            progress.end();
+            let sep = if location.contains('?') { '&' } else { '?' };
+            let put = format!("{location}{sep}digest={}", auth::url_encode(&digest));
+            self.exchange(
+                "PUT",
+                &put,
+                &[("Content-Length", "0".into())],
+                Some(&[]),
+                true,
+            )?;
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// PUT a manifest under a tag (or its digest). Returns the registry's digest.
+    pub fn put_manifest(
+        &self,
+        reference: &str,
+        bytes: &[u8],
+        progress: &dyn Progress,
+    ) -> Result<String, OciError> {
+        let url = self.url(&format!("manifests/{reference}"));
+        let headers = [("Content-Type", IMAGE_MANIFEST.to_string())];
+        let resp = self.retry(progress, || {
+            self.exchange("PUT", &url, &headers, Some(bytes), true)
+        })?;
+        let ours = digest::oci_digest(bytes);
+        match resp.header("Docker-Content-Digest") {
+            Some(d) if d != ours => Err(OciError::Digest {
+                what: format!("manifest pushed to {}", self.display_ref(reference)),
+                expected: ours,
+                actual: d.to_string(),
+            }),
+            _ => Ok(ours),
+        }
+    }
+
+    /// Push a bundle as version `tag`: blobs first (skipping existing ones), then the manifest.
+    /// An existing tag with the same manifest is a no-op; with another one, an error.
+    pub fn publish(
+        &self,
+        art: &Artifact,
+        tag: &str,
+        progress: &dyn Progress,
+    ) -> Result<PublishOutcome, OciError> {
+        if let Some(existing) = self.get_manifest(tag, progress)? {
+            if existing.digest == art.digest {
+                return Ok(PublishOutcome::AlreadyPublished {
+                    digest: art.digest.clone(),
+                });
+            }
+            return Err(OciError::Invalid(format!(
+                "{} already exists with different content (registry: {}, this bundle: {}); published versions are immutable, so bump the version in Kbuild.toml",
+                self.display_ref(tag),
+                existing.digest,
+                art.digest
+            )));
+        }
+        let (mut uploaded, mut skipped, mut bytes) = (0, 0, 0u64);
+        let mut blobs: Vec<(&[u8], String)> = vec![(&art.config, "manifest.json".to_string())];
+        for (t, b, _) in &art.layers {
+            blobs.push((b, t.clone()));
+        }
+        for (b, label) in blobs {
+            if self.put_blob(b, &label, progress)? {
+                uploaded += 1;
+                bytes += b.len() as u64;
+            } else {
+                skipped += 1;
+            }
+        }
+        let digest = self.put_manifest(tag, &art.manifest, progress)?;
+        Ok(PublishOutcome::Published {
+            digest,
+            uploaded,
+            skipped,
+            bytes,
+        })
+    }
+
+    /// The kbuild signature file attached to the artifact `subject` (an OCI manifest
+    /// digest): through the referrers API where the registry has it, else the
+    /// `sha256-<hex>.sig` tag.
+    pub fn get_signatures(
+        &self,
+        subject: &str,
+        progress: &dyn Progress,
+    ) -> Result<Option<crate::sign::SignatureFile>, OciError> {
+        let referrers = self.url(&format!(
+            "referrers/{subject}?artifactType={}",
+            auth::url_encode(SIGNATURE_ARTIFACT_TYPE)
+        ));
+        let mut sig_manifest = None;
+        match self.exchange(
+            "GET",
+            &referrers,
+            &[("Accept", IMAGE_INDEX.into())],
+            None,
+            false,
+        ) {
+            Ok(resp) => {
+                let body = read_all(resp, MAX_DOCUMENT, None)
+                    .map_err(|e| self.transport("GET", &referrers, e))?;
+                if let Ok(index) = serde_json::from_slice::<Index>(&body) {
+                    if let Some(d) = index
+                        .manifests
+                        .iter()
+                        .find(|d| d.artifact_type.as_deref() == Some(SIGNATURE_ARTIFACT_TYPE))
+                    {
+                        sig_manifest = self.get_manifest(&d.digest, progress)?;
+                    }
+                }
+            }
+            Err(OciError::Status {
+                code: 404 | 400 | 405,
+                ..
+            }) => {}
+            Err(e) => return Err(e),
+        }
+        if sig_manifest.is_none() {
+            sig_manifest = self.get_manifest(&signature_tag(subject)?, progress)?;
+        }
+        let Some(m) = sig_manifest else {
+            return Ok(None);
+        };
+        let im: ImageManifest = serde_json::from_slice(&m.bytes)
+            .map_err(|e| OciError::Invalid(format!("signature manifest: {e}")))?;
+        if im.artifact_type.as_deref() != Some(SIGNATURE_ARTIFACT_TYPE) {
+            return Err(OciError::Invalid(format!(
+                "{} is not a kbuild signature artifact",
+                self.display_ref(&signature_tag(subject)?)
+            )));
+        }
+        let layer = im
+            .layers
+            .first()
+            .ok_or_else(|| OciError::Invalid("signature artifact without a layer".into()))?;
+        let bytes = self.get_blob(layer, progress)?;
+        crate::sign::SignatureFile::from_json(&bytes)
+            .map(Some)
+            .map_err(|e| OciError::Invalid(e.to_string()))
+    }
+
+    /// Attach `sigs` to the artifact `subject` (its manifest bytes' descriptor).
+    pub fn put_signatures(
+        &self,
+        subject: &FetchedManifest,
+        sigs: &crate::sign::SignatureFile,
+        progress: &dyn Progress,
+    ) -> Result<String, OciError> {
+        let body = sigs.to_json();
+        let empty = b"{}".to_vec();
+        self.put_blob(&empty, "empty config", progress)?;
+        self.put_blob(&body, "signatures", progress)?;
+        let m = ImageManifest {
+            schema_version: 2,
+            media_type: Some(IMAGE_MANIFEST.into()),
+            artifact_type: Some(SIGNATURE_ARTIFACT_TYPE.into()),
+            config: Descriptor {
+                media_type: EMPTY_MEDIA_TYPE.into(),
+                digest: digest::oci_digest(&empty),
+                size: 2,
+                artifact_type: None,
+                annotations: BTreeMap::new(),
+            },
+            layers: vec![Descriptor {
+                media_type: SIGNATURE_ARTIFACT_TYPE.into(),
+                digest: digest::oci_digest(&body),
+                size: body.len() as u64,
+                artifact_type: None,
+                annotations: [(TITLE_ANNOTATION.to_string(), "signatures.json".to_string())].into(),
+            }],
+            subject: Some(Descriptor {
+                media_type: IMAGE_MANIFEST.into(),
+                digest: subject.digest.clone(),
+                size: subject.bytes.len() as u64,
+                artifact_type: Some(ARTIFACT_TYPE.into()),
+                annotations: BTreeMap::new(),
+            }),
+            annotations: BTreeMap::new(),
+        };
+        let bytes = serde_json::to_vec(&m).map_err(|e| OciError::Invalid(e.to_string()))?;
+        self.put_manifest(&signature_tag(&subject.digest)?, &bytes, progress)
+    }
+}
+
+/// `sha256-<hex>.sig`, the tag a signature of artifact `digest` lives under.
+pub fn signature_tag(digest: &str) -> Result<String, OciError> {
+    let hex = digest::oci_hex(digest)
+        .ok_or_else(|| OciError::Invalid(format!("`{digest}` is not a sha256 digest")))?;
+    Ok(format!("sha256-{hex}.sig"))
+}
+
+/// A kbuild artifact manifest, checked: artifact type, config type, one layer per target.
+#[derive(Debug, Clone)]
+pub struct KbuildArtifact {
+    pub manifest: ImageManifest,
+    /// target → layer descriptor.
+    pub layers: BTreeMap<String, Descriptor>,
+}
+
+/// Check that a fetched manifest is a kbuild bundle artifact; `reference` names it in errors.
+pub fn parse_kbuild_artifact(
+    fetched: &FetchedManifest,
+    reference: &str,
+) -> Result<KbuildArtifact, OciError> {
+    let not = |found: String| OciError::NotKbuild {
+        reference: reference.to_string(),
+        found,
+    };
+    let v: serde_json::Value = serde_json::from_slice(&fetched.bytes)
+        .map_err(|e| not(format!("its manifest is not JSON ({e})")))?;
+    let media = v
+        .get("mediaType")
+        .and_then(|m| m.as_str())
+        .unwrap_or(fetched.media_type.as_str())
+        .to_string();
+    if media == IMAGE_INDEX || v.get("manifests").is_some() {
+        return Err(not(
+            "it is an image index (a multi-platform image?), not an artifact manifest".into(),
+        ));
+    }
+    let m: ImageManifest = serde_json::from_value(v)
+        .map_err(|e| not(format!("its manifest is not an OCI image manifest ({e})")))?;
+    let art = m.artifact_type.clone().unwrap_or_default();
+    if art != ARTIFACT_TYPE || m.config.media_type != CONFIG_MEDIA_TYPE {
+        return Err(not(format!(
+            "artifactType is `{}` and config mediaType is `{}` (kbuild bundles have `{ARTIFACT_TYPE}` and `{CONFIG_MEDIA_TYPE}`); it was pushed by another tool",
+            if art.is_empty() { "(none)" } else { &art },
+            m.config.media_type
+        )));
+    }
+    let mut layers = BTreeMap::new();
+    for l in &m.layers {
+        let t = l.annotations.get(TARGET_ANNOTATION).ok_or_else(|| {
+            not(format!(
+                "layer {} has no {TARGET_ANNOTATION} annotation",
+                l.digest
+            ))
+        })?;
+        if l.media_type != LAYER_MEDIA_TYPE {
+            return Err(not(format!(
+                "layer for {t} has media type {}",
+                l.media_type
+            )));
+        }
+        if digest::oci_hex(&l.digest).is_none() {
+            return Err(not(format!("layer for {t} has digest `{}`", l.digest)));
+        }
+        if layers.insert(t.clone(), l.clone()).is_some() {
+            return Err(not(format!("two layers for target {t}")));
+        }
+    }
+    Ok(KbuildArtifact {
+        manifest: m,
+        layers,
+    })
+}
+
+fn short(d: &str) -> String {
+    d.trim_start_matches("sha256:").chars().take(12).collect()
+}
+
+/// The `errors[].message` of a distribution error body, or a short excerpt.
+fn error_message(r: ureq::Response) -> String {
+    let body = read_all(r, 64 << 10, None).unwrap_or_default();
+    #[derive(Deserialize)]
+    struct Errs {
+        errors: Vec<Err>,
+    }
+    #[derive(Deserialize)]
+    struct Err {
+        code: Option<String>,
+        message: Option<String>,
+    }
+    if let Ok(e) = serde_json::from_slice::<Errs>(&body) {
+        return e
+            .errors
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}{}",
+                    e.code
+                        .as_deref()
+                        .map(|c| format!("{c}: "))
+                        .unwrap_or_default(),
+                    e.message.as_deref().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    String::from_utf8_lossy(&body).chars().take(200).collect()
+}
+
+/// Read a response body, at most `limit` bytes (more is an error), reporting progress.
+fn read_all(
+    resp: ureq::Response,
+    limit: u64,
+    progress: Option<&dyn Progress>,
+) -> std::io::Result<Vec<u8>> {
+    let mut r = resp.into_reader().take(limit.saturating_add(1));
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if let Some(p) = progress {
+            p.advance(n as u64);
+        }
+        if out.len() as u64 > limit {
+            return Err(std::io::Error::other(format!(
+                "response is larger than the {limit} bytes expected"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_parse_and_refuse_credentials() {
+        assert_eq!(
+            parse_reference("oci://127.0.0.1:5000/a/b").unwrap(),
+            ("127.0.0.1:5000".to_string(), "a/b".to_string())
+        );
+        assert_eq!(
+            parse_reference("oci://host").unwrap(),
+            ("host".to_string(), String::new())
+        );
+        assert!(parse_reference("oci://u:p@host/r").is_err());
+        assert!(parse_reference("oci://host/Upper").is_err());
+        assert!(parse_reference("http://host/r").is_err());
+    }
+
+    #[test]
+    fn artifact_is_deterministic_and_parses_back() {
+        let (m, o) = crate::bundle::tests::sample(&["sm_89", "gfx1100"]);
+        let b = Bundle::from_parts(m, o, None).unwrap();
+        let a = Artifact::from_bundle(&b).unwrap();
+        assert_eq!(a.digest, Artifact::from_bundle(&b).unwrap().digest);
+        let f = FetchedManifest {
+            digest: a.digest.clone(),
+            bytes: a.manifest.clone(),
+            media_type: IMAGE_MANIFEST.into(),
+        };
+        let k = parse_kbuild_artifact(&f, "r").unwrap();
+        assert_eq!(k.layers.len(), 2);
+        assert_eq!(k.manifest.config.digest, b.manifest_digest());
+        assert!(Artifact::from_bundle(&b.restrict(&["sm_89".into()]).unwrap()).is_err());
+        let foreign = FetchedManifest {
+            digest: String::new(),
+            bytes: br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.unknown.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#.to_vec(),
+            media_type: IMAGE_MANIFEST.into(),
+        };
+        let e = parse_kbuild_artifact(&foreign, "h/r:1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is not a kbuild bundle") && e.contains("vnd.unknown.config"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rfc3339_of_epochs() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+}

@@ -1,0 +1,319 @@
+//! `pull`: resolve a version requirement, fetch the manifest and only the layers a device can
+//! run (the caller decides which, from the compat table), verify, check signatures, cache,
+//! and check or produce the lockfile entry.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kbuild_manifest::manifest::Manifest;
+
+use crate::bundle::Bundle;
+use crate::cache::{Cache, CacheError};
+use crate::lock::{self, LockError, LockedPackage};
+use crate::progress::Progress;
+use crate::sign::{SignError, Trust, Verdict};
+use crate::store::{Registry, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Cache(#[from] CacheError),
+    #[error("{0}")]
+    Lock(#[from] LockError),
+    #[error("{0}")]
+    Sign(#[from] SignError),
+    #[error("{0}")]
+    Resolve(String),
+}
+
+/// What `NAME@...` asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Want {
+    /// A semver requirement; a bare full version (`1.2.3`) means exactly that version.
+    Req(semver::VersionReq),
+    /// An artifact digest (`sha256:...`).
+    Digest(String),
+}
+
+/// Parse `NAME[@REQ]`.
+pub fn parse_spec(spec: &str) -> Result<(String, Want), String> {
+    let (name, req) = match spec.split_once('@') {
+        Some((n, r)) => (n, r.trim()),
+        None => (spec, "*"),
+    };
+    crate::dir::check_name(name)?;
+    if req.starts_with("sha256:") {
+        if crate::digest::oci_hex(req).is_none() {
+            return Err(format!("`{req}` is not a sha256 digest (sha256:<64 hex>)"));
+        }
+        return Ok((name.into(), Want::Digest(req.into())));
+    }
+    let req = if semver::Version::parse(req).is_ok() {
+        format!("={req}")
+    } else {
+        req.to_string()
+    };
+    let r = semver::VersionReq::parse(&req)
+        .map_err(|e| format!("`{req}` is not a version requirement: {e}"))?;
+    Ok((name.into(), Want::Req(r)))
+}
+
+/// The lock to honour under `--locked`.
+pub struct Locked<'a> {
+    pub entry: Option<&'a LockedPackage>,
+    pub path: &'a Path,
+}
+
+pub struct PullRequest<'a> {
+    pub registry: &'a Registry,
+    pub cache: &'a Cache,
+    pub name: &'a str,
+    pub want: &'a Want,
+    pub offline: bool,
+    pub locked: Option<Locked<'a>>,
+    pub trust: &'a Trust,
+    pub progress: &'a dyn Progress,
+}
+
+#[derive(Debug)]
+pub struct Pulled {
+    pub bundle: Bundle,
+    pub artifact: String,
+    pub verdict: Verdict,
+    /// Bytes of layers transferred (0 when served from the cache).
+    pub layer_bytes: u64,
+    pub from_cache: bool,
+    /// The lockfile entry for what was pulled.
+    pub lock: LockedPackage,
+}
+
+/// Pull. `select` picks the targets to fetch from the manifest (all of them, or those the
+/// device runs); an `Err` from it is the user-facing reason nothing fits.
+pub fn pull(
+    req: &PullRequest,
+    select: &dyn Fn(&Manifest) -> Result<Vec<String>, String>,
+) -> Result<Pulled, PullError> {
+    let registry = req.registry.describe();
+    if let Some(l) = &req.locked {
+        if l.entry.is_none() {
+            return Err(LockError::Drift {
+                path: l.path.display().to_string(),
+                name: req.name.into(),
+                what: "not in the lockfile".into(),
+            }
+            .into());
+        }
+    }
+    let locked_entry = req.locked.as_ref().and_then(|l| l.entry);
+    if let (Some(e), Want::Req(r)) = (locked_entry, req.want) {
+        let ok = semver::Version::parse(&e.version).is_ok_and(|v| r.matches(&v));
+        if !ok {
+            return Err(drift(
+                req,
+                format!("locked version {} does not satisfy `{r}`", e.version),
+            ));
+        }
+    }
+    if req.offline {
+        return pull_offline(req, &registry, select, locked_entry);
+    }
+    let reference = match (locked_entry, req.want) {
+        (Some(e), Want::Req(_)) => e.version.clone(),
+        (_, Want::Digest(d)) => d.clone(),
+        (None, Want::Req(r)) => {
+            let versions = req.registry.versions(req.name, req.progress)?;
+            versions
+                .iter()
+                .filter_map(|v| semver::Version::parse(v).ok())
+                .filter(|v| r.matches(v))
+                .max()
+                .map(|v| v.to_string())
+                .ok_or_else(|| {
+                    PullError::Resolve(if versions.is_empty() {
+                        format!("{registry} has no versions of {}", req.name)
+                    } else {
+                        format!(
+                            "no version of {} in {registry} matches `{r}` (available: {})",
+                            req.name,
+                            versions.join(", ")
+                        )
+                    })
+                })?
+        }
+    };
+    let resolved = req.registry.resolve(req.name, &reference, req.progress)?;
+    let available = resolved.targets();
+    let targets = select(&resolved.manifest).map_err(PullError::Resolve)?;
+    if let Some(t) = targets.iter().find(|t| !available.contains(t)) {
+        return Err(PullError::Resolve(format!(
+            "{} {} has no objects for target {t}",
+            req.name, resolved.version
+        )));
+    }
+    let entry = LockedPackage {
+        name: req.name.into(),
+        version: resolved.version.clone(),
+        registry: registry.clone(),
+        artifact: resolved.artifact.clone(),
+        manifest: resolved.manifest_digest.clone(),
+        layers: resolved.layer_digests(&targets)?,
+    };
+    if let (Some(l), Some(e)) = (&req.locked, locked_entry) {
+        lock::check(e, &entry, l.path)?;
+    }
+    // Signatures before any object is fetched or cached: a refused bundle leaves nothing.
+    let sigs = if req.trust.policy == crate::sign::Policy::Off {
+        None
+    } else {
+        req.registry.signatures(&resolved, req.progress)?
+    };
+    let verdict = req.trust.check(
+        req.name,
+        &resolved.version,
+        &resolved.manifest_digest,
+        sigs.as_ref(),
+    )?;
+    // Served from the cache when it already holds these targets of this artifact.
+    if let Some(c) = req.cache.get_ref(&registry, req.name, &resolved.version) {
+        let have_all = c.artifact == resolved.artifact
+            && targets
+                .iter()
+                .all(|t| c.layers.get(t) == entry.layers.get(t));
+        if have_all {
+            if let Ok(b) = req.cache.open(&c) {
+                let bundle = b.restrict(&targets).map_err(StoreError::from)?;
+                return Ok(Pulled {
+                    bundle,
+                    artifact: resolved.artifact,
+                    verdict,
+                    layer_bytes: 0,
+                    from_cache: true,
+                    lock: entry,
+                });
+            }
+        }
+    }
+    let (bundle, layer_bytes) = req.registry.fetch(&resolved, &targets, req.progress)?;
+    req.cache.store(
+        &registry,
+        &resolved.artifact,
+        &bundle,
+        &entry.layers,
+        sigs.as_ref(),
+    )?;
+    Ok(Pulled {
+        bundle,
+        artifact: resolved.artifact,
+        verdict,
+        layer_bytes,
+        from_cache: false,
+        lock: entry,
+    })
+}
+
+fn drift(req: &PullRequest, what: String) -> PullError {
+    PullError::Lock(LockError::Drift {
+        path: req
+            .locked
+            .as_ref()
+            .map(|l| l.path.display().to_string())
+            .unwrap_or_default(),
+        name: req.name.into(),
+        what,
+    })
+}
+
+fn pull_offline(
+    req: &PullRequest,
+    registry: &str,
+    select: &dyn Fn(&Manifest) -> Result<Vec<String>, String>,
+    locked: Option<&LockedPackage>,
+) -> Result<Pulled, PullError> {
+    let refs = req.cache.refs(Some(registry), Some(req.name));
+    let pick = refs
+        .iter()
+        .filter(|r| match req.want {
+            Want::Digest(d) => &r.artifact == d,
+            Want::Req(q) => semver::Version::parse(&r.version).is_ok_and(|v| q.matches(&v)),
+        })
+        .filter(|r| locked.is_none_or(|l| l.version == r.version))
+        .max_by_key(|r| semver::Version::parse(&r.version).ok())
+        .ok_or_else(|| {
+            PullError::Resolve(format!(
+                "--offline: no cached version of {} from {registry} matches{} (cached: {}); pull it once online",
+                req.name,
+                match req.want {
+                    Want::Req(q) => format!(" `{q}`"),
+                    Want::Digest(d) => format!(" {d}"),
+                },
+                if refs.is_empty() {
+                    "none".to_string()
+                } else {
+                    refs.iter().map(|r| r.version.clone()).collect::<Vec<_>>().join(", ")
+                }
+            ))
+        })?;
+    let full = req.cache.open(pick)?;
+    let targets = select(full.manifest()).map_err(PullError::Resolve)?;
+    if let Some(t) = targets.iter().find(|t| !pick.layers.contains_key(*t)) {
+        return Err(PullError::Resolve(format!(
+            "--offline: {} {} is cached without target {t} (cached: {}); pull it online for this device",
+            req.name,
+            pick.version,
+            pick.layers.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let layers: BTreeMap<String, String> = targets
+        .iter()
+        .filter_map(|t| pick.layers.get(t).map(|d| (t.clone(), d.clone())))
+        .collect();
+    let entry = LockedPackage {
+        name: req.name.into(),
+        version: pick.version.clone(),
+        registry: registry.into(),
+        artifact: pick.artifact.clone(),
+        manifest: pick.manifest.clone(),
+        layers,
+    };
+    if let (Some(l), Some(e)) = (&req.locked, locked) {
+        lock::check(e, &entry, l.path)?;
+    }
+    let sigs = req.cache.signatures(pick)?;
+    let verdict = req
+        .trust
+        .check(req.name, &pick.version, &pick.manifest, sigs.as_ref())?;
+    let bundle = full.restrict(&targets).map_err(StoreError::from)?;
+    Ok(Pulled {
+        bundle,
+        artifact: pick.artifact.clone(),
+        verdict,
+        layer_bytes: 0,
+        from_cache: true,
+        lock: entry,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs() {
+        assert_eq!(
+            parse_spec("k@1.2.3").unwrap().1,
+            Want::Req(semver::VersionReq::parse("=1.2.3").unwrap())
+        );
+        assert_eq!(
+            parse_spec("k").unwrap().1,
+            Want::Req(semver::VersionReq::STAR)
+        );
+        assert!(matches!(parse_spec("k@^0.1").unwrap().1, Want::Req(_)));
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(parse_spec(&format!("k@{d}")).unwrap().1, Want::Digest(d));
+        assert!(parse_spec("k@sha256:zz").is_err());
+        assert!(parse_spec("../k").is_err());
+        assert!(parse_spec("k@not a req").is_err());
+    }
+}

@@ -1,0 +1,370 @@
+//! One interface over the two backends: a local directory and an OCI registry.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kbuild_manifest::manifest::Manifest;
+
+use crate::archive::{self, Limits};
+use crate::bundle::{Bundle, BundleError};
+use crate::digest;
+use crate::dir::{DirError, DirStore};
+use crate::oci::{self, OciClient, OciError, OciOptions, PublishOutcome};
+use crate::progress::Progress;
+use crate::sign::SignatureFile;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Dir(#[from] DirError),
+    #[error("{0}")]
+    Oci(#[from] OciError),
+    #[error("{0}")]
+    Bundle(#[from] BundleError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0} not found")]
+    NotFound(String),
+}
+
+/// Where bundles are published and pulled from.
+pub enum Registry {
+    Dir(DirStore),
+    /// `oci://HOST[:PORT]/REPO`; with no REPO the repository is the package name.
+    Oci {
+        host: String,
+        repo: Option<String>,
+        opts: OciOptions,
+    },
+}
+
+/// A version found in a registry: its manifest and per-target layer digests, not yet the
+/// objects.
+pub struct Resolved {
+    pub name: String,
+    pub version: String,
+    /// OCI manifest digest, or the bundle file's digest (dir registry).
+    pub artifact: String,
+    pub manifest: Manifest,
+    pub manifest_json: Vec<u8>,
+    pub manifest_digest: String,
+    source: Source,
+}
+
+enum Source {
+    Dir(Bundle),
+    Oci {
+        client: OciClient,
+        fetched: oci::FetchedManifest,
+        layers: BTreeMap<String, oci::Descriptor>,
+    },
+}
+
+impl Resolved {
+    /// Layer digest of each of `targets` (what the lockfile records).
+    pub fn layer_digests(
+        &self,
+        targets: &[String],
+    ) -> Result<BTreeMap<String, String>, StoreError> {
+        let mut out = BTreeMap::new();
+        for t in targets {
+            let d = match &self.source {
+                Source::Dir(b) => digest::oci_digest(&oci::target_layer(b, t)?),
+                Source::Oci { layers, .. } => layers
+                    .get(t)
+                    .map(|d| d.digest.clone())
+                    .ok_or_else(|| StoreError::Invalid(format!("no layer for target {t}")))?,
+            };
+            out.insert(t.clone(), d);
+        }
+        Ok(out)
+    }
+
+    /// Targets the artifact has layers (objects) for.
+    pub fn targets(&self) -> Vec<String> {
+        match &self.source {
+            Source::Dir(b) => b.targets(),
+            Source::Oci { layers, .. } => self
+                .manifest
+                .targets
+                .iter()
+                .filter(|t| layers.contains_key(*t))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+impl Registry {
+    /// Parse `DIR`, `file://DIR` or `oci://HOST[:PORT][/REPO]`.
+    pub fn parse(spec: &str, opts: OciOptions) -> Result<Registry, StoreError> {
+        if spec.starts_with("oci://") {
+            let (host, repo) = oci::parse_reference(spec)?;
+            return Ok(Registry::Oci {
+                host,
+                repo: (!repo.is_empty()).then_some(repo),
+                opts,
+            });
+        }
+        if let Some((scheme, _)) = spec.split_once("://") {
+            if scheme != "file" {
+                return Err(StoreError::Invalid(format!(
+                    "registry `{spec}`: unknown scheme `{scheme}://` (expected a directory, file://DIR or oci://HOST[:PORT]/REPO)"
+                )));
+            }
+        }
+        let path = spec.strip_prefix("file://").unwrap_or(spec);
+        let path = std::path::absolute(Path::new(path)).unwrap_or_else(|_| PathBuf::from(path));
+        Ok(Registry::Dir(DirStore::new(&path)))
+    }
+
+    /// The canonical spelling, as recorded in lockfiles and the cache.
+    pub fn describe(&self) -> String {
+        match self {
+            Registry::Dir(d) => format!("file://{}", d.root().display()),
+            Registry::Oci { host, repo, .. } => match repo {
+                Some(r) => format!("oci://{host}/{r}"),
+                None => format!("oci://{host}"),
+            },
+        }
+    }
+
+    /// A client for the repository holding `name`.
+    pub fn client(&self, name: &str) -> Result<OciClient, StoreError> {
+        match self {
+            Registry::Oci { host, repo, opts } => {
+                crate::dir::check_name(name).map_err(StoreError::Invalid)?;
+                let repo = repo.clone().unwrap_or_else(|| name.to_string());
+                Ok(OciClient::new(host, &repo, opts.clone()))
+            }
+            Registry::Dir(_) => Err(StoreError::Invalid("not an OCI registry".into())),
+        }
+    }
+
+    /// Published versions of `name`, ascending by semver (non-version tags are left out).
+    pub fn versions(&self, name: &str, progress: &dyn Progress) -> Result<Vec<String>, StoreError> {
+        match self {
+            Registry::Dir(d) => Ok(d.versions(name)?),
+            Registry::Oci { .. } => {
+                let tags = self.client(name)?.tags(progress)?;
+                let mut v: Vec<semver::Version> = tags
+                    .iter()
+                    .filter_map(|t| semver::Version::parse(t).ok())
+                    .collect();
+                v.sort();
+                Ok(v.into_iter().map(|v| v.to_string()).collect())
+            }
+        }
+    }
+
+    /// Publish a full bundle (and its signatures, when given).
+    pub fn publish(
+        &self,
+        bundle: &Bundle,
+        bytes: &[u8],
+        sigs: Option<&SignatureFile>,
+        progress: &dyn Progress,
+    ) -> Result<PublishOutcome, StoreError> {
+        match self {
+            Registry::Dir(d) => Ok(d.publish(bundle, bytes, sigs)?),
+            Registry::Oci { .. } => {
+                let client = self.client(bundle.name())?;
+                let art = oci::Artifact::from_bundle(bundle)?;
+                let outcome = client.publish(&art, bundle.version(), progress)?;
+                if let Some(s) = sigs {
+                    let subject = oci::FetchedManifest {
+                        digest: art.digest.clone(),
+                        bytes: art.manifest.clone(),
+                        media_type: oci::IMAGE_MANIFEST.into(),
+                    };
+                    let mut all = client
+                        .get_signatures(&art.digest, progress)?
+                        .unwrap_or_default();
+                    for sig in &s.signatures {
+                        all.add(sig.clone());
+                    }
+                    client.put_signatures(&subject, &all, progress)?;
+                }
+                Ok(outcome)
+            }
+        }
+    }
+
+    /// Find `name` at `reference` (a version, or for OCI a `sha256:` manifest digest) and
+    /// check it is a kbuild bundle of that name.
+    pub fn resolve(
+        &self,
+        name: &str,
+        reference: &str,
+        progress: &dyn Progress,
+    ) -> Result<Resolved, StoreError> {
+        let resolved = match self {
+            Registry::Dir(d) => {
+                let version = if reference.starts_with("sha256:") {
+                    d.versions(name)?
+                        .into_iter()
+                        .find(|v| {
+                            d.read(name, v)
+                                .ok()
+                                .flatten()
+                                .is_some_and(|b| digest::oci_digest(&b) == reference)
+                        })
+                        .ok_or_else(|| {
+                            StoreError::NotFound(format!(
+                                "{name}@{reference} in {}",
+                                self.describe()
+                            ))
+                        })?
+                } else {
+                    reference.to_string()
+                };
+                let bytes = d.read(name, &version)?.ok_or_else(|| {
+                    StoreError::NotFound(format!("{name} {version} in {}", self.describe()))
+                })?;
+                let bundle = Bundle::from_bytes(&bytes, Limits::from_env())?;
+                Resolved {
+                    name: name.into(),
+                    version: bundle.version().into(),
+                    artifact: digest::oci_digest(&bytes),
+                    manifest: bundle.manifest().clone(),
+                    manifest_json: bundle.manifest_json().to_vec(),
+                    manifest_digest: bundle.manifest_digest().into(),
+                    source: Source::Dir(bundle),
+                }
+            }
+            Registry::Oci { .. } => {
+                let client = self.client(name)?;
+                let shown = client.display_ref(reference);
+                let fetched = client
+                    .get_manifest(reference, progress)?
+                    .ok_or_else(|| StoreError::NotFound(shown.clone()))?;
+                let art = oci::parse_kbuild_artifact(&fetched, &shown)?;
+                let config = client.get_blob(&art.manifest.config, progress)?;
+                let manifest = Manifest::from_json(&config).map_err(|e| OciError::NotKbuild {
+                    reference: shown.clone(),
+                    found: format!("its config is not a kbuild manifest ({e})"),
+                })?;
+                for t in art.layers.keys() {
+                    if !manifest.targets.contains(t) {
+                        return Err(StoreError::Invalid(format!(
+                            "{shown}: layer for target {t}, which its manifest does not list"
+                        )));
+                    }
+                }
+                Resolved {
+                    name: name.into(),
+                    version: manifest.package.version.clone(),
+                    artifact: fetched.digest.clone(),
+                    manifest_digest: digest::oci_digest(&config),
+                    manifest,
+                    manifest_json: config,
+                    source: Source::Oci {
+                        client,
+                        fetched,
+                        layers: art.layers,
+                    },
+                }
+            }
+        };
+        if resolved.manifest.package.name != name {
+            return Err(StoreError::Invalid(format!(
+                "{} {reference} holds package `{}`, not `{name}`",
+                self.describe(),
+                resolved.manifest.package.name
+            )));
+        }
+        if !reference.starts_with("sha256:") && resolved.version != reference {
+            return Err(StoreError::Invalid(format!(
+                "{} tag {reference} holds version {}",
+                self.describe(),
+                resolved.version
+            )));
+        }
+        Ok(resolved)
+    }
+
+    /// Fetch the objects of `targets` only, verify them, and return the subset bundle and the
+    /// bytes transferred.
+    pub fn fetch(
+        &self,
+        r: &Resolved,
+        targets: &[String],
+        progress: &dyn Progress,
+    ) -> Result<(Bundle, u64), StoreError> {
+        match &r.source {
+            Source::Dir(b) => Ok((b.restrict(targets)?, 0)),
+            Source::Oci { client, layers, .. } => {
+                let mut objects = BTreeMap::new();
+                let mut bytes = 0u64;
+                for t in targets {
+                    let desc = layers.get(t).ok_or_else(|| {
+                        StoreError::Invalid(format!("{}: no layer for target {t}", r.artifact))
+                    })?;
+                    let blob = client.get_blob(desc, progress)?;
+                    bytes += blob.len() as u64;
+                    let entries = archive::read(&blob, Limits::from_env()).map_err(|e| {
+                        StoreError::Invalid(format!("layer for {t} ({}): {e}", desc.digest))
+                    })?;
+                    for e in entries {
+                        let Some(hex) = e.name.strip_prefix("objects/sha256/") else {
+                            return Err(StoreError::Invalid(format!(
+                                "layer for {t} holds `{}`; kbuild layers hold objects only",
+                                e.name
+                            )));
+                        };
+                        objects.insert(hex.to_string(), e.data);
+                    }
+                }
+                let bundle =
+                    Bundle::from_parts(r.manifest_json.clone(), objects, Some(targets.to_vec()))?;
+                Ok((bundle, bytes))
+            }
+        }
+    }
+
+    /// The signatures of a resolved version, if any.
+    pub fn signatures(
+        &self,
+        r: &Resolved,
+        progress: &dyn Progress,
+    ) -> Result<Option<SignatureFile>, StoreError> {
+        match (&r.source, self) {
+            (Source::Dir(_), Registry::Dir(d)) => Ok(d.signatures(&r.name, &r.version)?),
+            (
+                Source::Oci {
+                    client, fetched, ..
+                },
+                _,
+            ) => Ok(client.get_signatures(&fetched.digest, progress)?),
+            _ => Ok(None),
+        }
+    }
+
+    /// Add signatures to a published version.
+    pub fn add_signatures(
+        &self,
+        r: &Resolved,
+        sigs: &SignatureFile,
+        progress: &dyn Progress,
+    ) -> Result<(), StoreError> {
+        match (&r.source, self) {
+            (Source::Dir(_), Registry::Dir(d)) => Ok(d.add_signatures(&r.name, &r.version, sigs)?),
+            (
+                Source::Oci {
+                    client, fetched, ..
+                },
+                _,
+            ) => {
+                let mut all = client
+                    .get_signatures(&fetched.digest, progress)?
+                    .unwrap_or_default();
+                for s in &sigs.signatures {
+                    all.add(s.clone());
+                }
+                client.put_signatures(fetched, &all, progress)?;
+                Ok(())
+            }
+            _ => Err(StoreError::Invalid("mismatched registry".into())),
+        }
+    }
+}

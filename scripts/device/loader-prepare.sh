@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prepare .device/loader/ for scripts/device/loader-h200.sh (run here, on the build machine):
+# a build dir with sm_80, sm_89, sm_90, sm_90a and compute_90 from CUDA 13.5, the release
+# kbuild binary, the release loader_gpu test binary, the C example and the loader cdylib.
+# .device/ is ignored through .git/info/exclude.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+D=.device/loader
+rm -rf "$D" && mkdir -p "$D"
+cargo build --release -p kbuild --bin kbuild -p kbuild-loader
+bin=$(cargo test --release -p kbuild-tests --test loader_gpu --no-run --message-format=json \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="loader_gpu": print(m["executable"])')
+cp "$bin" "$D/loader_gpu"
+cp target/release/kbuild target/release/libkbuild_loader.so "$D/"
+gcc -O2 -Wall -Wextra -Werror -I loader/include examples/c/explain.c -L target/release -lkbuild_loader -o "$D/explain_c"
+target/release/kbuild --targets sm_80,sm_89,sm_90,sm_90a,compute_90 --out "$D/kb-h200"
+find "$D/kb-h200" -name '*.log' -delete
+du -sh "$D"

@@ -1,0 +1,314 @@
+//! End-to-end tests of the loader's CPU-only flows: `kbuild explain` for simulated devices on
+//! a real build (nvcc and clang-19), `kbuild devices` with and without the HIP runtime, and
+//! the C ABI example built with gcc.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use kbuild_tests::{repo_root, text, Scratch};
+
+/// One build shared by the tests of this file: rmsnorm for the H200 acceptance targets plus
+/// two AMD ones.
+fn build() -> &'static Path {
+    static BUILD: OnceLock<(Scratch, PathBuf)> = OnceLock::new();
+    let (_, out) = BUILD.get_or_init(|| {
+        let s = Scratch::with_repo_kernels("proj");
+        let root = s.path().join("proj").join("kernels");
+        std::fs::write(
+            root.join("Kbuild.toml"),
+            r#"[package]
+name = "loader-e2e"
+version = "0.1.0"
+
+[build]
+targets = ["sm_80", "sm_89", "sm_90", "sm_90a", "compute_90", "gfx1100", "gfx11-generic"]
+include-dirs = ["include"]
+
+[build.flags]
+cuda = ["-O3", "-std=c++17"]
+hip = ["-O3", "-std=c++17"]
+
+[kernels.rmsnorm]
+source = "rmsnorm.cu"
+entries = ["rmsnorm_f32", "rmsnorm_bf16"]
+block-size = 256
+"#,
+        )
+        .expect("write Kbuild.toml");
+        let o = s.kbuild(&root, &["--out", "out"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = root.join("out");
+        (s, out)
+    });
+    out
+}
+
+fn kbuild(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(kbuild_tests::kbuild_bin());
+    c.args(args).env("NO_COLOR", "1").env_remove("KBUILD_DEVICE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("running kbuild")
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}\n{}", text(o)))
+}
+
+fn candidate<'a>(k: &'a serde_json::Value, target: &str) -> &'a serde_json::Value {
+    k["candidates"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["target"] == target))
+        .unwrap_or_else(|| panic!("no candidate {target} in {k:#}"))
+}
+
+#[test]
+fn explain_h200_picks_sm_90a_and_says_why_the_rest_is_refused() {
+    let dir = build().display().to_string();
+    let o = kbuild(
+        &["explain", &dir, "--device", "sm_90", "--driver", "13.0", "--json"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["schema"], "kbuild.explain/v1");
+    assert_eq!(v["device"], "sm_90");
+    let kernels = v["kernels"].as_array().unwrap();
+    assert_eq!(kernels.len(), 1);
+    let k = &kernels[0];
+    assert_eq!(k["kernel"], "rmsnorm");
+    assert!(k["variant"].is_null());
+    assert_eq!(k["selected"]["target"], "sm_90a");
+    assert_eq!(k["selected"]["rule"], "arch_specific");
+    assert_eq!(k["selected"]["path"], "sm_90a/rmsnorm.cubin");
+    assert_eq!(candidate(k, "sm_90")["rule"], "exact");
+    for t in ["sm_80", "sm_89"] {
+        let c = candidate(k, t);
+        assert_eq!(c["accepted"], false);
+        assert_eq!(c["rule"], "other_major");
+        assert!(c["reason"].as_str().unwrap().contains("runs only within major 8"), "{c}");
+    }
+    let ptx = candidate(k, "compute_90");
+    assert_eq!(ptx["rule"], "ptx_isa_too_new");
+    assert!(ptx["reason"].as_str().unwrap().contains("ISA 9.5 > 9.0"), "{ptx}");
+    for t in ["gfx1100", "gfx11-generic"] {
+        assert_eq!(candidate(k, t)["rule"], "other_vendor");
+    }
+    // Key order as the issue writes it.
+    let raw = String::from_utf8_lossy(&o.stdout);
+    assert!(raw.starts_with(r#"{"schema":"kbuild.explain/v1","device":"sm_90""#), "{raw}");
+
+    // The text form says the same.
+    let o = kbuild(&["explain", &dir, "--device", "9.0", "--driver", "13.0"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("rmsnorm: sm_90a (arch_specific"), "{t}");
+    assert!(t.contains("✗ compute_90") && t.contains("ptx_isa_too_new"), "{t}");
+}
+
+#[test]
+fn newer_driver_accepts_the_ptx() {
+    let dir = build().display().to_string();
+    let o = kbuild(&["explain", &dir, "--device", "sm_90", "--driver", "13.5", "--json"], &[]);
+    let v = json(&o);
+    assert_eq!(candidate(&v["kernels"][0], "compute_90")["rule"], "ptx_jit");
+    // On a newer CC the PTX is the only thing that runs.
+    let o = kbuild(&["explain", &dir, "--device", "sm_100", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["kernels"][0]["selected"]["target"], "compute_90");
+    assert_eq!(v["kernels"][0]["selected"]["rule"], "ptx_jit");
+}
+
+#[test]
+fn amd_exact_generic_and_no_generic() {
+    let dir = build().display().to_string();
+    let o = kbuild(&["explain", &dir, "--device", "gfx1100", "--json"], &[]);
+    let v = json(&o);
+    assert_eq!(v["kernels"][0]["selected"]["target"], "gfx1100");
+    assert_eq!(candidate(&v["kernels"][0], "gfx11-generic")["rule"], "amd_generic");
+    // gfx1151 has no exact object: the generic one runs, unless the runtime cannot load it.
+    let o = kbuild(&["explain", &dir, "--device", "gfx1151", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["kernels"][0]["selected"]["target"], "gfx11-generic");
+    assert_eq!(candidate(&v["kernels"][0], "gfx1100")["rule"], "amd_other_processor");
+    let o = kbuild(&["explain", &dir, "--device", "gfx1151", "--no-generic", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = json(&o);
+    assert!(v["kernels"][0]["selected"].is_null());
+    assert_eq!(candidate(&v["kernels"][0], "gfx11-generic")["rule"], "generic_unsupported");
+}
+
+#[test]
+fn no_match_names_device_targets_and_the_build_command() {
+    let dir = build().display().to_string();
+    let o = kbuild(&["explain", &dir, "--device", "gfx1201"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no code object of kernel `rmsnorm` runs on gfx1201"), "{err}");
+    assert!(err.contains("sm_90a") && err.contains("gfx11-generic"), "{err}");
+    assert!(err.contains("kbuild --targets gfx1201"), "{err}");
+    let o = kbuild(&["explain", &dir, "--device", "gfx1201", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let v = json(&o);
+    assert!(v["kernels"][0]["selected"].is_null());
+    assert!(v["kernels"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("kbuild --targets gfx1201"));
+}
+
+#[test]
+fn device_from_the_environment_and_bad_specs() {
+    let dir = build().display().to_string();
+    let o = kbuild(&["explain", &dir, "--json"], &[("KBUILD_DEVICE", "gfx1100")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json(&o)["device"], "gfx1100");
+    // The flag wins over the environment.
+    let o = kbuild(
+        &["explain", &dir, "--device", "sm_89", "--json"],
+        &[("KBUILD_DEVICE", "gfx1100")],
+    );
+    assert_eq!(json(&o)["device"], "sm_89");
+    // A typo is a usage error with a suggestion.
+    let o = kbuild(&["explain", &dir, "--device", "sm89"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"), "{}", text(&o));
+    // --kernel narrows; an unknown kernel says which exist.
+    let o = kbuild(&["explain", &dir, "--device", "sm_90", "--kernel", "softmax"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("it has: rmsnorm"), "{}", text(&o));
+}
+
+#[test]
+fn explain_without_a_gpu_or_device_is_a_clear_error() {
+    let dir = build().display().to_string();
+    let empty = tempfile::tempdir().unwrap();
+    let o = kbuild(
+        &["explain", &dir],
+        &[("KBUILD_HIP_SEARCH", &empty.path().display().to_string())],
+    );
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // a machine with a GPU detects it
+    }
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no GPU found"), "{err}");
+    assert!(err.contains("--device TARGET"), "{err}");
+}
+
+#[test]
+fn devices_reports_the_hip_runtime_and_zero_devices_without_panicking() {
+    let o = kbuild(&["devices", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["schema"], "kbuild.devices/v1");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{}", text(&o));
+    let hip_installed = Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists();
+    if hip_installed {
+        let hip = &v["hip"];
+        assert_eq!(hip["found"], true, "{v:#}");
+        assert!(hip["version"].as_str().unwrap().starts_with("5."), "{v:#}");
+        assert_eq!(hip["devices"].as_array().unwrap().len(), 0, "{v:#}");
+        assert_eq!(hip["message"], "0 devices");
+        assert_eq!(hip["generic_supported"], false);
+    }
+    if !Path::new("/dev/nvidiactl").exists() {
+        assert_eq!(v["cuda"]["found"], false);
+        assert!(v["cuda"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no CUDA driver found"));
+    }
+    let o = kbuild(&["devices"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("hip:"), "{}", text(&o));
+}
+
+#[test]
+fn devices_with_the_hip_search_pointed_at_an_empty_dir_is_not_found() {
+    let empty = tempfile::tempdir().unwrap();
+    let o = kbuild(
+        &["devices", "--json"],
+        &[("KBUILD_HIP_SEARCH", &empty.path().display().to_string())],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["hip"]["found"], false);
+    assert!(v["hip"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("HIP runtime not found"));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+}
+
+/// The cdylib of this workspace, built with the tests' profile.
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "-q", "-p", "kbuild-loader", "--lib"])
+        .current_dir(repo_root());
+    if release {
+        c.arg("--release");
+    }
+    assert!(c.status().expect("cargo build").success());
+    profile_dir
+}
+
+#[test]
+fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
+    let dir = build().display().to_string();
+    let libdir = cdylib();
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("explain");
+    let root = repo_root();
+    let o = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("loader/include"))
+        .arg(root.join("examples/c/explain.c"))
+        .arg("-L")
+        .arg(&libdir)
+        .args(["-lkbuild_loader", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o));
+    let run = |args: &[&str]| {
+        Command::new(&exe)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &libdir)
+            .output()
+            .expect("running the example")
+    };
+    let o = run(&[&dir, "sm_90"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("rmsnorm on sm_90: sm_90a"), "{out}");
+    assert!(out.contains("not loaded: device sm_90 is simulated"), "{out}");
+    let o = run(&[&dir, "gfx1100", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let first = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert_eq!(v["kernels"][0]["selected"]["target"], "gfx1100");
+    // No match: the example exits 1 and prints the loader's message.
+    let o = run(&[&dir, "gfx1201"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("kbuild --targets gfx1201"));
+    // Errors come back through kbuild_last_error.
+    let o = run(&["/nonexistent", "sm_90"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reading the manifest"), "{}", text(&o));
+    let o = run(&[&dir, "sm89"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"), "{}", text(&o));
+}

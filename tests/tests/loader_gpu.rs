@@ -1,0 +1,518 @@
+//! The loader on a real NVIDIA GPU (the H200 of scripts/device/loader-h200.sh): detection,
+//! explain, what the driver really accepts, rmsnorm parity with a CPU reference, attributes vs
+//! manifest, graph capture, a swapped and a stale artifact, and the load benchmark.
+//!
+//! `#[ignore]`d: it needs a GPU and a build directory with sm_80, sm_89, sm_90, sm_90a and
+//! compute_90 objects built with CUDA 13.5 (`KBUILD_GPU_BUILD=DIR`). Every step runs and
+//! reports even when an earlier one failed; the test fails at the end if any did.
+
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kbuild_loader::cudarc::driver::{result, sys};
+use kbuild_loader::detect::{self, DeviceOptions};
+use kbuild_loader::explain::explain_text;
+use kbuild_loader::{DevicePtr, Gpu, LaunchConfig, Loader, LoaderError, Stream};
+use kbuild_manifest::compat::{judge, Device, Rule};
+use kbuild_manifest::manifest::Manifest;
+
+type Step = Result<String, String>;
+
+struct Report {
+    rows: Vec<(String, bool, String)>,
+}
+
+impl Report {
+    fn step(&mut self, name: &str, f: impl FnOnce() -> Step) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|_| Err("panicked".into()));
+        let (ok, text) = match r {
+            Ok(t) => (true, t),
+            Err(t) => (false, t),
+        };
+        println!("\n=== {name}: {}\n{text}", if ok { "PASS" } else { "FAIL" });
+        self.rows.push((name.to_string(), ok, text));
+    }
+}
+
+fn e<E: std::fmt::Display>(x: E) -> String {
+    x.to_string()
+}
+
+fn build_dir() -> PathBuf {
+    PathBuf::from(std::env::var("KBUILD_GPU_BUILD").unwrap_or_else(|_| ".device/kb-h200".into()))
+}
+
+/// Deterministic inputs (xorshift), never zeros.
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn rmsnorm_ref(x: &[f32], w: &[f32], rows: usize, cols: usize, eps: f32) -> Vec<f64> {
+    let mut y = vec![0f64; rows * cols];
+    for r in 0..rows {
+        let xr = &x[r * cols..(r + 1) * cols];
+        let ss: f64 = xr.iter().map(|v| f64::from(*v) * f64::from(*v)).sum();
+        let inv = 1.0 / (ss / cols as f64 + f64::from(eps)).sqrt();
+        for c in 0..cols {
+            y[r * cols + c] = f64::from(xr[c]) * inv * f64::from(w[c]);
+        }
+    }
+    y
+}
+
+fn rel_l2(got: &[f32], want: &[f64]) -> f64 {
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (g, w) in got.iter().zip(want) {
+        let g = f64::from(*g);
+        if !g.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (g - w) * (g - w);
+        den += w * w;
+    }
+    (num / den).sqrt()
+}
+
+/// Device buffers for one rmsnorm problem; freed on drop.
+struct Problem {
+    rows: usize,
+    cols: usize,
+    eps: f32,
+    x: sys::CUdeviceptr,
+    w: sys::CUdeviceptr,
+    y: sys::CUdeviceptr,
+    want: Vec<f64>,
+}
+
+impl Problem {
+    fn new(rows: usize, cols: usize, seed: u64) -> Result<Problem, String> {
+        let x = random(rows * cols, seed);
+        let w = random(cols, seed ^ 0x9e37_79b9);
+        let eps = 1e-6;
+        let want = rmsnorm_ref(&x, &w, rows, cols, eps);
+        // SAFETY: plain allocations and copies of the sizes given.
+        unsafe {
+            let dx = result::malloc_sync(x.len() * 4).map_err(e)?;
+            let dw = result::malloc_sync(w.len() * 4).map_err(e)?;
+            let dy = result::malloc_sync(x.len() * 4).map_err(e)?;
+            result::memcpy_htod_sync(dx, &x).map_err(e)?;
+            result::memcpy_htod_sync(dw, &w).map_err(e)?;
+            Ok(Problem {
+                rows,
+                cols,
+                eps,
+                x: dx,
+                w: dw,
+                y: dy,
+                want,
+            })
+        }
+    }
+
+    /// Fill y with NaN so an unwritten element fails the check.
+    fn poison(&self) -> Result<(), String> {
+        let nan = vec![f32::NAN; self.rows * self.cols];
+        // SAFETY: y holds rows*cols floats.
+        unsafe { result::memcpy_htod_sync(self.y, &nan) }.map_err(e)
+    }
+
+    fn args(&self) -> (DevicePtr, DevicePtr, DevicePtr, i32, i32, f32) {
+        (
+            DevicePtr(self.x),
+            DevicePtr(self.w),
+            DevicePtr(self.y),
+            self.rows as i32,
+            self.cols as i32,
+            self.eps,
+        )
+    }
+
+    fn check(&self) -> Result<String, String> {
+        result::ctx::synchronize().map_err(e)?;
+        let mut got = vec![0f32; self.rows * self.cols];
+        // SAFETY: y holds rows*cols floats.
+        unsafe { result::memcpy_dtoh_sync(&mut got, self.y) }.map_err(e)?;
+        let unwritten = got.iter().filter(|v| v.is_nan()).count();
+        let err = rel_l2(&got, &self.want);
+        let text = format!(
+            "rows {} cols {}: ‖y−ref‖/‖ref‖ = {err:.3e} (fp64 CPU reference), unwritten {unwritten}",
+            self.rows, self.cols
+        );
+        if unwritten == 0 && err < 1e-5 {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    }
+}
+
+impl Drop for Problem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new, freed once.
+        unsafe {
+            let _ = result::free_sync(self.x);
+            let _ = result::free_sync(self.w);
+            let _ = result::free_sync(self.y);
+        }
+    }
+}
+
+/// What the driver itself says about each object (cuModuleLoadData), next to the table.
+fn driver_truth(dir: &Path, gpu: &Gpu) -> Step {
+    let data = std::fs::read(dir.join("manifest.json")).map_err(e)?;
+    let m = Manifest::from_json(&data).map_err(e)?;
+    let device = gpu.device().device;
+    let mut out = String::new();
+    let mut agree = true;
+    let cuda = gpu.cuda().ok_or("not a CUDA device")?;
+    for o in m.objects.iter().filter(|o| o.kernel == "rmsnorm") {
+        let t = o.target.parse().map_err(e)?;
+        let v = judge(&t, kbuild_loader::select::ptx_isa(o), &device);
+        let bytes = std::fs::read(dir.join(&o.path)).map_err(e)?;
+        let driver = cuda.load(&bytes, o.format == "ptx");
+        let loaded = driver.is_ok();
+        agree &= loaded == v.accepted;
+        out.push_str(&format!(
+            "{:<11} table: {:<5} {:<16} driver: {}\n",
+            o.target,
+            if v.accepted { "runs" } else { "no" },
+            v.rule.as_str(),
+            match &driver {
+                Ok(_) => "loaded".to_string(),
+                Err(err) => err.to_string(),
+            }
+        ));
+    }
+    if agree {
+        Ok(out)
+    } else {
+        Err(format!("the compat table and the driver disagree:\n{out}"))
+    }
+}
+
+fn copy_build(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(e)?;
+    for entry in std::fs::read_dir(from).map_err(e)? {
+        let entry = entry.map_err(e)?;
+        let p = entry.path();
+        if p.is_dir() {
+            copy_build(&p, &to.join(entry.file_name()))?;
+        } else {
+            std::fs::copy(&p, to.join(entry.file_name())).map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and KBUILD_GPU_BUILD (scripts/device/loader-h200.sh)"]
+fn loader_on_h200() {
+    let dir = build_dir();
+    let mut rep = Report { rows: Vec::new() };
+    let mut gpu: Option<Gpu> = None;
+
+    rep.step("detect", || {
+        let d = detect::detect();
+        let text = kbuild_loader::explain::devices_text(&d);
+        let g = Gpu::open(&DeviceOptions::default()).map_err(e)?;
+        let desc = g.device().describe();
+        let ok = matches!(g.device().device, Device::Cuda { .. });
+        gpu = Some(g);
+        if ok {
+            Ok(format!("{text}selected: {desc}"))
+        } else {
+            Err(format!("{text}selected: {desc} (not CUDA)"))
+        }
+    });
+    let Some(gpu) = gpu else {
+        panic!("no GPU: nothing else can run");
+    };
+
+    rep.step("explain (auto-detected device)", || {
+        let loader = Loader::open(&dir, &gpu).map_err(e)?;
+        let sel = loader
+            .selection()
+            .clone()
+            .only_kernel("rmsnorm")
+            .map_err(e)?;
+        let text = explain_text(&sel, gpu.device(), &dir.display().to_string());
+        let k = &sel.kernels[0];
+        let rule = |t: &str| {
+            k.candidates
+                .iter()
+                .find(|c| c.target == t)
+                .and_then(|c| c.rule)
+        };
+        let reason = |t: &str| {
+            k.candidates
+                .iter()
+                .find(|c| c.target == t)
+                .map(|c| c.reason.clone())
+                .unwrap_or_default()
+        };
+        let ok = k.selected().map(|c| c.target.as_str()) == Some("sm_90a")
+            && rule("sm_80") == Some(Rule::OtherMajor)
+            && rule("sm_89") == Some(Rule::OtherMajor)
+            && rule("compute_90") == Some(Rule::PtxIsaTooNew)
+            && reason("compute_90").contains("ISA 9.5 > 9.0");
+        if ok {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    });
+
+    rep.step(
+        "compat table vs the driver (cuModuleLoadData of every rmsnorm object)",
+        || driver_truth(&dir, &gpu),
+    );
+
+    rep.step("load rmsnorm_f32 + attributes vs manifest", || {
+        let loader = Loader::open(&dir, &gpu).map_err(e)?;
+        let mut out = String::new();
+        for (target_dir, label) in [(dir.clone(), "selected")] {
+            let l = Loader::open(&target_dir, &gpu).map_err(e)?;
+            let f = l.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
+            out.push_str(&format!("{label}: {} ({})\n", f.record().target, f.record().path));
+            for c in f.attribute_checks() {
+                out.push_str(&format!(
+                    "  {:<14} loaded {:>5}  manifest {:<18} {}\n",
+                    c.field, c.loaded, c.manifest, c.note
+                ));
+            }
+        }
+        // Raw driver figures of the plain sm_90 object too (the 1 KiB reservation question).
+        let m = loader.package().manifest().map_err(e)?;
+        for o in m.objects.iter().filter(|o| o.kernel == "rmsnorm" && o.format == "cubin") {
+            if !o.target.starts_with("sm_90") {
+                continue;
+            }
+            let bytes = std::fs::read(dir.join(&o.path)).map_err(e)?;
+            let module = gpu.cuda().ok_or("no cuda")?.load(&bytes, false).map_err(e)?;
+            let f = module.function("rmsnorm_f32").map_err(e)?;
+            // SAFETY: f belongs to the live module.
+            let a = unsafe { kbuild_loader::cuda::attributes(f) }.map_err(e)?;
+            out.push_str(&format!(
+                "  driver {}: NUM_REGS {} SHARED_SIZE_BYTES {} LOCAL_SIZE_BYTES {} CONST_SIZE_BYTES {} MAX_THREADS {}\n",
+                o.target, a.registers, a.shared_bytes, a.local_bytes, a.const_bytes, a.max_threads
+            ));
+            if let Some(kbuild_manifest::resources::Resources::Cuda(r)) = o.resources.get("rmsnorm_f32") {
+                out.push_str(&format!(
+                    "  manifest {}: registers {} lds_bytes {} reserved_shared_bytes {} scratch_bytes {} const_bytes {}\n",
+                    o.target, r.registers, r.lds_bytes, r.reserved_shared_bytes, r.scratch_bytes, r.const_bytes
+                ));
+            }
+        }
+        Ok(out)
+    });
+
+    rep.step("rmsnorm launch vs CPU reference", || {
+        let loader = Loader::open(&dir, &gpu).map_err(e)?;
+        let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
+        let mut out = String::new();
+        for (rows, cols, seed) in [(512usize, 4096usize, 1u64), (33, 1000, 2), (1, 7, 3)] {
+            let p = Problem::new(rows, cols, seed)?;
+            p.poison()?;
+            let cfg = LaunchConfig::linear(rows as u32, 256);
+            // SAFETY: (x, w, y, rows, cols, eps) is rmsnorm_f32's signature; buffers sized.
+            unsafe { f.launch(&cfg, &p.args()) }.map_err(e)?;
+            out.push_str(&p.check()?);
+            out.push('\n');
+        }
+        // The launch bound from the manifest is enforced before the driver sees the launch.
+        let p = Problem::new(2, 64, 4)?;
+        // SAFETY: as above; the launch is refused before it reaches the driver.
+        let refused = unsafe { f.launch(&LaunchConfig::linear(2, 512), &p.args()) };
+        match refused {
+            Err(LoaderError::Launch { what, .. }) => {
+                out.push_str(&format!("block 512 refused: {what}\n"))
+            }
+            other => return Err(format!("{out}block 512 was not refused: {other:?}")),
+        }
+        Ok(out)
+    });
+
+    rep.step("CUDA graph capture passes through", || {
+        let loader = Loader::open(&dir, &gpu).map_err(e)?;
+        let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
+        let p = Problem::new(256, 2048, 5)?;
+        p.poison()?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(e)?;
+        // SAFETY: stream created above; launches recorded, then replayed once.
+        unsafe {
+            result::stream::begin_capture(
+                stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+            .map_err(e)?;
+            let cfg = LaunchConfig::linear(256, 256).on(Stream::from_raw(stream.cast()));
+            let launched = f.launch(&cfg, &p.args());
+            let graph = result::stream::end_capture(stream).map_err(e)?;
+            launched.map_err(e)?;
+            let exec =
+                result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)).map_err(e)?;
+            result::graph::launch(exec, stream).map_err(e)?;
+            result::stream::synchronize(stream).map_err(e)?;
+            let _ = result::graph::exec_destroy(exec);
+            let _ = result::graph::destroy(graph);
+            let _ = result::stream::destroy(stream);
+        }
+        p.check()
+            .map(|t| format!("captured 1 launch, replayed the graph: {t}"))
+    });
+
+    rep.step("swapped object is caught (sha256 before load)", || {
+        let tmp = tempfile::tempdir().map_err(e)?;
+        copy_build(&dir, tmp.path())?;
+        let sel = tmp.path().join("sm_90a/rmsnorm.cubin");
+        std::fs::copy(tmp.path().join("sm_90/rmsnorm.cubin"), &sel).map_err(e)?;
+        let loader = Loader::open(tmp.path(), &gpu).map_err(e)?;
+        match loader.function("rmsnorm", None, "rmsnorm_f32") {
+            Err(err @ LoaderError::Sha256Mismatch { .. }) => Ok(err.to_string()),
+            other => Err(format!("not caught: {other:?}")),
+        }
+    });
+
+    rep.step("stale manifest is caught (attributes after load)", || {
+        let tmp = tempfile::tempdir().map_err(e)?;
+        copy_build(&dir, tmp.path())?;
+        let mpath = tmp.path().join("manifest.json");
+        let mut m = Manifest::from_json(&std::fs::read(&mpath).map_err(e)?).map_err(e)?;
+        for o in m
+            .objects
+            .iter_mut()
+            .filter(|o| o.kernel == "rmsnorm" && o.target == "sm_90a")
+        {
+            if let Some(kbuild_manifest::resources::Resources::Cuda(r)) =
+                o.resources.get_mut("rmsnorm_f32")
+            {
+                r.registers += 8;
+            }
+        }
+        std::fs::write(&mpath, m.to_json()).map_err(e)?;
+        let loader = Loader::open(tmp.path(), &gpu).map_err(e)?;
+        match loader.function("rmsnorm", None, "rmsnorm_f32") {
+            Err(err @ LoaderError::AttributeMismatch { .. }) => Ok(err.to_string()),
+            other => Err(format!("not caught: {other:?}")),
+        }
+    });
+
+    rep.step(
+        "benchmark: open+select+verify+load vs raw cuModuleLoadData",
+        || bench(&dir, &gpu),
+    );
+
+    println!("\n| step | result |\n|---|---|");
+    for (name, ok, _) in &rep.rows {
+        println!("| {name} | {} |", if *ok { "PASS" } else { "FAIL" });
+    }
+    let failed: Vec<&str> = rep
+        .rows
+        .iter()
+        .filter(|r| !r.1)
+        .map(|r| r.0.as_str())
+        .collect();
+    assert!(failed.is_empty(), "failed steps: {failed:?}");
+}
+
+fn bench(dir: &Path, gpu: &Gpu) -> Step {
+    const WARMUP: usize = 30;
+    const N: usize = 300;
+    let cubin = {
+        let l = Loader::open(dir, gpu).map_err(e)?;
+        let c = l
+            .selection()
+            .require(l.selection().kernel("rmsnorm", None).map_err(e)?)
+            .map_err(e)?;
+        std::fs::read(dir.join(&c.path)).map_err(e)?
+    };
+    let name = CString::new("rmsnorm_f32").map_err(e)?;
+    gpu.cuda()
+        .ok_or("no cuda")?
+        .context()
+        .bind_to_thread()
+        .map_err(e)?;
+    let raw_once = || -> Result<f64, String> {
+        let t = Instant::now();
+        // SAFETY: a complete cubin; the module is unloaded right after.
+        unsafe {
+            let m = result::module::load_data(cubin.as_ptr().cast::<c_void>()).map_err(e)?;
+            let f = result::module::get_function(m, name.clone()).map_err(e)?;
+            std::hint::black_box(f);
+            let dt = t.elapsed().as_secs_f64();
+            result::module::unload(m).map_err(e)?;
+            Ok(dt)
+        }
+    };
+    let mut parts = [Vec::new(), Vec::new()];
+    let ours_once = |parts: &mut [Vec<f64>; 2]| -> Result<f64, String> {
+        let t = Instant::now();
+        let loader = Loader::open(dir, gpu).map_err(e)?;
+        let t_open = t.elapsed().as_secs_f64();
+        let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
+        let dt = t.elapsed().as_secs_f64();
+        std::hint::black_box(&f);
+        parts[0].push(t_open);
+        parts[1].push(dt - t_open);
+        drop(f);
+        drop(loader);
+        Ok(dt)
+    };
+    for _ in 0..WARMUP {
+        raw_once()?;
+        ours_once(&mut parts)?;
+    }
+    parts = [Vec::new(), Vec::new()];
+    let (mut raw, mut ours) = (Vec::with_capacity(N), Vec::with_capacity(N));
+    for _ in 0..N {
+        raw.push(raw_once()?);
+        ours.push(ours_once(&mut parts)?);
+    }
+    let (mr, mo) = (median(&mut raw), median(&mut ours));
+    let m_open = median(&mut parts[0]);
+    let m_load = median(&mut parts[1]);
+    let ratio = mo / mr;
+    let us = |s: f64| s * 1e6;
+    let text = format!(
+        "| path (rmsnorm_f32, {} B cubin, {N} interleaved runs after {WARMUP} warm-up) | median µs | p10 µs | p90 µs |\n|---|---|---|---|\n\
+         | raw cuModuleLoadData + cuModuleGetFunction (bytes in memory) | {:.1} | {:.1} | {:.1} |\n\
+         | kbuild-loader: open dir + parse manifest + select | {:.1} | | |\n\
+         | kbuild-loader: read + sha256 + load + get function + attributes | {:.1} | | |\n\
+         | kbuild-loader total | {:.1} | {:.1} | {:.1} |\n\
+         ratio (median kbuild-loader / median raw) = {ratio:.3} (goal ≤ 1.2)",
+        cubin.len(),
+        us(mr),
+        us(pct(&raw, 0.1)),
+        us(pct(&raw, 0.9)),
+        us(m_open),
+        us(m_load),
+        us(mo),
+        us(pct(&ours, 0.1)),
+        us(pct(&ours, 0.9)),
+    );
+    if ratio <= 1.2 {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
