@@ -41,6 +41,15 @@ pub fn kbuild_bin() -> &'static Path {
     })
 }
 
+/// The cache for tests of the whole default build: `KBUILD_CACHE_DIR` when the test run has
+/// one (CI sets it, so its main job and baseline check warm it), else `<repo>/target/kbuild-cache`.
+pub fn shared_cache() -> PathBuf {
+    match std::env::var_os("KBUILD_CACHE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => repo_root().join("target/kbuild-cache"),
+    }
+}
+
 /// A scratch copy of a project: its own directory, cache and counting launcher.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -71,6 +80,15 @@ impl Scratch {
             count_file,
             launcher,
         }
+    }
+
+    /// Like [`Scratch::with_repo_kernels`], but with the cache shared by every test that builds
+    /// the project's whole default target set (see [`shared_cache`]): the cache is
+    /// content-addressed, so sharing it is safe, and it spares CI the same 450 compiles twice.
+    pub fn with_repo_kernels_shared_cache(name: &str) -> Scratch {
+        let mut s = Scratch::with_repo_kernels(name);
+        s.cache = shared_cache();
+        s
     }
 
     /// A scratch area holding a copy of the repository's `kernels/` at `<dir>/<name>/kernels`.

@@ -301,7 +301,7 @@ fn check_ptx(path: &Path, resources: &Value, checked: &mut usize) {
 
 #[test]
 fn every_object_of_a_default_build_matches_the_vendor_tools() {
-    let s = Scratch::with_repo_kernels("repo");
+    let s = Scratch::with_repo_kernels_shared_cache("repo");
     let probes = s.path().join("probes");
     kbuild_tests::copy_dir(
         &kbuild_tests::repo_root().join("tests/fixtures/probes"),
