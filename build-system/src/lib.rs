@@ -19,4 +19,5 @@ pub mod git;
 pub mod inspect;
 pub mod plan;
 pub mod registry_cmd;
+pub mod run_cmd;
 pub mod toolchain;

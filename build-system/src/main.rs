@@ -79,6 +79,9 @@ enum Command {
     Keygen(kbuild::registry_cmd::KeygenArgs),
     /// Sign a bundle file or a published version.
     Sign(kbuild::registry_cmd::SignArgs),
+    /// Run a workload over the project's kernels through the loader (`kbuild run gdn`).
+    #[command(subcommand)]
+    Run(kbuild::run_cmd::RunCommand),
     /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
     /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
     Inspect {
@@ -238,6 +241,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Ls(args)) => kbuild::registry_cmd::run_ls(args),
         Some(Command::Keygen(args)) => kbuild::registry_cmd::run_keygen(args),
         Some(Command::Sign(args)) => kbuild::registry_cmd::run_sign(args),
+        Some(Command::Run(cmd)) => kbuild::run_cmd::run(cmd),
         Some(Command::Diff {
             old,
             new,

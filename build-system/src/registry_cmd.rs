@@ -518,12 +518,10 @@ pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
         let p = dir.join(pulled.bundle.file_name());
         fsutil::write_if_changed(&p, &pulled.bundle.to_bytes()?)
             .with_context(|| format!("writing {}", p.display()))?;
-        if let Some(r) = cache.get_ref(&registry.describe(), &name, pulled.bundle.version()) {
-            if let Some(s) = cache.signatures(&r)? {
-                let sp = kbuild_registry::signature_path(&p);
-                fsutil::write_if_changed(&sp, &s.to_json())
-                    .with_context(|| format!("writing {}", sp.display()))?;
-            }
+        if let Some(s) = &pulled.signatures {
+            let sp = kbuild_registry::signature_path(&p);
+            fsutil::write_if_changed(&sp, &s.to_json())
+                .with_context(|| format!("writing {}", sp.display()))?;
         }
         out_file = Some(p);
     }

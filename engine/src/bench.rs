@@ -71,7 +71,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Replay `graph` `warmup + iters` times; µs of each timed replay.
-fn time_graph(e: &GdnEngine, graph: &crate::device::Graph, opts: &BenchOptions) -> Result<Vec<f64>> {
+fn time_graph(
+    e: &GdnEngine,
+    graph: &crate::device::Graph,
+    opts: &BenchOptions,
+) -> Result<Vec<f64>> {
     let (start, end) = (e.cuda().event()?, e.cuda().event()?);
     let mut out = Vec::with_capacity(opts.iters);
     for i in 0..opts.warmup + opts.iters {
@@ -87,7 +91,11 @@ fn time_graph(e: &GdnEngine, graph: &crate::device::Graph, opts: &BenchOptions) 
 }
 
 /// Run the benchmark on seeded inputs.
-pub fn run(e: &mut GdnEngine, opts: &BenchOptions, progress: &mut dyn FnMut(&Row)) -> Result<BenchReport> {
+pub fn run(
+    e: &mut GdnEngine,
+    opts: &BenchOptions,
+    progress: &mut dyn FnMut(&Row),
+) -> Result<BenchReport> {
     let g = *e.geometry();
     let inputs = Inputs::seeded(g, opts.seed);
     e.load_inputs(&inputs)?;
@@ -111,7 +119,12 @@ pub fn run(e: &mut GdnEngine, opts: &BenchOptions, progress: &mut dyn FnMut(&Row
     let copy_us = median(time_graph(e, &copy_graph, opts)?);
     let copy_gbps = 2.0 * state_bytes as f64 / (copy_us * 1e3);
     let mut rows = Vec::new();
-    let mut add = |op: String, tokens: usize, times: Vec<f64>, bytes: u64, launches: usize, rows: &mut Vec<Row>| {
+    let mut add = |op: String,
+                   tokens: usize,
+                   times: Vec<f64>,
+                   bytes: u64,
+                   launches: usize,
+                   rows: &mut Vec<Row>| {
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
         let med = median(times);
         let gbps = bytes as f64 / (med * 1e3);
@@ -128,24 +141,51 @@ pub fn run(e: &mut GdnEngine, opts: &BenchOptions, progress: &mut dyn FnMut(&Row
         progress(&row);
         rows.push(row);
     };
-    add("d2d copy".into(), 0, time_graph(e, &copy_graph, opts)?, 2 * state_bytes, 1, &mut rows);
+    add(
+        "d2d copy".into(),
+        0,
+        time_graph(e, &copy_graph, opts)?,
+        2 * state_bytes,
+        1,
+        &mut rows,
+    );
     drop(copy_graph);
     drop(copy_dst);
 
     for &t in &opts.tokens {
-        for (path, name, per_layer) in [(Path::Unfused, "forward unfused", 4), (Path::Fused, "forward fused", 1)] {
+        for (path, name, per_layer) in [
+            (Path::Unfused, "forward unfused", 4),
+            (Path::Fused, "forward fused", 1),
+        ] {
             let graph = e.capture(|e| e.launch_forward(t, path))?;
             let times = time_graph(e, &graph, opts)?;
-            add(name.into(), t, times, state_bytes, per_layer * g.layers, &mut rows);
+            add(
+                name.into(),
+                t,
+                times,
+                state_bytes,
+                per_layer * g.layers,
+                &mut rows,
+            );
         }
     }
     // Commits replay over the window's scratch: fill it once.
     e.launch_forward(g.window, Path::Fused)?;
     for &n_commit in &opts.commits {
-        for (mode, name, launches) in [(CommitMode::PerLayer, "commit per-layer", g.layers), (CommitMode::Batched, "commit batched", 1)] {
+        for (mode, name, launches) in [
+            (CommitMode::PerLayer, "commit per-layer", g.layers),
+            (CommitMode::Batched, "commit batched", 1),
+        ] {
             let graph = e.capture(|e| e.launch_commit(n_commit, mode))?;
             let times = time_graph(e, &graph, opts)?;
-            add(name.into(), n_commit, times, 2 * state_bytes, launches, &mut rows);
+            add(
+                name.into(),
+                n_commit,
+                times,
+                2 * state_bytes,
+                launches,
+                &mut rows,
+            );
         }
     }
     e.cuda().sync()?;

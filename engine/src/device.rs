@@ -54,7 +54,9 @@ impl Cuda {
     }
 
     fn bind(&self) -> Result<()> {
-        self.ctx.bind_to_thread().map_err(cuda_err("cuCtxSetCurrent"))
+        self.ctx
+            .bind_to_thread()
+            .map_err(cuda_err("cuCtxSetCurrent"))
     }
 
     /// The stream kernels are launched on (for [`kbuild_loader::LaunchConfig::on`]).
@@ -120,7 +122,14 @@ impl Cuda {
 
     /// Device-to-device copy of `elements` f32 from `src[src_off..]` to `dst[dst_off..]`, on
     /// the stream.
-    pub fn copy(&self, dst: &Buffer, dst_off: usize, src: &Buffer, src_off: usize, elements: usize) -> Result<()> {
+    pub fn copy(
+        &self,
+        dst: &Buffer,
+        dst_off: usize,
+        src: &Buffer,
+        src_off: usize,
+        elements: usize,
+    ) -> Result<()> {
         Cuda::check(dst, dst_off, elements)?;
         Cuda::check(src, src_off, elements)?;
         self.bind()?;
@@ -145,7 +154,8 @@ impl Cuda {
 
     pub fn event(&self) -> Result<Event> {
         self.bind()?;
-        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(cuda_err("cuEventCreate"))?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(cuda_err("cuEventCreate"))?;
         Ok(Event {
             raw,
             ctx: Arc::clone(&self.ctx),
@@ -174,7 +184,10 @@ impl Cuda {
         self.sync()?;
         // SAFETY: our stream.
         unsafe {
-            result::stream::begin_capture(self.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            result::stream::begin_capture(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
         }
         .map_err(cuda_err("cuStreamBeginCapture"))
     }
@@ -183,7 +196,8 @@ impl Cuda {
     pub fn end_capture(&self) -> Result<Graph> {
         self.bind()?;
         // SAFETY: capture was begun on this stream.
-        let graph = unsafe { result::stream::end_capture(self.stream) }.map_err(cuda_err("cuStreamEndCapture"))?;
+        let graph = unsafe { result::stream::end_capture(self.stream) }
+            .map_err(cuda_err("cuStreamEndCapture"))?;
         // SAFETY: a graph just captured.
         let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
         let exec = match exec {

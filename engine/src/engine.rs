@@ -76,9 +76,10 @@ pub struct Buffers {
 
 /// The engine.
 pub struct GdnEngine {
+    // Dropped first: its drop waits for the stream before modules and buffers go.
+    cuda: Cuda,
     geometry: Geometry,
     kernels: Kernels,
-    cuda: Cuda,
     buf: Buffers,
     device: String,
     /// Tokens staged in the input buffers (per layer, the same count).
@@ -100,7 +101,8 @@ fn load(loader: &Loader, kernel: &str, variant: Option<&str>, entry: &str) -> Re
 }
 
 fn i32_of(v: usize, what: &str) -> Result<i32> {
-    i32::try_from(v).map_err(|_| EngineError::Other(format!("{what} = {v} does not fit a kernel int")))
+    i32::try_from(v)
+        .map_err(|_| EngineError::Other(format!("{what} = {v} does not fit a kernel int")))
 }
 
 impl GdnEngine {
@@ -108,10 +110,13 @@ impl GdnEngine {
     /// needs, and allocate the stack's buffers (zeroed).
     pub fn new(loader: &Loader, geometry: Geometry) -> Result<GdnEngine> {
         let origin = loader.package().origin().display().to_string();
-        let manifest = loader.package().manifest().map_err(|source| EngineError::Loader {
-            what: format!("reading {origin}"),
-            source,
-        })?;
+        let manifest = loader
+            .package()
+            .manifest()
+            .map_err(|source| EngineError::Loader {
+                what: format!("reading {origin}"),
+                source,
+            })?;
         plan::check(manifest, loader.selection(), &origin, &geometry)?;
         let cuda = Cuda::new(loader.gpu())?;
         let mut step_verify = Vec::new();
@@ -201,7 +206,9 @@ impl GdnEngine {
 
     fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
         if got != want {
-            return Err(EngineError::Other(format!("{what}: {got} values, the geometry needs {want}")));
+            return Err(EngineError::Other(format!(
+                "{what}: {got} values, the geometry needs {want}"
+            )));
         }
         Ok(())
     }
@@ -214,9 +221,14 @@ impl GdnEngine {
         GdnEngine::check_len("A_log", p.a_log.len(), g.hv)?;
         GdnEngine::check_len("dt_bias", p.dt_bias.len(), g.hv)?;
         GdnEngine::check_len("norm_w", p.norm_w.len(), g.dv)?;
-        self.cuda.upload(&self.buf.conv_w, layer * g.channels() * CONV_WIDTH, &p.conv_w)?;
+        self.cuda.upload(
+            &self.buf.conv_w,
+            layer * g.channels() * CONV_WIDTH,
+            &p.conv_w,
+        )?;
         self.cuda.upload(&self.buf.a_log, layer * g.hv, &p.a_log)?;
-        self.cuda.upload(&self.buf.dt_bias, layer * g.hv, &p.dt_bias)?;
+        self.cuda
+            .upload(&self.buf.dt_bias, layer * g.hv, &p.dt_bias)?;
         self.cuda.upload(&self.buf.norm_w, layer * g.dv, &p.norm_w)
     }
 
@@ -226,8 +238,10 @@ impl GdnEngine {
         let g = self.geometry;
         GdnEngine::check_len("state", s.s.len(), g.state_len())?;
         GdnEngine::check_len("conv_state", s.conv.len(), g.conv_state_len())?;
-        self.cuda.upload(&self.buf.state, layer * g.state_len(), &s.s)?;
-        self.cuda.upload(&self.buf.conv_state, layer * g.conv_state_len(), &s.conv)?;
+        self.cuda
+            .upload(&self.buf.state, layer * g.state_len(), &s.s)?;
+        self.cuda
+            .upload(&self.buf.conv_state, layer * g.conv_state_len(), &s.conv)?;
         self.verified = None;
         Ok(())
     }
@@ -266,7 +280,8 @@ impl GdnEngine {
             GdnEngine::check_len("b", t.b.len(), n * g.hv)?;
             let tw = g.window;
             self.cuda.upload(&self.buf.x, l * tw * g.channels(), &t.x)?;
-            self.cuda.upload(&self.buf.z, l * tw * g.value_width(), &t.z)?;
+            self.cuda
+                .upload(&self.buf.z, l * tw * g.value_width(), &t.z)?;
             self.cuda.upload(&self.buf.a, l * tw * g.hv, &t.a)?;
             self.cuda.upload(&self.buf.b, l * tw * g.hv, &t.b)?;
         }
@@ -325,13 +340,27 @@ impl GdnEngine {
         );
         let b = &self.buf;
         let out = state_out.map(|s| s.at(0)).unwrap_or(DevicePtr(0));
-        let cfg = self.cfg((u32::try_from(2 * g.hk + g.hv).unwrap_or(u32::MAX), 1, 1), 128);
+        let cfg = self.cfg(
+            (u32::try_from(2 * g.hk + g.hv).unwrap_or(u32::MAX), 1, 1),
+            128,
+        );
         // SAFETY: the arguments are gdn_conv's (kernels/gdn/gdn_conv.cu) and every buffer is
         // sized for the whole stack.
         unsafe {
             self.kernels.conv.launch(
                 &cfg,
-                &(b.x.at(0), b.conv_w.at(0), b.conv_state.at(0), out, b.qkv.at(0), tt, tw, hk, hv, l0),
+                &(
+                    b.x.at(0),
+                    b.conv_w.at(0),
+                    b.conv_state.at(0),
+                    out,
+                    b.qkv.at(0),
+                    tt,
+                    tw,
+                    hk,
+                    hv,
+                    l0,
+                ),
             )
         }
         .map_err(GdnEngine::launch_err(plan::CONV))
@@ -351,32 +380,90 @@ impl GdnEngine {
         let b = &self.buf;
         let hv32 = u32::try_from(g.hv).unwrap_or(u32::MAX);
         let Some(idx) = t.checked_sub(1) else {
-            return Err(g.check_tokens(0).err().map(EngineError::from).unwrap_or_else(|| EngineError::Other("no tokens".into())));
+            return Err(g
+                .check_tokens(0)
+                .err()
+                .map(EngineError::from)
+                .unwrap_or_else(|| EngineError::Other("no tokens".into())));
         };
         match path {
             Path::Unfused => {
                 self.launch_conv(layer, t, None)?;
-                let cfg = self.cfg((u32::try_from((t * g.hv).div_ceil(128)).unwrap_or(u32::MAX), 1, 1), 128);
+                let cfg = self.cfg(
+                    (
+                        u32::try_from((t * g.hv).div_ceil(128)).unwrap_or(u32::MAX),
+                        1,
+                        1,
+                    ),
+                    128,
+                );
                 // SAFETY: gdn_gates' arguments (kernels/gdn/gdn_gates.cu).
                 unsafe {
                     self.kernels.gates.launch(
                         &cfg,
-                        &(b.a.at(0), b.b.at(0), b.a_log.at(0), b.dt_bias.at(0), b.g.at(0), b.beta.at(0), tt, tw, hv, l0),
+                        &(
+                            b.a.at(0),
+                            b.b.at(0),
+                            b.a_log.at(0),
+                            b.dt_bias.at(0),
+                            b.g.at(0),
+                            b.beta.at(0),
+                            tt,
+                            tw,
+                            hv,
+                            l0,
+                        ),
                     )
                 }
                 .map_err(GdnEngine::launch_err(plan::GATES))?;
-                let f = self.kernels.step_verify.get(idx).ok_or_else(|| EngineError::Other(format!("no step kernel for {t} tokens")))?;
+                let f =
+                    self.kernels.step_verify.get(idx).ok_or_else(|| {
+                        EngineError::Other(format!("no step kernel for {t} tokens"))
+                    })?;
                 let cfg = self.cfg(((g.dv / 32) as u32, hv32, 1), 128);
                 // SAFETY: gdn_step_verify's arguments (kernels/gdn/gdn_step.cu).
-                unsafe { f.launch(&cfg, &(b.qkv.at(0), b.g.at(0), b.beta.at(0), b.state.at(0), b.o.at(0), tw, hk, hv, l0)) }
-                    .map_err(GdnEngine::launch_err(plan::STEP_VERIFY))?;
+                unsafe {
+                    f.launch(
+                        &cfg,
+                        &(
+                            b.qkv.at(0),
+                            b.g.at(0),
+                            b.beta.at(0),
+                            b.state.at(0),
+                            b.o.at(0),
+                            tw,
+                            hk,
+                            hv,
+                            l0,
+                        ),
+                    )
+                }
+                .map_err(GdnEngine::launch_err(plan::STEP_VERIFY))?;
                 let cfg = self.cfg((hv32, u32::try_from(t).unwrap_or(u32::MAX), 1), 128);
                 // SAFETY: gdn_norm's arguments (kernels/gdn/gdn_norm.cu).
-                unsafe { self.kernels.norm.launch(&cfg, &(b.o.at(0), b.z.at(0), b.norm_w.at(0), b.y.at(0), tt, tw, hv, eps, l0)) }
-                    .map_err(GdnEngine::launch_err(plan::NORM))
+                unsafe {
+                    self.kernels.norm.launch(
+                        &cfg,
+                        &(
+                            b.o.at(0),
+                            b.z.at(0),
+                            b.norm_w.at(0),
+                            b.y.at(0),
+                            tt,
+                            tw,
+                            hv,
+                            eps,
+                            l0,
+                        ),
+                    )
+                }
+                .map_err(GdnEngine::launch_err(plan::NORM))
             }
             Path::Fused => {
-                let f = self.kernels.fused.get(idx).ok_or_else(|| EngineError::Other(format!("no fused kernel for {t} tokens")))?;
+                let f =
+                    self.kernels.fused.get(idx).ok_or_else(|| {
+                        EngineError::Other(format!("no fused kernel for {t} tokens"))
+                    })?;
                 let cfg = self.cfg((hv32, 1, 1), (g.dv * 4) as u32);
                 let mut ptrs = [
                     b.x.at(0),
@@ -398,13 +485,17 @@ impl GdnEngine {
                 let mut ints = [tw, hk, hv];
                 let mut eps = eps;
                 let mut l0 = l0;
-                let mut params: Vec<*mut c_void> = ptrs.iter_mut().map(|p| (p as *mut DevicePtr).cast()).collect();
+                let mut params: Vec<*mut c_void> = ptrs
+                    .iter_mut()
+                    .map(|p| (p as *mut DevicePtr).cast())
+                    .collect();
                 params.extend(ints.iter_mut().map(|v| (v as *mut i32).cast::<c_void>()));
                 params.push((&mut eps as *mut f32).cast());
                 params.push((&mut l0 as *mut i32).cast());
                 // SAFETY: gdn_fused_verify's 20 parameters in order (kernels/gdn/gdn_fused.cu),
                 // pointing at locals alive for the call.
-                unsafe { f.launch_raw(&cfg, &mut params) }.map_err(GdnEngine::launch_err(plan::FUSED_VERIFY))
+                unsafe { f.launch_raw(&cfg, &mut params) }
+                    .map_err(GdnEngine::launch_err(plan::FUSED_VERIFY))
             }
         }
     }
@@ -424,18 +515,44 @@ impl GdnEngine {
     pub fn launch_commit(&self, n: usize, mode: CommitMode) -> Result<()> {
         let g = self.geometry;
         g.check_commit(n, self.staged)?;
-        let f = self.kernels.step_commit.get(n - 1).ok_or_else(|| EngineError::Other(format!("no commit kernel for {n} tokens")))?;
-        let (tw, hk, hv) = (i32_of(g.window, "window")?, i32_of(g.hk, "hk")?, i32_of(g.hv, "hv")?);
+        let f = self
+            .kernels
+            .step_commit
+            .get(n - 1)
+            .ok_or_else(|| EngineError::Other(format!("no commit kernel for {n} tokens")))?;
+        let (tw, hk, hv) = (
+            i32_of(g.window, "window")?,
+            i32_of(g.hk, "hk")?,
+            i32_of(g.hv, "hv")?,
+        );
         let b = &self.buf;
         let hv32 = u32::try_from(g.hv).unwrap_or(u32::MAX);
         let launch = |layer0: usize, layers: usize| -> Result<()> {
-            let cfg = self.cfg(((g.dv / 32) as u32, hv32, u32::try_from(layers).unwrap_or(u32::MAX)), 128);
+            let cfg = self.cfg(
+                (
+                    (g.dv / 32) as u32,
+                    hv32,
+                    u32::try_from(layers).unwrap_or(u32::MAX),
+                ),
+                128,
+            );
             let l0 = i32_of(layer0, "layer")?;
             // SAFETY: gdn_step_commit's arguments (kernels/gdn/gdn_step.cu).
             unsafe {
                 f.launch(
                     &cfg,
-                    &(b.qkv.at(0), b.g.at(0), b.beta.at(0), b.x.at(0), b.state.at(0), b.conv_state.at(0), tw, hk, hv, l0),
+                    &(
+                        b.qkv.at(0),
+                        b.g.at(0),
+                        b.beta.at(0),
+                        b.x.at(0),
+                        b.state.at(0),
+                        b.conv_state.at(0),
+                        tw,
+                        hk,
+                        hv,
+                        l0,
+                    ),
                 )
             }
             .map_err(GdnEngine::launch_err(plan::STEP_COMMIT))
@@ -449,7 +566,13 @@ impl GdnEngine {
     /// NaN-fill every output and scratch buffer (qkv, g, β, o, y), so that an element a
     /// kernel fails to write shows up.
     pub fn poison_outputs(&self) -> Result<()> {
-        for b in [&self.buf.qkv, &self.buf.g, &self.buf.beta, &self.buf.o, &self.buf.y] {
+        for b in [
+            &self.buf.qkv,
+            &self.buf.g,
+            &self.buf.beta,
+            &self.buf.o,
+            &self.buf.y,
+        ] {
             self.cuda.poison(b)?;
         }
         Ok(())
@@ -472,7 +595,8 @@ impl GdnEngine {
     /// Layer `layer`'s rows `0..t` of a [L][tw][width] buffer.
     fn rows(&self, buf: &Buffer, width: usize, layer: usize, t: usize) -> Result<Vec<f32>> {
         self.check_layer(layer)?;
-        self.cuda.download(buf, layer * self.geometry.window * width, t * width)
+        self.cuda
+            .download(buf, layer * self.geometry.window * width, t * width)
     }
 
     /// y of the last forward ([t][Hv·dv]) of `layer`.
@@ -492,7 +616,10 @@ impl GdnEngine {
 
     /// g and β of the last forward ([t][Hv] each).
     pub fn read_gates(&self, layer: usize, t: usize) -> Result<(Vec<f32>, Vec<f32>)> {
-        Ok((self.rows(&self.buf.g, self.geometry.hv, layer, t)?, self.rows(&self.buf.beta, self.geometry.hv, layer, t)?))
+        Ok((
+            self.rows(&self.buf.g, self.geometry.hv, layer, t)?,
+            self.rows(&self.buf.beta, self.geometry.hv, layer, t)?,
+        ))
     }
 
     /// The whole window's rows of y and o, [L][tw][Hv·dv] (to see what was left unwritten).
@@ -508,8 +635,14 @@ impl GdnEngine {
         self.check_layer(layer)?;
         let g = self.geometry;
         Ok(LayerState {
-            s: self.cuda.download(&self.buf.state, layer * g.state_len(), g.state_len())?,
-            conv: self.cuda.download(&self.buf.conv_state, layer * g.conv_state_len(), g.conv_state_len())?,
+            s: self
+                .cuda
+                .download(&self.buf.state, layer * g.state_len(), g.state_len())?,
+            conv: self.cuda.download(
+                &self.buf.conv_state,
+                layer * g.conv_state_len(),
+                g.conv_state_len(),
+            )?,
         })
     }
 

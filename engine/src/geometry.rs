@@ -125,7 +125,7 @@ impl Geometry {
                 return Err(bad(field, v, "must be at least 1"));
             }
         }
-        if self.hv % self.hk != 0 {
+        if !self.hv.is_multiple_of(self.hk) {
             return Err(bad(
                 "hv",
                 self.hv,
@@ -139,7 +139,9 @@ impl Geometry {
             return Err(bad(
                 "window",
                 self.window,
-                &format!("must be in 1..={MAX_WINDOW} (the kernels' largest exact-T instantiation)"),
+                &format!(
+                    "must be in 1..={MAX_WINDOW} (the kernels' largest exact-T instantiation)"
+                ),
             ));
         }
         if !(self.norm_eps.is_finite() && self.norm_eps > 0.0) {
@@ -230,7 +232,10 @@ mod tests {
         }
         .validate()
         .unwrap_err();
-        assert!(e.to_string().contains("hv = 40") && e.to_string().contains("multiple of hk = 16"), "{e}");
+        assert!(
+            e.to_string().contains("hv = 40") && e.to_string().contains("multiple of hk = 16"),
+            "{e}"
+        );
         let e = Geometry {
             window: 9,
             ..Geometry::default()
@@ -251,7 +256,10 @@ mod tests {
         }
         .validate_for_kernels()
         .unwrap_err();
-        assert!(e.to_string().contains("dk = 64") && e.to_string().contains("hint"), "{e}");
+        assert!(
+            e.to_string().contains("dk = 64") && e.to_string().contains("hint"),
+            "{e}"
+        );
         let e = Geometry {
             norm_eps: f32::NAN,
             ..Geometry::default()
@@ -266,12 +274,21 @@ mod tests {
         let g = Geometry::default();
         assert!(g.check_tokens(8).is_ok());
         let e = g.check_tokens(9).unwrap_err();
-        assert_eq!(e, GeometryError::TooManyTokens { tokens: 9, window: 8 });
+        assert_eq!(
+            e,
+            GeometryError::TooManyTokens {
+                tokens: 9,
+                window: 8
+            }
+        );
         assert!(e.to_string().contains("window is 8"));
         assert_eq!(g.check_tokens(0).unwrap_err(), GeometryError::NoTokens);
         assert!(g.check_commit(3, 4).is_ok());
         let e = g.check_commit(5, 4).unwrap_err();
-        assert!(e.to_string().contains("commit(5)") && e.to_string().contains("verified 4"), "{e}");
+        assert!(
+            e.to_string().contains("commit(5)") && e.to_string().contains("verified 4"),
+            "{e}"
+        );
         assert_eq!(g.check_commit(0, 4).unwrap_err(), GeometryError::CommitZero);
     }
 }

@@ -22,6 +22,9 @@ use std::collections::BTreeMap;
 
 use crate::geometry::{Geometry, CONV_WIDTH};
 
+/// A tensor as read: shape and f32 values.
+type Tensor = (Vec<usize>, Vec<f32>);
+
 /// Per-layer parameters, f32 as the kernels take them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerParams {
@@ -151,7 +154,11 @@ impl Inputs {
 
     /// Load a safetensors file (layout in the module docs), checking every shape against
     /// `geometry`.
-    pub fn from_safetensors(path: &str, bytes: &[u8], geometry: Geometry) -> Result<Inputs, InputError> {
+    pub fn from_safetensors(
+        path: &str,
+        bytes: &[u8],
+        geometry: Geometry,
+    ) -> Result<Inputs, InputError> {
         Loaded::parse(path, bytes, geometry).map(|l| Inputs::Loaded(Box::new(l)))
     }
 
@@ -165,7 +172,10 @@ impl Inputs {
         let g = *self.geometry();
         let (l, c) = (g.layers, g.channels());
         let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-        let mut stack = |name: &str, shape: Vec<usize>, f: &mut dyn FnMut(usize) -> Result<Vec<f32>, InputError>| -> Result<(), InputError> {
+        let mut stack = |name: &str,
+                         shape: Vec<usize>,
+                         f: &mut dyn FnMut(usize) -> Result<Vec<f32>, InputError>|
+         -> Result<(), InputError> {
             let mut data = Vec::new();
             for layer in 0..l {
                 data.extend(f(layer)?);
@@ -173,14 +183,24 @@ impl Inputs {
             tensors.push((name.to_string(), shape, data));
             Ok(())
         };
-        stack("conv_w", vec![l, c, CONV_WIDTH], &mut |i| Ok(self.params(i).conv_w))?;
+        stack("conv_w", vec![l, c, CONV_WIDTH], &mut |i| {
+            Ok(self.params(i).conv_w)
+        })?;
         stack("A_log", vec![l, g.hv], &mut |i| Ok(self.params(i).a_log))?;
-        stack("dt_bias", vec![l, g.hv], &mut |i| Ok(self.params(i).dt_bias))?;
+        stack("dt_bias", vec![l, g.hv], &mut |i| {
+            Ok(self.params(i).dt_bias)
+        })?;
         stack("norm_w", vec![l, g.dv], &mut |i| Ok(self.params(i).norm_w))?;
-        stack("state", vec![l, g.hv, g.dk, g.dv], &mut |i| Ok(self.initial_state(i).s))?;
-        stack("conv_state", vec![l, CONV_WIDTH - 1, c], &mut |i| Ok(self.initial_state(i).conv))?;
+        stack("state", vec![l, g.hv, g.dk, g.dv], &mut |i| {
+            Ok(self.initial_state(i).s)
+        })?;
+        stack("conv_state", vec![l, CONV_WIDTH - 1, c], &mut |i| {
+            Ok(self.initial_state(i).conv)
+        })?;
         stack("x", vec![l, n, c], &mut |i| Ok(self.tokens(i, 0, n)?.x))?;
-        stack("z", vec![l, n, g.value_width()], &mut |i| Ok(self.tokens(i, 0, n)?.z))?;
+        stack("z", vec![l, n, g.value_width()], &mut |i| {
+            Ok(self.tokens(i, 0, n)?.z)
+        })?;
         stack("a", vec![l, n, g.hv], &mut |i| Ok(self.tokens(i, 0, n)?.a))?;
         stack("b", vec![l, n, g.hv], &mut |i| Ok(self.tokens(i, 0, n)?.b))?;
         tensors.extend(extra);
@@ -190,16 +210,20 @@ impl Inputs {
             .collect();
         let mut views = Vec::with_capacity(bytes.len());
         for (name, shape, data) in &bytes {
-            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
-                .map_err(|e| InputError::Tensor {
-                    path: "<output>".into(),
-                    tensor: name.clone(),
-                    what: e.to_string(),
-                })?;
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
+                    .map_err(|e| InputError::Tensor {
+                        path: "<output>".into(),
+                        tensor: name.clone(),
+                        what: e.to_string(),
+                    })?;
             views.push((name.clone(), view));
         }
         let mut meta = std::collections::HashMap::new();
-        meta.insert("geometry".to_string(), serde_json::to_string(&g).unwrap_or_default());
+        meta.insert(
+            "geometry".to_string(),
+            serde_json::to_string(&g).unwrap_or_default(),
+        );
         meta.insert("source".to_string(), self.describe());
         safetensors::serialize(views, Some(meta)).map_err(|e| InputError::File {
             path: "<output>".into(),
@@ -295,7 +319,9 @@ impl Seeded {
             conv_w: (0..g.channels() * CONV_WIDTH)
                 .map(|i| conv.range(i, -0.5, 0.5) as f32)
                 .collect(),
-            a_log: (0..g.hv).map(|i| alog.range(i, 1.0, 16.0).ln() as f32).collect(),
+            a_log: (0..g.hv)
+                .map(|i| alog.range(i, 1.0, 16.0).ln() as f32)
+                .collect(),
             dt_bias: (0..g.hv)
                 .map(|i| softplus_inv(dt.range(i, 0.001, 0.1)) as f32)
                 .collect(),
@@ -352,7 +378,7 @@ impl Loaded {
             path: path.to_string(),
             what: format!("not a safetensors file: {e}"),
         })?;
-        let mut found: BTreeMap<String, (Vec<usize>, Vec<f32>)> = BTreeMap::new();
+        let mut found: BTreeMap<String, Tensor> = BTreeMap::new();
         for (name, view) in st.tensors() {
             if view.dtype() != safetensors::Dtype::F32 {
                 return Err(InputError::Tensor {
@@ -369,7 +395,10 @@ impl Loaded {
             found.insert(name, (view.shape().to_vec(), data));
         }
         let (l, c) = (g.layers, g.channels());
-        let mut take = |name: &str, want: &[Option<usize>], optional: bool| -> Result<Option<(Vec<usize>, Vec<f32>)>, InputError> {
+        let mut take = |name: &str,
+                        want: &[Option<usize>],
+                        optional: bool|
+         -> Result<Option<Tensor>, InputError> {
             let Some((shape, data)) = found.remove(name) else {
                 if optional {
                     return Ok(None);
@@ -381,7 +410,10 @@ impl Loaded {
                 });
             };
             let fits = shape.len() == want.len()
-                && shape.iter().zip(want).all(|(s, w)| w.is_none_or(|w| w == *s));
+                && shape
+                    .iter()
+                    .zip(want)
+                    .all(|(s, w)| w.is_none_or(|w| w == *s));
             if !fits {
                 let want: Vec<String> = want
                     .iter()
@@ -402,22 +434,38 @@ impl Loaded {
             }
             Ok(Some((shape, data)))
         };
-        let req = |v: Option<(Vec<usize>, Vec<f32>)>| v.map(|(_, d)| d).unwrap_or_default();
-        let conv_w = req(take("conv_w", &[Some(l), Some(c), Some(CONV_WIDTH)], false)?);
+        let req = |v: Option<Tensor>| v.map(|(_, d)| d).unwrap_or_default();
+        let conv_w = req(take(
+            "conv_w",
+            &[Some(l), Some(c), Some(CONV_WIDTH)],
+            false,
+        )?);
         let a_log = req(take("A_log", &[Some(l), Some(g.hv)], false)?);
         let dt_bias = req(take("dt_bias", &[Some(l), Some(g.hv)], false)?);
         let norm_w = req(take("norm_w", &[Some(l), Some(g.dv)], false)?);
         let (xs, x) = take("x", &[Some(l), None, Some(c)], false)?.unwrap_or_default();
         let n = xs.get(1).copied().unwrap_or(0);
-        let z = req(take("z", &[Some(l), Some(n), Some(g.value_width())], false)?);
+        let z = req(take(
+            "z",
+            &[Some(l), Some(n), Some(g.value_width())],
+            false,
+        )?);
         let a = req(take("a", &[Some(l), Some(n), Some(g.hv)], false)?);
         let b = req(take("b", &[Some(l), Some(n), Some(g.hv)], false)?);
-        let state = take("state", &[Some(l), Some(g.hv), Some(g.dk), Some(g.dv)], true)?
-            .map(|(_, d)| d)
-            .unwrap_or_else(|| vec![0.0; l * g.state_len()]);
-        let conv_state = take("conv_state", &[Some(l), Some(CONV_WIDTH - 1), Some(c)], true)?
-            .map(|(_, d)| d)
-            .unwrap_or_else(|| vec![0.0; l * g.conv_state_len()]);
+        let state = take(
+            "state",
+            &[Some(l), Some(g.hv), Some(g.dk), Some(g.dv)],
+            true,
+        )?
+        .map(|(_, d)| d)
+        .unwrap_or_else(|| vec![0.0; l * g.state_len()]);
+        let conv_state = take(
+            "conv_state",
+            &[Some(l), Some(CONV_WIDTH - 1), Some(c)],
+            true,
+        )?
+        .map(|(_, d)| d)
+        .unwrap_or_else(|| vec![0.0; l * g.conv_state_len()]);
         let per = |v: &[f32], i: usize, len: usize| v[i * len..(i + 1) * len].to_vec();
         Ok(Loaded {
             geometry: g,
@@ -469,24 +517,41 @@ mod tests {
     #[test]
     fn seeded_ranges_are_realistic_and_deterministic() {
         let g = Geometry::with_layers(1);
-        let s = Seeded { geometry: g, seed: 3 };
+        let s = Seeded {
+            geometry: g,
+            seed: 3,
+        };
         let p = s.params(0);
         for &v in &p.a_log {
             assert!((0.0..=16f32.ln()).contains(&v), "A_log {v}");
         }
         for &v in &p.dt_bias {
             let dt = (v as f64).exp().ln_1p();
-            assert!((0.000_999..=0.100_01).contains(&dt), "softplus(dt_bias) {dt}");
+            assert!(
+                (0.000_999..=0.100_01).contains(&dt),
+                "softplus(dt_bias) {dt}"
+            );
         }
         assert!(p.conv_w.iter().all(|v| (-0.5..0.5).contains(v)));
         let t = s.tokens(0, 5, 2);
         assert_eq!(t.x.len(), 2 * g.channels());
         let mean = t.x.iter().map(|v| *v as f64).sum::<f64>() / t.x.len() as f64;
         let var = t.x.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / t.x.len() as f64;
-        assert!(mean.abs() < 0.05 && (var - 1.0).abs() < 0.05, "mean {mean} var {var}");
+        assert!(
+            mean.abs() < 0.05 && (var - 1.0).abs() < 0.05,
+            "mean {mean} var {var}"
+        );
         // Counter-based: token 6 is the same alone or inside a window.
         assert_eq!(s.tokens(0, 6, 1), t.slice(&g, 1, 1));
-        assert_ne!(Seeded { geometry: g, seed: 4 }.tokens(0, 5, 1).x, s.tokens(0, 5, 1).x);
+        assert_ne!(
+            Seeded {
+                geometry: g,
+                seed: 4
+            }
+            .tokens(0, 5, 1)
+            .x,
+            s.tokens(0, 5, 1).x
+        );
     }
 
     #[test]
@@ -498,7 +563,10 @@ mod tests {
         for l in 0..g.layers {
             assert_eq!(loaded.params(l), inputs.params(l));
             assert_eq!(loaded.initial_state(l), inputs.initial_state(l));
-            assert_eq!(loaded.tokens(l, 1, 2).unwrap(), inputs.tokens(l, 1, 2).unwrap());
+            assert_eq!(
+                loaded.tokens(l, 1, 2).unwrap(),
+                inputs.tokens(l, 1, 2).unwrap()
+            );
         }
         let e = loaded.tokens(0, 2, 2).unwrap_err();
         assert!(e.to_string().contains("holds 3 token(s)"), "{e}");
@@ -508,6 +576,9 @@ mod tests {
         assert!(e.to_string().contains("in.safetensors: tensor `"), "{e}");
         assert!(e.to_string().contains("needs ["), "{e}");
         let e = Inputs::from_safetensors("junk.bin", b"not a file", g).unwrap_err();
-        assert!(e.to_string().contains("junk.bin: not a safetensors file"), "{e}");
+        assert!(
+            e.to_string().contains("junk.bin: not a safetensors file"),
+            "{e}"
+        );
     }
 }

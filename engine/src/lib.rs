@@ -11,6 +11,7 @@
 //! The kernels come from the bundle through kbuild-loader, never from code compiled into the
 //! engine.
 
+pub mod anchor;
 pub mod bench;
 pub mod device;
 pub mod engine;

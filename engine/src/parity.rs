@@ -71,7 +71,10 @@ impl Check {
 
     fn bitwise(name: String, a: &[f32], b: &[f32]) -> Check {
         let differing = if a.len() == b.len() {
-            a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
+            a.iter()
+                .zip(b)
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count()
         } else {
             a.len().max(b.len())
         };
@@ -203,7 +206,12 @@ fn concat(ws: &[Window], f: impl Fn(&Window) -> &[f64]) -> Vec<f64> {
 
 /// Run the suite over each input source (the trajectory over the first); `progress` sees
 /// each check as it is made.
-pub fn run(e: &mut GdnEngine, sources: &[Inputs], opts: &ParityOptions, progress: &mut dyn FnMut(&Check)) -> Result<ParityReport> {
+pub fn run(
+    e: &mut GdnEngine,
+    sources: &[Inputs],
+    opts: &ParityOptions,
+    progress: &mut dyn FnMut(&Check),
+) -> Result<ParityReport> {
     let g = *e.geometry();
     for &t in &opts.tokens {
         g.check_tokens(t)?;
@@ -228,8 +236,24 @@ pub fn run(e: &mut GdnEngine, sources: &[Inputs], opts: &ParityOptions, progress
             let un = read_outputs(e, t)?;
             let mut r = reference.clone();
             let windows = r.verify(&c.params, &tokens);
-            push(Check::rel(format!("{tag} verify y vs fp64"), rel_l2_f32(&un.y, &concat(&windows, |w| &w.y)), opts.tol, String::new()), &mut checks);
-            push(Check::rel(format!("{tag} verify o vs fp64"), rel_l2_f32(&un.o, &concat(&windows, |w| &w.o)), opts.tol, String::new()), &mut checks);
+            push(
+                Check::rel(
+                    format!("{tag} verify y vs fp64"),
+                    rel_l2_f32(&un.y, &concat(&windows, |w| &w.y)),
+                    opts.tol,
+                    String::new(),
+                ),
+                &mut checks,
+            );
+            push(
+                Check::rel(
+                    format!("{tag} verify o vs fp64"),
+                    rel_l2_f32(&un.o, &concat(&windows, |w| &w.o)),
+                    opts.tol,
+                    String::new(),
+                ),
+                &mut checks,
+            );
             if si == 0 {
                 push(untouched_rows(e, t)?, &mut checks);
             }
@@ -246,24 +270,73 @@ pub fn run(e: &mut GdnEngine, sources: &[Inputs], opts: &ParityOptions, progress
             let (s_layer, c_layer) = read_states(e)?;
             r.commit(&windows, &tokens, t);
             let ref_s: Vec<f64> = r.layers.iter().flat_map(|l| l.s.iter().copied()).collect();
-            let ref_c: Vec<f64> = r.layers.iter().flat_map(|l| l.conv.iter().copied()).collect();
-            push(Check::rel(format!("{tag} committed S vs fp64"), rel_l2_f32(&s_layer, &ref_s), opts.tol, String::new()), &mut checks);
+            let ref_c: Vec<f64> = r
+                .layers
+                .iter()
+                .flat_map(|l| l.conv.iter().copied())
+                .collect();
+            push(
+                Check::rel(
+                    format!("{tag} committed S vs fp64"),
+                    rel_l2_f32(&s_layer, &ref_s),
+                    opts.tol,
+                    String::new(),
+                ),
+                &mut checks,
+            );
             let ref_c32: Vec<f32> = ref_c.iter().map(|v| *v as f32).collect();
-            push(Check::bitwise(format!("{tag} committed conv state = last raw inputs"), &c_layer, &ref_c32), &mut checks);
-            push(Check::bitwise(format!("{tag} gdn_conv state output vs commit"), &spare, &c_layer), &mut checks);
+            push(
+                Check::bitwise(
+                    format!("{tag} committed conv state = last raw inputs"),
+                    &c_layer,
+                    &ref_c32,
+                ),
+                &mut checks,
+            );
+            push(
+                Check::bitwise(
+                    format!("{tag} gdn_conv state output vs commit"),
+                    &spare,
+                    &c_layer,
+                ),
+                &mut checks,
+            );
             // Fused vs unfused, bitwise.
             reset(e, &c)?;
             e.poison_outputs()?;
             e.forward(&tokens, Path::Fused)?;
             let fu = read_outputs(e, t)?;
-            for (what, a, b) in [("y", &fu.y, &un.y), ("o", &fu.o, &un.o), ("qkv", &fu.qkv, &un.qkv), ("g", &fu.g, &un.g), ("beta", &fu.beta, &un.beta)] {
-                push(Check::bitwise(format!("{tag} fused vs unfused {what}"), a, b), &mut checks);
+            for (what, a, b) in [
+                ("y", &fu.y, &un.y),
+                ("o", &fu.o, &un.o),
+                ("qkv", &fu.qkv, &un.qkv),
+                ("g", &fu.g, &un.g),
+                ("beta", &fu.beta, &un.beta),
+            ] {
+                push(
+                    Check::bitwise(format!("{tag} fused vs unfused {what}"), a, b),
+                    &mut checks,
+                );
             }
             // Batched vs per-layer commit, bitwise (from the fused forward's scratch).
             e.commit(t, CommitMode::Batched)?;
             let (s_batch, c_batch) = read_states(e)?;
-            push(Check::bitwise(format!("{tag} batched vs per-layer commit S"), &s_batch, &s_layer), &mut checks);
-            push(Check::bitwise(format!("{tag} batched vs per-layer commit conv state"), &c_batch, &c_layer), &mut checks);
+            push(
+                Check::bitwise(
+                    format!("{tag} batched vs per-layer commit S"),
+                    &s_batch,
+                    &s_layer,
+                ),
+                &mut checks,
+            );
+            push(
+                Check::bitwise(
+                    format!("{tag} batched vs per-layer commit conv state"),
+                    &c_batch,
+                    &c_layer,
+                ),
+                &mut checks,
+            );
             // T tokens at once vs T chained single-token forward + commit.
             if t > 1 {
                 reset(e, &c)?;
@@ -279,9 +352,30 @@ pub fn run(e: &mut GdnEngine, sources: &[Inputs], opts: &ParityOptions, progress
                 }
                 per_layer.into_iter().for_each(|v| chained_y.extend(v));
                 let (s_chain, c_chain) = read_states(e)?;
-                push(Check::bitwise(format!("{tag} multi-token vs {t} chained single-token y"), &un.y, &chained_y), &mut checks);
-                push(Check::bitwise(format!("{tag} multi-token vs chained committed S"), &s_layer, &s_chain), &mut checks);
-                push(Check::bitwise(format!("{tag} multi-token vs chained conv state"), &c_layer, &c_chain), &mut checks);
+                push(
+                    Check::bitwise(
+                        format!("{tag} multi-token vs {t} chained single-token y"),
+                        &un.y,
+                        &chained_y,
+                    ),
+                    &mut checks,
+                );
+                push(
+                    Check::bitwise(
+                        format!("{tag} multi-token vs chained committed S"),
+                        &s_layer,
+                        &s_chain,
+                    ),
+                    &mut checks,
+                );
+                push(
+                    Check::bitwise(
+                        format!("{tag} multi-token vs chained conv state"),
+                        &c_layer,
+                        &c_chain,
+                    ),
+                    &mut checks,
+                );
             }
         }
     }
@@ -323,12 +417,22 @@ pub fn run(e: &mut GdnEngine, sources: &[Inputs], opts: &ParityOptions, progress
                 opts.trajectory_tol,
                 format!(
                     "worst at step {worst_step}{}",
-                    failed_at.map(|s| format!("; first over the limit at step {s}")).unwrap_or_default()
+                    failed_at
+                        .map(|s| format!("; first over the limit at step {s}"))
+                        .unwrap_or_default()
                 ),
             ),
             &mut checks,
         );
-        push(Check::rel(format!("{n}-step decode trajectory: final S vs fp64"), rel_l2_f32(&s, &ref_s), opts.trajectory_tol, String::new()), &mut checks);
+        push(
+            Check::rel(
+                format!("{n}-step decode trajectory: final S vs fp64"),
+                rel_l2_f32(&s, &ref_s),
+                opts.trajectory_tol,
+                String::new(),
+            ),
+            &mut checks,
+        );
     }
     Ok(ParityReport {
         device: e.device().to_string(),

@@ -77,7 +77,12 @@ pub fn needs(geometry: &Geometry) -> Vec<Need> {
 
 /// Check that every [`needs`] object is in `manifest`, selected for the device, and exports
 /// its entries. `bundle` names the manifest/bundle in the error.
-pub fn check(manifest: &Manifest, selection: &Selection, bundle: &str, geometry: &Geometry) -> Result<()> {
+pub fn check(
+    manifest: &Manifest,
+    selection: &Selection,
+    bundle: &str,
+    geometry: &Geometry,
+) -> Result<()> {
     geometry.validate_for_kernels()?;
     let mut missing = Vec::new();
     for need in needs(geometry) {
@@ -108,7 +113,10 @@ pub fn check(manifest: &Manifest, selection: &Selection, bundle: &str, geometry:
             continue;
         };
         let Some(record) = manifest.objects.get(candidate.object) else {
-            missing.push(format!("{need}: selected object #{} is not in the manifest", candidate.object));
+            missing.push(format!(
+                "{need}: selected object #{} is not in the manifest",
+                candidate.object
+            ));
             continue;
         };
         for entry in need.entries {
@@ -145,7 +153,12 @@ mod tests {
 
     use super::*;
 
-    fn record(kernel: &str, variant: Option<String>, target: &str, entries: &[&str]) -> ObjectRecord {
+    fn record(
+        kernel: &str,
+        variant: Option<String>,
+        target: &str,
+        entries: &[&str],
+    ) -> ObjectRecord {
         ObjectRecord {
             kernel: kernel.into(),
             variant,
@@ -154,7 +167,12 @@ mod tests {
             path: format!("{target}/{kernel}.cubin"),
             sha256: "0".repeat(64),
             size: 1,
-            format: if target.starts_with("gfx") { "hsaco" } else { "cubin" }.into(),
+            format: if target.starts_with("gfx") {
+                "hsaco"
+            } else {
+                "cubin"
+            }
+            .into(),
             entries: entries.iter().map(|e| e.to_string()).collect(),
             resources: BTreeMap::new(),
             cache_key: String::new(),
@@ -186,7 +204,10 @@ mod tests {
                 host: "linux-x86_64".into(),
             },
             targets: targets.iter().map(|t| t.to_string()).collect(),
-            kernels: vec![CONV, GATES, NORM, STEP, FUSED].into_iter().map(String::from).collect(),
+            kernels: vec![CONV, GATES, NORM, STEP, FUSED]
+                .into_iter()
+                .map(String::from)
+                .collect(),
             objects,
             containers: Vec::new(),
         }
@@ -202,9 +223,20 @@ mod tests {
         let sel = kbuild_loader::select(&m, &h200());
         check(&m, &sel, "out/manifest.json", &Geometry::default()).unwrap();
         // A window of 4 needs only tokens1..4.
-        let m = manifest(&["sm_90"], |n| n.variant.as_deref().is_some_and(|v| v > "tokens4"));
+        let m = manifest(&["sm_90"], |n| {
+            n.variant.as_deref().is_some_and(|v| v > "tokens4")
+        });
         let sel = kbuild_loader::select(&m, &h200());
-        check(&m, &sel, "b", &Geometry { window: 4, ..Geometry::default() }).unwrap();
+        check(
+            &m,
+            &sel,
+            "b",
+            &Geometry {
+                window: 4,
+                ..Geometry::default()
+            },
+        )
+        .unwrap();
     }
 
     #[test]
@@ -213,17 +245,33 @@ mod tests {
         let sel = kbuild_loader::select(&m, &h200());
         let e = check(&m, &sel, "out/manifest.json", &Geometry::default()).unwrap_err();
         let s = e.to_string();
-        assert!(s.starts_with("out/manifest.json: the GDN engine needs 8 kernel object(s)"), "{s}");
-        assert!(s.contains("gdn_fused.tokens1: kernel not in the bundle"), "{s}");
-        assert!(s.contains("hint: build the GDN kernels") && s.contains("kbuild --targets sm_90"), "{s}");
+        assert!(
+            s.starts_with("out/manifest.json: the GDN engine needs 8 kernel object(s)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("gdn_fused.tokens1: kernel not in the bundle"),
+            "{s}"
+        );
+        assert!(
+            s.contains("hint: build the GDN kernels") && s.contains("kbuild --targets sm_90"),
+            "{s}"
+        );
     }
 
     #[test]
     fn missing_variant_entry_and_target_are_named() {
-        let m = manifest(&["sm_90"], |n| n.variant.as_deref() == Some("tokens8") && n.kernel == STEP);
+        let m = manifest(&["sm_90"], |n| {
+            n.variant.as_deref() == Some("tokens8") && n.kernel == STEP
+        });
         let sel = kbuild_loader::select(&m, &h200());
-        let s = check(&m, &sel, "b", &Geometry::default()).unwrap_err().to_string();
-        assert!(s.contains("gdn_step.tokens8: variant not in the bundle"), "{s}");
+        let s = check(&m, &sel, "b", &Geometry::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("gdn_step.tokens8: variant not in the bundle"),
+            "{s}"
+        );
 
         let mut m = manifest(&["sm_90"], |_| false);
         for o in &mut m.objects {
@@ -232,22 +280,40 @@ mod tests {
             }
         }
         let sel = kbuild_loader::select(&m, &h200());
-        let s = check(&m, &sel, "b", &Geometry::default()).unwrap_err().to_string();
-        assert!(s.contains("gdn_norm (sm_90): entry `gdn_norm` not exported (it exports: rmsnorm_f32)"), "{s}");
+        let s = check(&m, &sel, "b", &Geometry::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("gdn_norm (sm_90): entry `gdn_norm` not exported (it exports: rmsnorm_f32)"),
+            "{s}"
+        );
 
         let m = manifest(&["gfx1100"], |_| false);
         let sel = kbuild_loader::select(&m, &h200());
-        let s = check(&m, &sel, "b", &Geometry::default()).unwrap_err().to_string();
-        assert!(s.contains("gdn_conv: no object runs on sm_90 (the bundle has: gfx1100)"), "{s}");
+        let s = check(&m, &sel, "b", &Geometry::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("gdn_conv: no object runs on sm_90 (the bundle has: gfx1100)"),
+            "{s}"
+        );
     }
 
     #[test]
     fn geometry_the_kernels_cannot_run_is_refused_first() {
         let m = manifest(&["sm_90"], |_| false);
         let sel = kbuild_loader::select(&m, &h200());
-        let s = check(&m, &sel, "b", &Geometry { dv: 64, ..Geometry::default() })
-            .unwrap_err()
-            .to_string();
+        let s = check(
+            &m,
+            &sel,
+            "b",
+            &Geometry {
+                dv: 64,
+                ..Geometry::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(s.contains("dv = 64"), "{s}");
     }
 }

@@ -67,7 +67,13 @@ pub fn softplus(x: f64) -> f64 {
 }
 
 /// Conv + SiLU + L2 norm of `n` tokens from `conv_state` ([3][C]); returns [n][C].
-pub fn conv_silu_l2(g: &Geometry, conv_w: &[f32], conv_state: &[f64], x: &[f32], n: usize) -> Vec<f64> {
+pub fn conv_silu_l2(
+    g: &Geometry,
+    conv_w: &[f32],
+    conv_state: &[f64],
+    x: &[f32],
+    n: usize,
+) -> Vec<f64> {
     let c = g.channels();
     let cs = CONV_WIDTH - 1;
     let win = |i: usize, ch: usize| -> f64 {
@@ -108,7 +114,13 @@ pub fn conv_advance(g: &Geometry, conv_state: &mut [f64], x: &[f32], n: usize) {
 }
 
 /// Gates of `n` tokens: (g [n][Hv], β [n][Hv]).
-pub fn gates(g: &Geometry, p: &LayerParams, a: &[f32], b: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+pub fn gates(
+    g: &Geometry,
+    p: &LayerParams,
+    a: &[f32],
+    b: &[f32],
+    n: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let mut gg = vec![0.0; n * g.hv];
     let mut beta = vec![0.0; n * g.hv];
     for t in 0..n {
@@ -122,7 +134,15 @@ pub fn gates(g: &Geometry, p: &LayerParams, a: &[f32], b: &[f32], n: usize) -> (
 }
 
 /// One token of the delta rule on head state `s` ([dk][dv]); returns o ([dv]) when `q` is given.
-fn delta_token(g: &Geometry, s: &mut [f64], q: Option<&[f64]>, k: &[f64], v: &[f64], gt: f64, bt: f64, o: &mut [f64]) {
+fn delta_token(
+    g: &Geometry,
+    s: &mut [f64],
+    q: Option<&[f64]>,
+    k: &[f64],
+    v: &[f64],
+    (gt, bt): (f64, f64),
+    o: &mut [f64],
+) {
     let (dk, dv) = (g.dk, g.dv);
     let eg = gt.exp();
     s.iter_mut().for_each(|x| *x *= eg);
@@ -148,7 +168,12 @@ fn delta_token(g: &Geometry, s: &mut [f64], q: Option<&[f64]>, k: &[f64], v: &[f
 }
 
 /// The slices of token t's q (key head kh), k (kh) and v (value head h) in a [n][C] qkv.
-fn qkv_of<'a>(g: &Geometry, qkv: &'a [f64], t: usize, h: usize) -> (&'a [f64], &'a [f64], &'a [f64]) {
+fn qkv_of<'a>(
+    g: &Geometry,
+    qkv: &'a [f64],
+    t: usize,
+    h: usize,
+) -> (&'a [f64], &'a [f64], &'a [f64]) {
     let c = g.channels();
     let kh = g.key_head(h);
     let row = &qkv[t * c..(t + 1) * c];
@@ -160,7 +185,14 @@ fn qkv_of<'a>(g: &Geometry, qkv: &'a [f64], t: usize, h: usize) -> (&'a [f64], &
 
 /// Outputs o ([n][Hv·dv]) of `n` tokens from state `s` ([Hv][dk][dv]), and the state after
 /// them. `s` itself is not changed.
-pub fn delta_verify(g: &Geometry, s: &[f64], qkv: &[f64], gg: &[f64], beta: &[f64], n: usize) -> (Vec<f64>, Vec<f64>) {
+pub fn delta_verify(
+    g: &Geometry,
+    s: &[f64],
+    qkv: &[f64],
+    gg: &[f64],
+    beta: &[f64],
+    n: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let hs = g.dk * g.dv;
     let mut after = s.to_vec();
     let mut o = vec![0.0; n * g.value_width()];
@@ -169,7 +201,15 @@ pub fn delta_verify(g: &Geometry, s: &[f64], qkv: &[f64], gg: &[f64], beta: &[f6
         for t in 0..n {
             let (q, k, v) = qkv_of(g, qkv, t, h);
             let oh = &mut o[t * g.value_width() + h * g.dv..t * g.value_width() + (h + 1) * g.dv];
-            delta_token(g, sh, Some(q), k, v, gg[t * g.hv + h], beta[t * g.hv + h], oh);
+            delta_token(
+                g,
+                sh,
+                Some(q),
+                k,
+                v,
+                (gg[t * g.hv + h], beta[t * g.hv + h]),
+                oh,
+            );
         }
     }
     (o, after)
@@ -183,7 +223,15 @@ pub fn delta_commit(g: &Geometry, s: &mut [f64], qkv: &[f64], gg: &[f64], beta: 
         let sh = &mut s[h * hs..(h + 1) * hs];
         for t in 0..n {
             let (_, k, v) = qkv_of(g, qkv, t, h);
-            delta_token(g, sh, None, k, v, gg[t * g.hv + h], beta[t * g.hv + h], &mut scratch);
+            delta_token(
+                g,
+                sh,
+                None,
+                k,
+                v,
+                (gg[t * g.hv + h], beta[t * g.hv + h]),
+                &mut scratch,
+            );
         }
     }
 }
@@ -242,7 +290,9 @@ pub struct Reference {
 }
 
 fn threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// Run `f(i, &mut item)` over `items` on up to `threads()` threads.
@@ -280,13 +330,17 @@ impl Reference {
     /// Verify `tokens[l]` for every layer l (threads over layers).
     pub fn verify(&mut self, params: &[LayerParams], tokens: &[LayerTokens]) -> Vec<Window> {
         let g = self.geometry;
-        par_each(&mut self.layers, |l, st| layer_verify(&g, &params[l], st, &tokens[l]))
+        par_each(&mut self.layers, |l, st| {
+            layer_verify(&g, &params[l], st, &tokens[l])
+        })
     }
 
     /// Commit the first `n` tokens of each layer's window.
     pub fn commit(&mut self, windows: &[Window], tokens: &[LayerTokens], n: usize) {
         let g = self.geometry;
-        par_each(&mut self.layers, |l, st| layer_commit(&g, st, &windows[l], &tokens[l], n));
+        par_each(&mut self.layers, |l, st| {
+            layer_commit(&g, st, &windows[l], &tokens[l], n)
+        });
     }
 }
 
@@ -334,7 +388,12 @@ pub mod naive {
 
     /// Per token (o [Hv·dv], y [Hv·dv]) and the final state [Hv][dk][dv] of a layer that
     /// starts from `st` and takes every token of `tokens`.
-    pub fn run(g: &Geometry, p: &LayerParams, st: &RefState, tokens: &LayerTokens) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
+    pub fn run(
+        g: &Geometry,
+        p: &LayerParams,
+        st: &RefState,
+        tokens: &LayerTokens,
+    ) -> (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<f64>) {
         let (c, n, cs) = (g.channels(), tokens.n, CONV_WIDTH - 1);
         // The whole history H = [conv state; x], (cs + n) × C.
         let mut hist = st.conv.clone();
@@ -358,7 +417,10 @@ pub mod naive {
             let act: Vec<f64> = (0..c)
                 .map(|ch| {
                     let pre: f64 = (0..CONV_WIDTH)
-                        .map(|tau| p.conv_w[ch * CONV_WIDTH + (CONV_WIDTH - 1 - tau)] as f64 * hist[(t + cs - tau) * c + ch])
+                        .map(|tau| {
+                            p.conv_w[ch * CONV_WIDTH + (CONV_WIDTH - 1 - tau)] as f64
+                                * hist[(t + cs - tau) * c + ch]
+                        })
                         .sum();
                     pre * sigmoid(pre)
                 })
@@ -402,7 +464,8 @@ pub mod naive {
             let mut y = vec![0.0; g.value_width()];
             for h in 0..g.hv {
                 let oh = &o[h * g.dv..(h + 1) * g.dv];
-                let rms = (oh.iter().map(|x| x * x).sum::<f64>() / g.dv as f64 + g.norm_eps as f64).sqrt();
+                let rms = (oh.iter().map(|x| x * x).sum::<f64>() / g.dv as f64 + g.norm_eps as f64)
+                    .sqrt();
                 for j in 0..g.dv {
                     let zz = tokens.z[t * g.value_width() + h * g.dv + j] as f64;
                     y[h * g.dv + j] = oh[j] / rms * p.norm_w[j] as f64 * (zz * sigmoid(zz));
@@ -442,7 +505,10 @@ mod tests {
 
     fn max_rel(a: &[f64], b: &[f64]) -> f64 {
         let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
-        a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+        a.iter()
+            .zip(b)
+            .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+            / scale
     }
 
     #[test]
@@ -458,9 +524,16 @@ mod tests {
                 let (os, ys, s) = naive::run(&g, &p, &st, &tokens);
                 let o: Vec<f64> = os.concat();
                 let y: Vec<f64> = ys.concat();
-                assert!(max_rel(&w.o, &o) < 1e-12, "o hk={hk} hv={hv} n={n}: {}", max_rel(&w.o, &o));
+                assert!(
+                    max_rel(&w.o, &o) < 1e-12,
+                    "o hk={hk} hv={hv} n={n}: {}",
+                    max_rel(&w.o, &o)
+                );
                 assert!(max_rel(&w.y, &y) < 1e-12, "y hk={hk} hv={hv} n={n}");
-                assert!(max_rel(&w.state_after, &s) < 1e-12, "state hk={hk} hv={hv} n={n}");
+                assert!(
+                    max_rel(&w.state_after, &s) < 1e-12,
+                    "state hk={hk} hv={hv} n={n}"
+                );
                 // The reference's state really moves: the check is not vacuous.
                 assert!(max_rel(&st.s, &s) > 1e-3);
             }
@@ -480,7 +553,10 @@ mod tests {
             let one = tokens.slice(&g, t, 1);
             let w = layer_verify(&g, &p, &st, &one);
             let vw = g.value_width();
-            assert!(max_rel(&w.y, &multi.y[t * vw..(t + 1) * vw]) < 1e-13, "token {t}");
+            assert!(
+                max_rel(&w.y, &multi.y[t * vw..(t + 1) * vw]) < 1e-13,
+                "token {t}"
+            );
             layer_commit(&g, &mut st, &w, &one, 1);
         }
         assert!(max_rel(&st.s, &multi.state_after) < 1e-13);
@@ -503,7 +579,9 @@ mod tests {
         let inputs = Inputs::seeded(g, 5);
         let states: Vec<_> = (0..g.layers).map(|l| inputs.initial_state(l)).collect();
         let params: Vec<_> = (0..g.layers).map(|l| inputs.params(l)).collect();
-        let tokens: Vec<_> = (0..g.layers).map(|l| inputs.tokens(l, 0, 4).unwrap()).collect();
+        let tokens: Vec<_> = (0..g.layers)
+            .map(|l| inputs.tokens(l, 0, 4).unwrap())
+            .collect();
         let mut r = Reference::new(g, &states);
         let before = r.layers.clone();
         let ws = r.verify(&params, &tokens);

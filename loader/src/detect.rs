@@ -345,7 +345,11 @@ mod tests {
         }
         let r = detect_cuda();
         assert!(!r.found);
-        assert!(r.message.starts_with("no CUDA driver found"), "{}", r.message);
+        assert!(
+            r.message.starts_with("no CUDA driver found"),
+            "{}",
+            r.message
+        );
         assert!(r.devices.is_empty());
     }
 
@@ -358,7 +362,10 @@ mod tests {
         })
         .unwrap();
         assert!(r.simulated());
-        assert_eq!(r.describe(), "sm_90 (simulated, CUDA driver 13.0 → PTX ISA ≤ 9.0)");
+        assert_eq!(
+            r.describe(),
+            "sm_90 (simulated, CUDA driver 13.0 → PTX ISA ≤ 9.0)"
+        );
         let r = resolve(&DeviceOptions {
             device: Some("gfx1151".into()),
             no_generic: true,
@@ -400,8 +407,13 @@ mod tests {
                 ..empty
             },
         };
-        let e = resolve_detected(&d, &DeviceOptions::default()).unwrap_err().to_string();
-        assert!(e.contains("no GPU found (no CUDA driver found; HIP runtime not found)"), "{e}");
+        let e = resolve_detected(&d, &DeviceOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no GPU found (no CUDA driver found; HIP runtime not found)"),
+            "{e}"
+        );
         assert!(e.contains("--device TARGET"), "{e}");
     }
 }

@@ -536,7 +536,10 @@ mod tests {
         assert_eq!(rt.device_count().unwrap(), 0);
         assert!(rt.properties(0).is_err());
         assert!(rt.error_string(100).contains("hipErrorNoDevice"));
-        let r = crate::detect::detect_hip(&HipSearch { dirs: vec![], system: true });
+        let r = crate::detect::detect_hip(&HipSearch {
+            dirs: vec![],
+            system: true,
+        });
         assert!(r.found && r.devices.is_empty(), "{r:?}");
         assert_eq!(r.generic_supported, Some(false));
         assert_eq!(r.message, "0 devices");
@@ -547,8 +550,18 @@ mod tests {
         if !Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
             return;
         }
-        let rt = HipRuntime::open(&HipSearch { dirs: vec![], system: true }).unwrap();
-        let e = rt.symbol::<FnIntOut>("hipNoSuchFunction").unwrap_err().to_string();
-        assert!(e.contains("hipNoSuchFunction") && e.contains("symbol not found"), "{e}");
+        let rt = HipRuntime::open(&HipSearch {
+            dirs: vec![],
+            system: true,
+        })
+        .unwrap();
+        let e = rt
+            .symbol::<FnIntOut>("hipNoSuchFunction")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("hipNoSuchFunction") && e.contains("symbol not found"),
+            "{e}"
+        );
     }
 }

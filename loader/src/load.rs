@@ -86,11 +86,12 @@ impl Gpu {
     }
 }
 
-/// A package opened for one device: the selection is made, objects load on first use.
+/// A package opened for one device: objects are selected and loaded on first use of their
+/// kernel; the whole selection (explain) is made when first asked for.
 pub struct Loader {
     package: Package,
     gpu: Gpu,
-    selection: Selection,
+    selection: std::sync::OnceLock<Selection>,
     modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
 }
 
@@ -111,17 +112,18 @@ impl Loader {
 
     /// A loader over any package (a bundle or pulled cache entry of the registry).
     pub fn from_package(package: Package, gpu: &Gpu) -> Loader {
-        let selection = package.select(&gpu.device.device);
         Loader {
             package,
             gpu: gpu.clone(),
-            selection,
+            selection: std::sync::OnceLock::new(),
             modules: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Every kernel's choice with its trace (made on first call).
     pub fn selection(&self) -> &Selection {
-        &self.selection
+        self.selection
+            .get_or_init(|| self.package.select(&self.gpu.device.device))
     }
 
     pub fn package(&self) -> &Package {
@@ -134,8 +136,19 @@ impl Loader {
 
     /// The module holding `kernel` (`variant`), loaded on first use.
     pub fn module(&self, kernel: &str, variant: Option<&str>) -> Result<Arc<LoadedModule>> {
-        let choice = self.selection.kernel(kernel, variant)?;
-        let candidate = self.selection.require(choice)?;
+        let candidate = match self.selection.get() {
+            Some(all) => all.require(all.kernel(kernel, variant)?)?,
+            None => {
+                let one = self.package.select_kernel(&self.gpu.device.device, kernel);
+                if one.kernels.is_empty() {
+                    // Unknown kernel: the full selection names the ones there are.
+                    let all = self.selection();
+                    all.require(all.kernel(kernel, variant)?)?
+                } else {
+                    one.require(one.kernel(kernel, variant)?)?
+                }
+            }
+        };
         self.load_object(candidate.object)
     }
 
@@ -537,7 +550,10 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes");
         let c = check_attributes(&r, "k", &loaded(32, 1056, 0)).unwrap();
-        assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes");
+        assert_eq!(
+            c[1].note,
+            "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes"
+        );
         assert_eq!(c[1].manifest, "32 (+1024 reserved)");
         assert_eq!(manifest_max_threads(&r, "k"), Some(256));
     }
@@ -545,12 +561,21 @@ mod tests {
     #[test]
     fn a_difference_is_a_stale_artifact() {
         let r = record(32, 32, 1024, 0);
-        let e = check_attributes(&r, "k", &loaded(40, 32, 0)).unwrap_err().to_string();
-        assert!(e.contains("`k` registers is 40 after load, the manifest says 32"), "{e}");
+        let e = check_attributes(&r, "k", &loaded(40, 32, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`k` registers is 40 after load, the manifest says 32"),
+            "{e}"
+        );
         assert!(e.contains("stale or swapped"), "{e}");
-        let e = check_attributes(&r, "k", &loaded(32, 64, 0)).unwrap_err().to_string();
+        let e = check_attributes(&r, "k", &loaded(32, 64, 0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lds_bytes is 64"), "{e}");
-        let e = check_attributes(&r, "k", &loaded(32, 32, 16)).unwrap_err().to_string();
+        let e = check_attributes(&r, "k", &loaded(32, 32, 16))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scratch_bytes is 16"), "{e}");
         // Without a reservation the 1 KiB form is not accepted.
         let r = record(32, 32, 0, 0);
@@ -562,13 +587,26 @@ mod tests {
         let dev = Device::parse("sm_90", None, true).unwrap();
         let gpu = Gpu::simulated(dev);
         let dir = tempfile::tempdir().unwrap();
-        let m = crate::select::tests::manifest(vec![crate::select::tests::object("k", None, "sm_90", None)]);
+        let m = crate::select::tests::manifest(vec![crate::select::tests::object(
+            "k", None, "sm_90", None,
+        )]);
         std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
         let l = Loader::open(dir.path(), &gpu).unwrap();
-        assert_eq!(l.selection().kernel("k", None).unwrap().selected().unwrap().target, "sm_90");
+        assert_eq!(
+            l.selection()
+                .kernel("k", None)
+                .unwrap()
+                .selected()
+                .unwrap()
+                .target,
+            "sm_90"
+        );
         let e = l.function("k", None, "k").unwrap_err();
         assert!(matches!(e, LoaderError::Simulated { .. }), "{e}");
         let e = l.function("nope", None, "k").unwrap_err().to_string();
-        assert!(e.contains("kernel `nope` is not in the manifest (it has: k)"), "{e}");
+        assert!(
+            e.contains("kernel `nope` is not in the manifest (it has: k)"),
+            "{e}"
+        );
     }
 }

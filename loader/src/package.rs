@@ -7,9 +7,11 @@
 //! whole [`Manifest`] only when asked for. Opening is on the load path of every process, so
 //! it costs a scan of the JSON, not a full parse.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::{parse_version, Device};
 use kbuild_manifest::manifest::{Manifest, ObjectRecord, SCHEMA};
@@ -20,7 +22,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::error::{LoaderError, Result};
-use crate::select::{select_objects, ObjectInfo, Selection};
+use crate::select::{select_kernel, select_objects, ObjectInfo, Selection};
 
 /// Something that hands out the bytes of a manifest's objects.
 pub trait ObjectSource: Send + Sync {
@@ -66,43 +68,58 @@ impl ObjectSource for DirSource {
 }
 
 /// One object as the index holds it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct IndexedObject {
     pub kernel: String,
-    #[serde(default)]
     pub variant: Option<String>,
     pub target: String,
     pub path: String,
     pub sha256: String,
-    #[serde(default)]
     pub size: u64,
     pub format: String,
-    #[serde(default)]
     pub entries: Vec<String>,
-    #[serde(default)]
-    resources: Option<Box<RawValue>>,
-    #[serde(skip)]
+    resources: Stored,
     ptx_isa: Option<Version>,
-    #[serde(skip)]
-    parsed: Option<BTreeMap<String, Resources>>,
 }
 
-impl IndexedObject {
-    /// The resource records per entry (parsed on demand).
-    pub fn resources(&self) -> Result<BTreeMap<String, Resources>> {
-        if let Some(p) = &self.parsed {
-            return Ok(p.clone());
-        }
-        match &self.resources {
-            None => Ok(BTreeMap::new()),
-            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| {
-                LoaderError::Other(format!(
-                    "{}: resource records do not parse: {e}",
-                    self.path
-                ))
-            }),
-        }
-    }
+/// Resource records: a byte range of the manifest text (parsed on demand), or parsed.
+#[derive(Debug, Clone)]
+enum Stored {
+    Text(std::ops::Range<usize>),
+    Parsed(BTreeMap<String, Resources>),
+}
+
+/// The borrowed view serde fills while scanning the manifest once.
+#[derive(Deserialize)]
+struct RawObject<'a> {
+    #[serde(borrow)]
+    kernel: Cow<'a, str>,
+    #[serde(default, borrow)]
+    variant: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    target: Cow<'a, str>,
+    #[serde(borrow)]
+    path: Cow<'a, str>,
+    #[serde(borrow)]
+    sha256: Cow<'a, str>,
+    #[serde(default)]
+    size: u64,
+    #[serde(borrow)]
+    format: Cow<'a, str>,
+    #[serde(default, borrow)]
+    entries: Vec<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    resources: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Index<'a> {
+    #[serde(borrow)]
+    schema: Option<Cow<'a, str>>,
+    #[serde(default)]
+    kernels: Vec<String>,
+    #[serde(default, borrow)]
+    objects: Vec<RawObject<'a>>,
 }
 
 impl ObjectInfo for IndexedObject {
@@ -123,21 +140,58 @@ impl ObjectInfo for IndexedObject {
     }
 }
 
-#[derive(Deserialize)]
-struct Index {
-    schema: Option<String>,
-    #[serde(default)]
+/// What opening a manifest produces; shared by every open of the same unchanged file.
+struct PackageIndex {
     kernels: Vec<String>,
-    #[serde(default)]
     objects: Vec<IndexedObject>,
+    /// The manifest JSON: resource records are parsed from it on demand, the full manifest
+    /// too (absent when built from a `Manifest`).
+    data: Option<String>,
+}
+
+/// Identity of a manifest file: an edit, a rename over it or a new build changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> FileId {
+        #[cfg(unix)]
+        let (dev, ino) = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let (dev, ino) = (0, 0);
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(-1);
+        FileId {
+            dev,
+            ino,
+            len: meta.len(),
+            mtime_ns,
+        }
+    }
+}
+
+/// Parsed indexes of manifests opened in this process, by path and file identity. Only the
+/// index is shared: every object is still read and sha256-checked on every load.
+fn index_cache() -> &'static Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// A manifest and the source of its objects.
 pub struct Package {
-    kernels: Vec<String>,
-    objects: Vec<IndexedObject>,
-    /// The manifest JSON, for a full parse on demand (absent when built from a `Manifest`).
-    data: Option<Vec<u8>>,
+    index: Arc<PackageIndex>,
     full: OnceLock<std::result::Result<Manifest, String>>,
     source: Box<dyn ObjectSource>,
     origin: PathBuf,
@@ -147,14 +201,25 @@ impl std::fmt::Debug for Package {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Package")
             .field("origin", &self.origin)
-            .field("objects", &self.objects.len())
+            .field("objects", &self.index.objects.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Package {
-    /// Open a build directory (holding `manifest.json`) or a manifest file.
+    /// Open a build directory (holding `manifest.json`) or a manifest file. The parsed index
+    /// is reused while the manifest file is unchanged (same device, inode, size and mtime);
+    /// [`Package::open_uncached`] always reads and parses it.
     pub fn open(path: &Path) -> Result<Package> {
+        Package::open_with(path, true)
+    }
+
+    /// [`Package::open`] without the process-wide index cache.
+    pub fn open_uncached(path: &Path) -> Result<Package> {
+        Package::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, cached: bool) -> Result<Package> {
         let (manifest_path, root) = if path.is_dir() {
             (path.join("manifest.json"), path.to_path_buf())
         } else {
@@ -164,15 +229,38 @@ impl Package {
                 .unwrap_or_else(|| PathBuf::from("."));
             (path.to_path_buf(), root)
         };
-        let data = std::fs::read(&manifest_path).map_err(|e| {
+        let read_err = |e| {
             let what = if path.is_dir() {
                 "reading the manifest (is this a kbuild --out directory?)"
             } else {
                 "reading the manifest"
             };
             LoaderError::io(&manifest_path, what, e)
-        })?;
-        Package::from_json(data, Box::new(DirSource::new(root)), manifest_path)
+        };
+        let source: Box<dyn ObjectSource> = Box::new(DirSource::new(root));
+        if !cached {
+            let data = std::fs::read(&manifest_path).map_err(read_err)?;
+            return Package::from_json(data, source, manifest_path);
+        }
+        let id = FileId::of(&std::fs::metadata(&manifest_path).map_err(read_err)?);
+        let hit = index_cache()
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&manifest_path).filter(|(i, _)| *i == id).map(|(_, x)| Arc::clone(x)));
+        if let Some(index) = hit {
+            return Ok(Package {
+                index,
+                full: OnceLock::new(),
+                source,
+                origin: manifest_path,
+            });
+        }
+        let data = std::fs::read(&manifest_path).map_err(read_err)?;
+        let package = Package::from_json(data, source, manifest_path.clone())?;
+        if let Ok(mut c) = index_cache().lock() {
+            c.insert(manifest_path, (id, Arc::clone(&package.index)));
+        }
+        Ok(package)
     }
 
     /// A package from manifest JSON and the source of its objects.
@@ -181,23 +269,66 @@ impl Package {
         source: Box<dyn ObjectSource>,
         origin: PathBuf,
     ) -> Result<Package> {
-        let not_manifest = |origin: &Path| LoaderError::Package {
+        let not_manifest = |origin: &Path| {
+            LoaderError::Package {
             path: origin.to_path_buf(),
             what: "not a kbuild manifest (JSON) or build directory; a .kbundle file is opened through kbuild-registry (unpack or pull it, then open the directory)".into(),
+        }
         };
-        if !data
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b'{')
-        {
+        if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(not_manifest(&origin));
         }
-        let index: Option<Index> = serde_json::from_slice(&data).ok();
-        let index = match index {
-            Some(i) if i.schema.as_deref() == Some(SCHEMA) => i,
+        let text = match String::from_utf8(data) {
+            Ok(t) => t,
+            Err(_) => return Err(not_manifest(&origin)),
+        };
+        let base = text.as_ptr() as usize;
+        let index: Option<Index> = serde_json::from_str(&text).ok();
+        let (kernels, objects) = match index {
+            Some(i) if i.schema.as_deref() == Some(SCHEMA) => {
+                let objects: Vec<IndexedObject> = i
+                    .objects
+                    .into_iter()
+                    .map(|o| {
+                        // RawValue borrows from `text`: keep its place, not a copy.
+                        let stored = match o.resources {
+                            None => Stored::Text(0..0),
+                            Some(r) => {
+                                let start = (r.get().as_ptr() as usize).checked_sub(base);
+                                match start.filter(|s| s + r.get().len() <= text.len()) {
+                                    Some(s) => Stored::Text(s..s + r.get().len()),
+                                    None => Stored::Parsed(
+                                        serde_json::from_str(r.get()).unwrap_or_default(),
+                                    ),
+                                }
+                            }
+                        };
+                        let ptx_isa = if o.format == "ptx" {
+                            o.resources
+                                .and_then(|r| serde_json::from_str(r.get()).ok())
+                                .and_then(|r: BTreeMap<String, Resources>| first_ptx_isa(&r))
+                        } else {
+                            None
+                        };
+                        IndexedObject {
+                            kernel: o.kernel.into_owned(),
+                            variant: o.variant.map(Cow::into_owned),
+                            target: o.target.into_owned(),
+                            path: o.path.into_owned(),
+                            sha256: o.sha256.into_owned(),
+                            size: o.size,
+                            format: o.format.into_owned(),
+                            entries: o.entries.into_iter().map(Cow::into_owned).collect(),
+                            resources: stored,
+                            ptx_isa,
+                        }
+                    })
+                    .collect();
+                (i.kernels, objects)
+            }
             // Not ours or malformed: the manifest reader says exactly what is wrong.
             _ => {
-                return Err(match Manifest::from_json(&data) {
+                return Err(match Manifest::from_json(text.as_bytes()) {
                     Err(source) => LoaderError::Manifest {
                         path: origin,
                         source,
@@ -206,16 +337,12 @@ impl Package {
                 })
             }
         };
-        let mut objects = index.objects;
-        for o in &mut objects {
-            if o.format == "ptx" {
-                o.ptx_isa = o.resources().ok().and_then(|r| first_ptx_isa(&r));
-            }
-        }
         Ok(Package {
-            kernels: index.kernels,
-            objects,
-            data: Some(data),
+            index: Arc::new(PackageIndex {
+                kernels,
+                objects,
+                data: Some(text),
+            }),
             full: OnceLock::new(),
             source,
             origin,
@@ -224,7 +351,11 @@ impl Package {
 
     /// A package from a parsed manifest and any source of its objects (a bundle, a cache
     /// entry of the registry).
-    pub fn from_parts(manifest: Manifest, source: Box<dyn ObjectSource>, origin: PathBuf) -> Package {
+    pub fn from_parts(
+        manifest: Manifest,
+        source: Box<dyn ObjectSource>,
+        origin: PathBuf,
+    ) -> Package {
         let objects = manifest
             .objects
             .iter()
@@ -237,18 +368,19 @@ impl Package {
                 size: o.size,
                 format: o.format.clone(),
                 entries: o.entries.clone(),
-                resources: None,
+                resources: Stored::Parsed(o.resources.clone()),
                 ptx_isa: first_ptx_isa(&o.resources),
-                parsed: Some(o.resources.clone()),
             })
             .collect();
         let full = OnceLock::new();
         let kernels = manifest.kernels.clone();
         let _ = full.set(Ok(manifest));
         Package {
-            kernels,
-            objects,
-            data: None,
+            index: Arc::new(PackageIndex {
+                kernels,
+                objects,
+                data: None,
+            }),
             full,
             source,
             origin,
@@ -257,18 +389,18 @@ impl Package {
 
     /// The objects, in manifest order.
     pub fn objects(&self) -> &[IndexedObject] {
-        &self.objects
+        &self.index.objects
     }
 
     /// Kernel names in Kbuild.toml order.
     pub fn kernels(&self) -> &[String] {
-        &self.kernels
+        &self.index.kernels
     }
 
     /// The whole manifest (parsed on first call).
     pub fn manifest(&self) -> Result<&Manifest> {
-        let full = self.full.get_or_init(|| match &self.data {
-            Some(d) => Manifest::from_json(d).map_err(|e| e.to_string()),
+        let full = self.full.get_or_init(|| match &self.index.data {
+            Some(d) => Manifest::from_json(d.as_bytes()).map_err(|e| e.to_string()),
             None => Err("no manifest data".into()),
         });
         full.as_ref().map_err(|e| LoaderError::Package {
@@ -279,7 +411,12 @@ impl Package {
 
     /// Judge every object for `device`.
     pub fn select(&self, device: &Device) -> Selection {
-        select_objects(&self.objects, &self.kernels, device)
+        select_objects(&self.index.objects, &self.index.kernels, device)
+    }
+
+    /// Judge only `kernel`'s objects for `device` (the load path).
+    pub fn select_kernel(&self, device: &Device, kernel: &str) -> Selection {
+        select_kernel(&self.index.objects, &self.index.kernels, device, kernel)
     }
 
     /// The manifest file or bundle this package was opened from.
@@ -300,13 +437,29 @@ impl Package {
             size: o.size,
             format: o.format.clone(),
             entries: o.entries.clone(),
-            resources: o.resources()?,
+            resources: self.resources(index)?,
             cache_key: String::new(),
         })
     }
 
+    /// The resource records of object `index`, per entry.
+    pub fn resources(&self, index: usize) -> Result<BTreeMap<String, Resources>> {
+        let o = self.object(index)?;
+        match &o.resources {
+            Stored::Parsed(p) => Ok(p.clone()),
+            Stored::Text(r) if r.is_empty() => Ok(BTreeMap::new()),
+            Stored::Text(r) => {
+                let text = self.index.data.as_deref().and_then(|d| d.get(r.clone())).unwrap_or("{}");
+                serde_json::from_str(text).map_err(|e| LoaderError::Package {
+                    path: self.origin.clone(),
+                    what: format!("{}: resource records do not parse: {e}", o.path),
+                })
+            }
+        }
+    }
+
     fn object(&self, index: usize) -> Result<&IndexedObject> {
-        self.objects
+        self.index.objects
             .get(index)
             .ok_or_else(|| LoaderError::Other(format!("object {index} is not in the manifest")))
     }
@@ -420,7 +573,11 @@ mod tests {
         // The same through a manifest file path and through from_parts.
         let p2 = Package::open(&dir.path().join("manifest.json")).unwrap();
         assert_eq!(p2.select(&sel.device), sel);
-        let p3 = Package::from_parts(m.clone(), Box::new(DirSource::new(dir.path())), dir.path().into());
+        let p3 = Package::from_parts(
+            m.clone(),
+            Box::new(DirSource::new(dir.path())),
+            dir.path().into(),
+        );
         assert_eq!(p3.select(&sel.device), sel);
         assert_eq!(p3.read_verified(0).unwrap(), b"object for sm_90");
     }
@@ -434,7 +591,10 @@ mod tests {
         let e = p.read_verified(0).unwrap_err();
         assert!(matches!(e, LoaderError::Sha256Mismatch { .. }), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("sm_90/k.cubin") && msg.contains("swapped or modified"), "{msg}");
+        assert!(
+            msg.contains("sm_90/k.cubin") && msg.contains("swapped or modified"),
+            "{msg}"
+        );
         assert!(msg.contains("7 bytes"), "{msg}");
     }
 
@@ -452,7 +612,10 @@ mod tests {
     fn bad_inputs_are_errors_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let e = Package::open(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("manifest.json") && e.contains("kbuild --out directory"), "{e}");
+        assert!(
+            e.contains("manifest.json") && e.contains("kbuild --out directory"),
+            "{e}"
+        );
         let f = dir.path().join("manifest.json");
         std::fs::write(&f, b"\x28\xb5\x2f\xfd binary").unwrap();
         let e = Package::open(&f).unwrap_err().to_string();
@@ -463,5 +626,30 @@ mod tests {
         std::fs::write(&f, br#"{"schema": "kbuild.manifest/v1", "objects": 3}"#).unwrap();
         let e = Package::open(&f).unwrap_err().to_string();
         assert!(e.contains("manifest.json"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn the_index_cache_follows_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = crate::select::tests::manifest(vec![crate::select::tests::object(
+            "a", None, "sm_90", None,
+        )]);
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["a"]);
+        assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["a"]);
+        // A new build (a rename over the manifest, as the build writes it) is seen at once.
+        m = crate::select::tests::manifest(vec![crate::select::tests::object(
+            "bb", None, "sm_90", None,
+        )]);
+        let tmp = dir.path().join("manifest.json.tmp");
+        std::fs::write(&tmp, m.to_json()).unwrap();
+        std::fs::rename(&tmp, dir.path().join("manifest.json")).unwrap();
+        assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["bb"]);
+        assert_eq!(Package::open_uncached(dir.path()).unwrap().kernels(), ["bb"]);
     }
 }

@@ -190,9 +190,32 @@ pub fn select(manifest: &Manifest, device: &Device) -> Selection {
 }
 
 /// [`select`] over any objects; `kernel_order` is the manifest's `kernels`.
-pub fn select_objects<O: ObjectInfo>(objects: &[O], kernel_order: &[String], device: &Device) -> Selection {
+pub fn select_objects<O: ObjectInfo>(
+    objects: &[O],
+    kernel_order: &[String],
+    device: &Device,
+) -> Selection {
+    select_where(objects, kernel_order, device, |_| true)
+}
+
+/// [`select_objects`] for one kernel only: what loading needs, without judging the rest.
+pub fn select_kernel<O: ObjectInfo>(
+    objects: &[O],
+    kernel_order: &[String],
+    device: &Device,
+    kernel: &str,
+) -> Selection {
+    select_where(objects, kernel_order, device, |o| o.kernel() == kernel)
+}
+
+fn select_where<O: ObjectInfo>(
+    objects: &[O],
+    kernel_order: &[String],
+    device: &Device,
+    keep: impl Fn(&O) -> bool,
+) -> Selection {
     let mut kernels: Vec<KernelChoice> = Vec::new();
-    for (index, record) in objects.iter().enumerate() {
+    for (index, record) in objects.iter().enumerate().filter(|(_, o)| keep(o)) {
         let candidate = judge_record(index, record, device);
         let slot = kernels
             .iter_mut()
@@ -281,7 +304,12 @@ pub(crate) mod tests {
     use kbuild_manifest::resources::PtxResources;
     use std::collections::BTreeMap;
 
-    pub(crate) fn object(kernel: &str, variant: Option<&str>, target: &str, isa: Option<&str>) -> ObjectRecord {
+    pub(crate) fn object(
+        kernel: &str,
+        variant: Option<&str>,
+        target: &str,
+        isa: Option<&str>,
+    ) -> ObjectRecord {
         let format = if target.starts_with("compute_") {
             "ptx"
         } else if target.starts_with("sm_") {
@@ -304,7 +332,10 @@ pub(crate) mod tests {
             variant: variant.map(str::to_string),
             defines: BTreeMap::new(),
             target: target.into(),
-            path: format!("{target}/{kernel}{}.{format}", variant.map(|v| format!(".{v}")).unwrap_or_default()),
+            path: format!(
+                "{target}/{kernel}{}.{format}",
+                variant.map(|v| format!(".{v}")).unwrap_or_default()
+            ),
             sha256: "0".repeat(64),
             size: 1,
             format: format.into(),
@@ -346,7 +377,12 @@ pub(crate) mod tests {
             ["sm_80", "sm_89", "sm_90", "sm_90a"]
                 .iter()
                 .map(|t| object("rmsnorm", None, t, None))
-                .chain(std::iter::once(object("rmsnorm", None, "compute_90", Some("9.5"))))
+                .chain(std::iter::once(object(
+                    "rmsnorm",
+                    None,
+                    "compute_90",
+                    Some("9.5"),
+                )))
                 .collect(),
         )
     }
@@ -372,16 +408,36 @@ pub(crate) mod tests {
         let mut m = h200_bundle();
         m.objects.retain(|o| o.target != "sm_90a");
         let s = select(&m, &dev("sm_90", Some(Version(13, 0))));
-        assert_eq!(s.kernel("rmsnorm", None).unwrap().selected().unwrap().target, "sm_90");
+        assert_eq!(
+            s.kernel("rmsnorm", None)
+                .unwrap()
+                .selected()
+                .unwrap()
+                .target,
+            "sm_90"
+        );
         m.objects.retain(|o| o.target != "sm_90");
         let s = select(&m, &dev("sm_90", Some(Version(13, 5))));
-        assert_eq!(s.kernel("rmsnorm", None).unwrap().selected().unwrap().target, "compute_90");
+        assert_eq!(
+            s.kernel("rmsnorm", None)
+                .unwrap()
+                .selected()
+                .unwrap()
+                .target,
+            "compute_90"
+        );
         // On driver 13.0 the 9.5 PTX is refused too: no match.
         let s = select(&m, &dev("sm_90", Some(Version(13, 0))));
         assert!(!s.complete());
-        let e = s.require(s.kernel("rmsnorm", None).unwrap()).unwrap_err().to_string();
+        let e = s
+            .require(s.kernel("rmsnorm", None).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("runs on sm_90"), "{e}");
-        assert!(e.contains("sm_80, sm_89") || e.contains("sm_89, sm_80"), "{e}");
+        assert!(
+            e.contains("sm_80, sm_89") || e.contains("sm_89, sm_80"),
+            "{e}"
+        );
         assert!(e.contains("kbuild --targets sm_90"), "{e}");
     }
 
@@ -410,8 +466,11 @@ pub(crate) mod tests {
         ]);
         let s = select(&m, &dev("gfx90a:sramecc+:xnack-", None));
         let k = s.kernel("k", None).unwrap();
-        let rules: Vec<(&str, Option<Rule>)> =
-            k.candidates.iter().map(|c| (c.target.as_str(), c.rule)).collect();
+        let rules: Vec<(&str, Option<Rule>)> = k
+            .candidates
+            .iter()
+            .map(|c| (c.target.as_str(), c.rule))
+            .collect();
         assert_eq!(rules[0], ("gfx90a:sramecc+:xnack-", Some(Rule::AmdExact)));
         assert_eq!(rules[1].1, Some(Rule::AmdFeatureAny));
         assert_eq!(rules[2].1, Some(Rule::AmdFeatureAny));
@@ -419,11 +478,17 @@ pub(crate) mod tests {
         assert!(rules.contains(&("gfx11-generic", Some(Rule::GenericNotMember))));
         // gfx1151: only the generic object, which the runtime flag decides.
         let s = select(&m, &dev("gfx1151", None));
-        assert_eq!(s.kernel("k", None).unwrap().selected().unwrap().target, "gfx11-generic");
+        assert_eq!(
+            s.kernel("k", None).unwrap().selected().unwrap().target,
+            "gfx11-generic"
+        );
         let s = select(&m, &Device::parse("gfx1151", None, false).unwrap());
         let k = s.kernel("k", None).unwrap();
         assert!(k.selected().is_none());
-        assert!(s.no_match(k).to_string().contains("kbuild --targets gfx1151"));
+        assert!(s
+            .no_match(k)
+            .to_string()
+            .contains("kbuild --targets gfx1151"));
     }
 
     #[test]
@@ -434,12 +499,22 @@ pub(crate) mod tests {
             object("g", Some("rows2"), "sm_80", None),
         ]);
         let s = select(&m, &dev("sm_90", None));
-        let names: Vec<&str> = s.kernels.iter().filter_map(|k| k.variant.as_deref()).collect();
+        let names: Vec<&str> = s
+            .kernels
+            .iter()
+            .filter_map(|k| k.variant.as_deref())
+            .collect();
         assert_eq!(names, ["rows2", "rows10"]);
         assert_eq!(s.kernel("g", Some("rows10")).unwrap().candidates.len(), 1);
-        assert_eq!(s.kernel("g", None).unwrap().variant.as_deref(), Some("rows2"));
+        assert_eq!(
+            s.kernel("g", None).unwrap().variant.as_deref(),
+            Some("rows2")
+        );
         let e = s.kernel("g", Some("rows3")).unwrap_err().to_string();
-        assert!(e.contains("variant `rows3`") && e.contains("it has: g"), "{e}");
+        assert!(
+            e.contains("variant `rows3`") && e.contains("it has: g"),
+            "{e}"
+        );
         assert!(s.clone().only_kernel("nope").is_err());
     }
 
@@ -451,6 +526,10 @@ pub(crate) mod tests {
         let c = &s.kernel("k", None).unwrap().candidates[0];
         assert!(!c.accepted);
         assert_eq!(c.rule, None);
-        assert!(c.reason.contains("does not know the target"), "{}", c.reason);
+        assert!(
+            c.reason.contains("does not know the target"),
+            "{}",
+            c.reason
+        );
     }
 }

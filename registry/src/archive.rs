@@ -68,6 +68,10 @@ pub enum ArchiveError {
     NotAFile { name: String, kind: String },
     #[error("archive entry `{0}` has a path kbuild never writes (absolute, `..`, or outside manifest.json / objects/sha256/<hex>)")]
     BadPath(String),
+    #[error(
+        "not a kbuild bundle: its first entry is `{0}` (a kbuild bundle starts with manifest.json)"
+    )]
+    NotKbuild(String),
     #[error("archive entry `{0}` appears twice")]
     Duplicate(String),
     #[error("writing archive: {0}")]
@@ -135,7 +139,8 @@ pub fn write_groups(groups: &[&[Entry]]) -> Result<Vec<u8>, ArchiveError> {
         let mut enc = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL).map_err(werr)?;
         enc.include_checksum(true).map_err(werr)?;
         enc.include_contentsize(true).map_err(werr)?;
-        enc.set_pledged_src_size(Some(part.len() as u64)).map_err(werr)?;
+        enc.set_pledged_src_size(Some(part.len() as u64))
+            .map_err(werr)?;
         enc.write_all(part).map_err(werr)?;
         out.extend_from_slice(&enc.finish().map_err(werr)?);
         start = end;
@@ -225,6 +230,10 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
                 return Err(ArchiveError::NotAFile { name, kind });
             }
             if !is_kbuild_path(&name) {
+                let plain = !name.starts_with('/') && !name.split('/').any(|c| c == "..");
+                if out.is_empty() && plain {
+                    return Err(ArchiveError::NotKbuild(name));
+                }
                 return Err(ArchiveError::BadPath(name));
             }
             if !seen.insert(name.clone()) {

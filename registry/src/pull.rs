@@ -85,6 +85,8 @@ pub struct Pulled {
     /// Bytes of layers transferred (0 when served from the cache).
     pub layer_bytes: u64,
     pub from_cache: bool,
+    /// The signatures the registry (or the cache) had for it.
+    pub signatures: Option<crate::sign::SignatureFile>,
     /// The lockfile entry for what was pulled.
     pub lock: LockedPackage,
 }
@@ -184,12 +186,23 @@ pub fn pull(
         if have_all {
             if let Ok(b) = req.cache.open(&c) {
                 let bundle = b.restrict(&targets).map_err(StoreError::from)?;
+                if sigs.is_some() {
+                    // Newly signed since it was cached: remember the signatures.
+                    req.cache.store(
+                        &registry,
+                        &resolved.artifact,
+                        &bundle,
+                        &entry.layers,
+                        sigs.as_ref(),
+                    )?;
+                }
                 return Ok(Pulled {
                     bundle,
                     artifact: resolved.artifact,
                     verdict,
                     layer_bytes: 0,
                     from_cache: true,
+                    signatures: sigs,
                     lock: entry,
                 });
             }
@@ -209,6 +222,7 @@ pub fn pull(
         verdict,
         layer_bytes,
         from_cache: false,
+        signatures: sigs,
         lock: entry,
     })
 }
@@ -291,6 +305,7 @@ fn pull_offline(
         verdict,
         layer_bytes: 0,
         from_cache: true,
+        signatures: sigs,
         lock: entry,
     })
 }

@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=.device/loader
 rm -rf "$D" && mkdir -p "$D"
-cargo build --release -p kbuild --bin kbuild -p kbuild-loader
+cargo build --release -p kbuild --bin kbuild
+cargo build --release -p kbuild-loader --lib
 bin=$(cargo test --release -p kbuild-tests --test loader_gpu --no-run --message-format=json \
   | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -18,4 +19,6 @@ cp target/release/kbuild target/release/libkbuild_loader.so "$D/"
 gcc -O2 -Wall -Wextra -Werror -I loader/include examples/c/explain.c -L target/release -lkbuild_loader -o "$D/explain_c"
 target/release/kbuild --targets sm_80,sm_89,sm_90,sm_90a,compute_90 --out "$D/kb-h200"
 find "$D/kb-h200" -name '*.log' -delete
+# Line tables are not needed there; the working tree that travels is limited to 64 MiB.
+strip "$D/kbuild" "$D/loader_gpu" "$D/libkbuild_loader.so" "$D/explain_c"
 du -sh "$D"

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -182,7 +182,11 @@ impl Proxy {
                         let _ = to.shutdown(std::net::Shutdown::Write);
                     })
                 };
-                pipe(client.try_clone().unwrap(), server.try_clone().unwrap(), u.clone());
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    u.clone(),
+                );
                 pipe(server, client, d.clone());
             }
         });
@@ -214,4 +218,124 @@ impl Drop for Proxy {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(("127.0.0.1", self.port));
     }
+}
+
+/// A scratch area: its own kbuild cache, config and docker config (nothing from $HOME).
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env::new()
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn cache(&self) -> PathBuf {
+        self.path().join("cache")
+    }
+    pub fn kb(&self, cwd: &Path, args: &[&str]) -> Output {
+        self.kb_env(cwd, args, &[])
+    }
+    pub fn kb_env(&self, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new(crate::kbuild_bin());
+        c.args(args)
+            .current_dir(cwd)
+            .env("KBUILD_CACHE_DIR", self.cache())
+            .env("KBUILD_CONFIG", self.path().join("kbuild-config.toml"))
+            .env("DOCKER_CONFIG", self.path().join("docker"))
+            .env("NO_COLOR", "1")
+            .env_remove("KBUILD_REGISTRY_USER")
+            .env_remove("KBUILD_REGISTRY_PASSWORD")
+            .env_remove("KBUILD_REGISTRY")
+            .env_remove("KBUILD_SIGNATURE_POLICY")
+            .env_remove("SOURCE_DATE_EPOCH");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("running kbuild")
+    }
+    pub fn ok(&self, cwd: &Path, args: &[&str]) -> String {
+        let o = self.kb(cwd, args);
+        assert!(o.status.success(), "kbuild {args:?}\n{}", crate::text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+    pub fn fails(&self, cwd: &Path, args: &[&str]) -> String {
+        let o = self.kb(cwd, args);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "kbuild {args:?}\n{}",
+            crate::text(&o)
+        );
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+}
+
+/// Files under `dir` (recursively), for "nothing left behind" checks.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+pub const SMALL_A: &str = "KC_KERNEL(64) void scale(float* x, float s) { x[threadIdx.x] *= s; }";
+pub const SMALL_B: &str =
+    "KC_KERNEL(128) void shift(float* x, float s) { x[blockIdx.x * 128 + threadIdx.x] += s; }";
+
+/// A project in `dir/kernels`: name `kb-small`, the given targets and kernels.
+pub fn write_project(
+    dir: &Path,
+    name: &str,
+    targets: &[&str],
+    kernels: &[(&str, &str)],
+) -> PathBuf {
+    let k = dir.join("kernels");
+    std::fs::create_dir_all(k.join("include")).unwrap();
+    crate::copy_dir(
+        &crate::repo_root().join("kernels/include"),
+        &k.join("include"),
+    );
+    let t: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+    let mut toml = format!(
+        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [{}]\ninclude-dirs = [\"include\"]\nout-dir = \"out\"\n",
+        t.join(", ")
+    );
+    for (kname, body) in kernels {
+        std::fs::write(
+            k.join(format!("{kname}.cu")),
+            format!("#include \"kcompat.h\"\n{body}\n"),
+        )
+        .unwrap();
+        toml.push_str(&format!(
+            "\n[kernels.{kname}]\nsource = \"{kname}.cu\"\nentries = [\"{kname}\"]\n"
+        ));
+    }
+    std::fs::write(k.join("Kbuild.toml"), toml).unwrap();
+    k
+}
+
+/// Parse one JSON document (a `--json` output).
+pub fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
 }

@@ -46,7 +46,9 @@ block-size = 256
 
 fn kbuild(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(kbuild_tests::kbuild_bin());
-    c.args(args).env("NO_COLOR", "1").env_remove("KBUILD_DEVICE");
+    c.args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("KBUILD_DEVICE");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -68,7 +70,9 @@ fn candidate<'a>(k: &'a serde_json::Value, target: &str) -> &'a serde_json::Valu
 fn explain_h200_picks_sm_90a_and_says_why_the_rest_is_refused() {
     let dir = build().display().to_string();
     let o = kbuild(
-        &["explain", &dir, "--device", "sm_90", "--driver", "13.0", "--json"],
+        &[
+            "explain", &dir, "--device", "sm_90", "--driver", "13.0", "--json",
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -88,30 +92,53 @@ fn explain_h200_picks_sm_90a_and_says_why_the_rest_is_refused() {
         let c = candidate(k, t);
         assert_eq!(c["accepted"], false);
         assert_eq!(c["rule"], "other_major");
-        assert!(c["reason"].as_str().unwrap().contains("runs only within major 8"), "{c}");
+        assert!(
+            c["reason"]
+                .as_str()
+                .unwrap()
+                .contains("runs only within major 8"),
+            "{c}"
+        );
     }
     let ptx = candidate(k, "compute_90");
     assert_eq!(ptx["rule"], "ptx_isa_too_new");
-    assert!(ptx["reason"].as_str().unwrap().contains("ISA 9.5 > 9.0"), "{ptx}");
+    assert!(
+        ptx["reason"].as_str().unwrap().contains("ISA 9.5 > 9.0"),
+        "{ptx}"
+    );
     for t in ["gfx1100", "gfx11-generic"] {
         assert_eq!(candidate(k, t)["rule"], "other_vendor");
     }
     // Key order as the issue writes it.
     let raw = String::from_utf8_lossy(&o.stdout);
-    assert!(raw.starts_with(r#"{"schema":"kbuild.explain/v1","device":"sm_90""#), "{raw}");
+    assert!(
+        raw.starts_with(r#"{"schema":"kbuild.explain/v1","device":"sm_90""#),
+        "{raw}"
+    );
 
     // The text form says the same.
-    let o = kbuild(&["explain", &dir, "--device", "9.0", "--driver", "13.0"], &[]);
+    let o = kbuild(
+        &["explain", &dir, "--device", "9.0", "--driver", "13.0"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(t.contains("rmsnorm: sm_90a (arch_specific"), "{t}");
-    assert!(t.contains("✗ compute_90") && t.contains("ptx_isa_too_new"), "{t}");
+    assert!(
+        t.contains("✗ compute_90") && t.contains("ptx_isa_too_new"),
+        "{t}"
+    );
 }
 
 #[test]
 fn newer_driver_accepts_the_ptx() {
     let dir = build().display().to_string();
-    let o = kbuild(&["explain", &dir, "--device", "sm_90", "--driver", "13.5", "--json"], &[]);
+    let o = kbuild(
+        &[
+            "explain", &dir, "--device", "sm_90", "--driver", "13.5", "--json",
+        ],
+        &[],
+    );
     let v = json(&o);
     assert_eq!(candidate(&v["kernels"][0], "compute_90")["rule"], "ptx_jit");
     // On a newer CC the PTX is the only thing that runs.
@@ -128,18 +155,37 @@ fn amd_exact_generic_and_no_generic() {
     let o = kbuild(&["explain", &dir, "--device", "gfx1100", "--json"], &[]);
     let v = json(&o);
     assert_eq!(v["kernels"][0]["selected"]["target"], "gfx1100");
-    assert_eq!(candidate(&v["kernels"][0], "gfx11-generic")["rule"], "amd_generic");
+    assert_eq!(
+        candidate(&v["kernels"][0], "gfx11-generic")["rule"],
+        "amd_generic"
+    );
     // gfx1151 has no exact object: the generic one runs, unless the runtime cannot load it.
     let o = kbuild(&["explain", &dir, "--device", "gfx1151", "--json"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v = json(&o);
     assert_eq!(v["kernels"][0]["selected"]["target"], "gfx11-generic");
-    assert_eq!(candidate(&v["kernels"][0], "gfx1100")["rule"], "amd_other_processor");
-    let o = kbuild(&["explain", &dir, "--device", "gfx1151", "--no-generic", "--json"], &[]);
+    assert_eq!(
+        candidate(&v["kernels"][0], "gfx1100")["rule"],
+        "amd_other_processor"
+    );
+    let o = kbuild(
+        &[
+            "explain",
+            &dir,
+            "--device",
+            "gfx1151",
+            "--no-generic",
+            "--json",
+        ],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let v = json(&o);
     assert!(v["kernels"][0]["selected"].is_null());
-    assert_eq!(candidate(&v["kernels"][0], "gfx11-generic")["rule"], "generic_unsupported");
+    assert_eq!(
+        candidate(&v["kernels"][0], "gfx11-generic")["rule"],
+        "generic_unsupported"
+    );
 }
 
 #[test]
@@ -148,8 +194,14 @@ fn no_match_names_device_targets_and_the_build_command() {
     let o = kbuild(&["explain", &dir, "--device", "gfx1201"], &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no code object of kernel `rmsnorm` runs on gfx1201"), "{err}");
-    assert!(err.contains("sm_90a") && err.contains("gfx11-generic"), "{err}");
+    assert!(
+        err.contains("no code object of kernel `rmsnorm` runs on gfx1201"),
+        "{err}"
+    );
+    assert!(
+        err.contains("sm_90a") && err.contains("gfx11-generic"),
+        "{err}"
+    );
     assert!(err.contains("kbuild --targets gfx1201"), "{err}");
     let o = kbuild(&["explain", &dir, "--device", "gfx1201", "--json"], &[]);
     assert_eq!(o.status.code(), Some(1));
@@ -164,7 +216,10 @@ fn no_match_names_device_targets_and_the_build_command() {
 #[test]
 fn device_from_the_environment_and_bad_specs() {
     let dir = build().display().to_string();
-    let o = kbuild(&["explain", &dir, "--json"], &[("KBUILD_DEVICE", "gfx1100")]);
+    let o = kbuild(
+        &["explain", &dir, "--json"],
+        &[("KBUILD_DEVICE", "gfx1100")],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json(&o)["device"], "gfx1100");
     // The flag wins over the environment.
@@ -176,11 +231,22 @@ fn device_from_the_environment_and_bad_specs() {
     // A typo is a usage error with a suggestion.
     let o = kbuild(&["explain", &dir, "--device", "sm89"], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"),
+        "{}",
+        text(&o)
+    );
     // --kernel narrows; an unknown kernel says which exist.
-    let o = kbuild(&["explain", &dir, "--device", "sm_90", "--kernel", "softmax"], &[]);
+    let o = kbuild(
+        &["explain", &dir, "--device", "sm_90", "--kernel", "softmax"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("it has: rmsnorm"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("it has: rmsnorm"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -206,7 +272,11 @@ fn devices_reports_the_hip_runtime_and_zero_devices_without_panicking() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v = json(&o);
     assert_eq!(v["schema"], "kbuild.devices/v1");
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("panicked"),
+        "{}",
+        text(&o)
+    );
     let hip_installed = Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists();
     if hip_installed {
         let hip = &v["hip"];
@@ -225,7 +295,11 @@ fn devices_reports_the_hip_runtime_and_zero_devices_without_panicking() {
     }
     let o = kbuild(&["devices"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("hip:"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("hip:"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -294,7 +368,10 @@ fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("rmsnorm on sm_90: sm_90a"), "{out}");
-    assert!(out.contains("not loaded: device sm_90 is simulated"), "{out}");
+    assert!(
+        out.contains("not loaded: device sm_90 is simulated"),
+        "{out}"
+    );
     let o = run(&[&dir, "gfx1100", "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let first = String::from_utf8_lossy(&o.stdout);
@@ -307,8 +384,16 @@ fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
     // Errors come back through kbuild_last_error.
     let o = run(&["/nonexistent", "sm_90"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("reading the manifest"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("reading the manifest"),
+        "{}",
+        text(&o)
+    );
     let o = run(&[&dir, "sm89"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("did you mean sm_89"),
+        "{}",
+        text(&o)
+    );
 }

@@ -4,110 +4,13 @@
 //! Real compilers build the bundles.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
-use kbuild_tests::registry::{Proxy, Registry, PASSWORD, USER};
-use kbuild_tests::{kbuild_bin, text};
-
-/// A scratch area: its own kbuild cache, config and docker config (nothing from $HOME).
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-    fn cache(&self) -> PathBuf {
-        self.path().join("cache")
-    }
-    fn kb(&self, cwd: &Path, args: &[&str]) -> Output {
-        self.kb_env(cwd, args, &[])
-    }
-    fn kb_env(&self, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = Command::new(kbuild_bin());
-        c.args(args)
-            .current_dir(cwd)
-            .env("KBUILD_CACHE_DIR", self.cache())
-            .env("KBUILD_CONFIG", self.path().join("kbuild-config.toml"))
-            .env("DOCKER_CONFIG", self.path().join("docker"))
-            .env("NO_COLOR", "1")
-            .env_remove("KBUILD_REGISTRY_USER")
-            .env_remove("KBUILD_REGISTRY_PASSWORD")
-            .env_remove("KBUILD_REGISTRY")
-            .env_remove("KBUILD_SIGNATURE_POLICY")
-            .env_remove("SOURCE_DATE_EPOCH");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().expect("running kbuild")
-    }
-    fn ok(&self, cwd: &Path, args: &[&str]) -> String {
-        let o = self.kb(cwd, args);
-        assert!(o.status.success(), "kbuild {args:?}\n{}", text(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-    fn fails(&self, cwd: &Path, args: &[&str]) -> String {
-        let o = self.kb(cwd, args);
-        assert_eq!(o.status.code(), Some(1), "kbuild {args:?}\n{}", text(&o));
-        String::from_utf8_lossy(&o.stderr).into_owned()
-    }
-}
-
-/// Files under `dir` (recursively), for "nothing left behind" checks.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
-}
-
-const SMALL_A: &str = "KC_KERNEL(64) void scale(float* x, float s) { x[threadIdx.x] *= s; }";
-const SMALL_B: &str =
-    "KC_KERNEL(128) void shift(float* x, float s) { x[blockIdx.x * 128 + threadIdx.x] += s; }";
-
-/// A project in `dir/kernels`: name `kb-small`, the given targets and kernels.
-fn write_project(dir: &Path, name: &str, targets: &[&str], kernels: &[(&str, &str)]) -> PathBuf {
-    let k = dir.join("kernels");
-    std::fs::create_dir_all(k.join("include")).unwrap();
-    kbuild_tests::copy_dir(
-        &kbuild_tests::repo_root().join("kernels/include"),
-        &k.join("include"),
-    );
-    let t: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
-    let mut toml = format!(
-        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [{}]\ninclude-dirs = [\"include\"]\nout-dir = \"out\"\n",
-        t.join(", ")
-    );
-    for (kname, body) in kernels {
-        std::fs::write(
-            k.join(format!("{kname}.cu")),
-            format!("#include \"kcompat.h\"\n{body}\n"),
-        )
-        .unwrap();
-        toml.push_str(&format!(
-            "\n[kernels.{kname}]\nsource = \"{kname}.cu\"\nentries = [\"{kname}\"]\n"
-        ));
-    }
-    std::fs::write(k.join("Kbuild.toml"), toml).unwrap();
-    k
-}
+use kbuild_tests::registry::{
+    files_under, json, write_project, Env, Proxy, Registry, PASSWORD, SMALL_A, SMALL_B, USER,
+};
+use kbuild_tests::text;
 
 /// The small project built once per test process (sm_89 + gfx1100, two kernels); returns
 /// the project dir (its out/ holds the build).
@@ -136,16 +39,7 @@ fn small_bundle(env: &Env, out: &Path, extra: &[&str]) -> PathBuf {
     args.push(&o);
     args.extend_from_slice(extra);
     env.ok(k, &args);
-    let name = if extra.contains(&"sm_89") {
-        "kb-small-0.1.0.kbundle"
-    } else {
-        "kb-small-0.1.0.kbundle"
-    };
-    out.join(name)
-}
-
-fn json(s: &str) -> serde_json::Value {
-    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+    out.join("kb-small-0.1.0.kbundle")
 }
 
 #[test]
@@ -158,13 +52,25 @@ fn oci_publish_list_pull_by_tag_and_digest_and_immutability() {
     let url = reg.url("kb-small");
 
     // Without --plain-http kbuild speaks TLS and says what failed.
-    let err = env.fails(env.path(), &["publish", &b, "--registry", &url, "--retries", "0"]);
+    let err = env.fails(
+        env.path(),
+        &["publish", &b, "--registry", &url, "--retries", "0"],
+    );
     assert!(err.contains("https://127.0.0.1"), "{err}");
 
     // Small chunks so the upload is PATCHed in pieces.
     let out = env.ok(
         env.path(),
-        &["publish", &b, "--registry", &url, "--plain-http", "--chunk-size", "1024", "--json"],
+        &[
+            "publish",
+            &b,
+            "--registry",
+            &url,
+            "--plain-http",
+            "--chunk-size",
+            "1024",
+            "--json",
+        ],
     );
     let p = json(&out);
     assert_eq!(p["published"], true, "{p}");
@@ -172,20 +78,38 @@ fn oci_publish_list_pull_by_tag_and_digest_and_immutability() {
     let digest = p["digest"].as_str().unwrap().to_string();
     let log = reg.log_text();
     let patches = log.matches("\"PATCH /v2/kb-small/blobs/uploads/").count();
-    assert!(patches > 3, "chunked upload: {patches} PATCH requests\n{log}");
+    assert!(
+        patches > 3,
+        "chunked upload: {patches} PATCH requests\n{log}"
+    );
 
     // Same bytes again: a no-op that says so.
-    let again = env.ok(env.path(), &["publish", &b, "--registry", &url, "--plain-http"]);
-    assert!(again.contains("already in") && again.contains("nothing to do"), "{again}");
+    let again = env.ok(
+        env.path(),
+        &["publish", &b, "--registry", &url, "--plain-http"],
+    );
+    assert!(
+        again.contains("already in") && again.contains("nothing to do"),
+        "{again}"
+    );
 
     // Different bytes under the same version: refused.
     let other_dir = env.path().join("other");
     let other = small_bundle(&env, &other_dir, &["--targets", "sm_89"]);
     let err = env.fails(
         env.path(),
-        &["publish", &other.display().to_string(), "--registry", &url, "--plain-http"],
+        &[
+            "publish",
+            &other.display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+        ],
     );
-    assert!(err.contains("immutable") && err.contains("kb-small:0.1.0"), "{err}");
+    assert!(
+        err.contains("immutable") && err.contains("kb-small:0.1.0"),
+        "{err}"
+    );
 
     // A second version sharing the objects: layers exist, only the config is uploaded.
     let v2 = env.path().join("v2");
@@ -196,48 +120,135 @@ fn oci_publish_list_pull_by_tag_and_digest_and_immutability() {
         m.replace("\"version\": \"0.1.0\"", "\"version\": \"0.2.0\""),
     )
     .unwrap();
-    env.ok(env.path(), &["package", &v2.display().to_string(), "--out", &dist.display().to_string()]);
+    env.ok(
+        env.path(),
+        &[
+            "package",
+            &v2.display().to_string(),
+            "--out",
+            &dist.display().to_string(),
+        ],
+    );
     let out = env.ok(
         env.path(),
-        &["publish", &dist.join("kb-small-0.2.0.kbundle").display().to_string(), "--registry", &url, "--plain-http", "--json"],
+        &[
+            "publish",
+            &dist.join("kb-small-0.2.0.kbundle").display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+        ],
     );
     let p2 = json(&out);
-    assert_eq!((p2["uploaded_blobs"].as_u64(), p2["skipped_blobs"].as_u64()), (Some(1), Some(2)), "{p2}");
+    assert_eq!(
+        (p2["uploaded_blobs"].as_u64(), p2["skipped_blobs"].as_u64()),
+        (Some(1), Some(2)),
+        "{p2}"
+    );
 
     // List versions.
-    let ls = json(&env.ok(env.path(), &["ls", "kb-small", "--registry", &url, "--plain-http", "--json"]));
-    assert_eq!(ls["remote"]["kb-small"], serde_json::json!(["0.1.0", "0.2.0"]), "{ls}");
+    let ls = json(&env.ok(
+        env.path(),
+        &[
+            "ls",
+            "kb-small",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        ls["remote"]["kb-small"],
+        serde_json::json!(["0.1.0", "0.2.0"]),
+        "{ls}"
+    );
 
     // Pull by requirement (newest 0.1.x), by tag, by digest.
     let work = env.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    let pulled = json(&env.ok(&work, &["pull", "kb-small@^0.1", "--registry", &url, "--plain-http", "--json"]));
+    let pulled = json(&env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small@^0.1",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+        ],
+    ));
     assert_eq!(pulled["version"], "0.1.0");
     assert_eq!(pulled["artifact"], digest.as_str());
     assert_eq!(pulled["targets"], serde_json::json!(["sm_89", "gfx1100"]));
-    let newest = json(&env.ok(&work, &["pull", "kb-small", "--registry", &url, "--plain-http", "--json"]));
+    let newest = json(&env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+        ],
+    ));
     assert_eq!(newest["version"], "0.2.0");
     let by_digest = json(&env.ok(
         &work,
-        &["pull", &format!("kb-small@{digest}"), "--registry", &url, "--plain-http", "--json", "--out", "got"],
+        &[
+            "pull",
+            &format!("kb-small@{digest}"),
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+            "--out",
+            "got",
+        ],
     ));
     assert_eq!(by_digest["version"], "0.1.0");
-    assert_eq!(by_digest["from_cache"], true, "second pull of the same artifact is served from the cache");
+    assert_eq!(
+        by_digest["from_cache"], true,
+        "second pull of the same artifact is served from the cache"
+    );
     // The pulled bundle is byte-identical to the published one (all targets).
     assert_eq!(
         std::fs::read(work.join("got/kb-small-0.1.0.kbundle")).unwrap(),
         std::fs::read(&bundle).unwrap()
     );
-    let missing = env.fails(&work, &["pull", "kb-small@9.9.9", "--registry", &url, "--plain-http"]);
-    assert!(missing.contains("no version of kb-small") && missing.contains("0.1.0, 0.2.0"), "{missing}");
+    let missing = env.fails(
+        &work,
+        &["pull", "kb-small@9.9.9", "--registry", &url, "--plain-http"],
+    );
+    assert!(
+        missing.contains("no version of kb-small") && missing.contains("0.1.0, 0.2.0"),
+        "{missing}"
+    );
 
     // Offline: served from the cache, and `ls` shows what is cached.
     drop(reg);
-    let off = json(&env.ok(&work, &["pull", "kb-small@0.1.0", "--registry", &url, "--offline", "--json"]));
+    let off = json(&env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            &url,
+            "--offline",
+            "--json",
+        ],
+    ));
     assert_eq!(off["from_cache"], true);
     let ls = env.ok(&work, &["ls", "--registry", &url, "--offline"]);
-    assert!(ls.contains("cached kb-small 0.1.0") && ls.contains("cached kb-small 0.2.0"), "{ls}");
-    let err = env.fails(&work, &["pull", "kb-small@0.3", "--registry", &url, "--offline"]);
+    assert!(
+        ls.contains("cached kb-small 0.1.0") && ls.contains("cached kb-small 0.2.0"),
+        "{ls}"
+    );
+    let err = env.fails(
+        &work,
+        &["pull", "kb-small@0.3", "--registry", &url, "--offline"],
+    );
     assert!(err.contains("--offline: no cached version"), "{err}");
 }
 
@@ -248,23 +259,42 @@ fn basic_auth_failure_messages_and_credentials_never_printed() {
     let bundle = small_bundle(&env, &env.path().join("dist"), &[]);
     let b = bundle.display().to_string();
     let url = reg.url("kb-small");
-    let o = env.kb(env.path(), &["publish", &b, "--registry", &url, "--plain-http"]);
+    let o = env.kb(
+        env.path(),
+        &["publish", &b, "--registry", &url, "--plain-http"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("authentication to 127.0.0.1") && err.contains("none were found"), "{err}");
+    assert!(
+        err.contains("authentication to 127.0.0.1") && err.contains("none were found"),
+        "{err}"
+    );
 
     let wrong = env.kb_env(
         env.path(),
         &["publish", &b, "--registry", &url, "--plain-http"],
-        &[("KBUILD_REGISTRY_USER", USER), ("KBUILD_REGISTRY_PASSWORD", "wrong-password-123")],
+        &[
+            ("KBUILD_REGISTRY_USER", USER),
+            ("KBUILD_REGISTRY_PASSWORD", "wrong-password-123"),
+        ],
     );
     let err = String::from_utf8_lossy(&wrong.stderr);
-    assert!(err.contains("credentials refused") && err.contains("KBUILD_REGISTRY_USER"), "{err}");
+    assert!(
+        err.contains("credentials refused") && err.contains("KBUILD_REGISTRY_USER"),
+        "{err}"
+    );
     assert!(!err.contains("wrong-password-123"));
 
-    let creds = [("KBUILD_REGISTRY_USER", USER), ("KBUILD_REGISTRY_PASSWORD", PASSWORD)];
+    let creds = [
+        ("KBUILD_REGISTRY_USER", USER),
+        ("KBUILD_REGISTRY_PASSWORD", PASSWORD),
+    ];
     let mut outputs = Vec::new();
-    let o = env.kb_env(env.path(), &["publish", &b, "--registry", &url, "--plain-http", "--json"], &creds);
+    let o = env.kb_env(
+        env.path(),
+        &["publish", &b, "--registry", &url, "--plain-http", "--json"],
+        &creds,
+    );
     assert!(o.status.success(), "{}", text(&o));
     outputs.push(o);
     // A docker-style config.json (`auths` base64 user:password) works as well.
@@ -276,7 +306,11 @@ fn basic_auth_failure_messages_and_credentials_never_printed() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        c.stdin.take().unwrap().write_all(format!("{USER}:{PASSWORD}").as_bytes()).unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{USER}:{PASSWORD}").as_bytes())
+            .unwrap();
         String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()
     };
     std::fs::create_dir_all(env.path().join("docker")).unwrap();
@@ -286,17 +320,46 @@ fn basic_auth_failure_messages_and_credentials_never_printed() {
     )
     .unwrap();
     for args in [
-        vec!["pull", "kb-small@0.1.0", "--registry", url.as_str(), "--plain-http", "--json"],
-        vec!["pull", "kb-small@0.1.0", "--registry", url.as_str(), "--plain-http", "--device", "sm_89"],
-        vec!["ls", "kb-small", "--registry", url.as_str(), "--plain-http", "--json"],
+        vec![
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            url.as_str(),
+            "--plain-http",
+            "--json",
+        ],
+        vec![
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            url.as_str(),
+            "--plain-http",
+            "--device",
+            "sm_89",
+        ],
+        vec![
+            "ls",
+            "kb-small",
+            "--registry",
+            url.as_str(),
+            "--plain-http",
+            "--json",
+        ],
     ] {
         let o = env.kb(env.path(), &args);
         assert!(o.status.success(), "{args:?}\n{}", text(&o));
         outputs.push(o);
     }
     for o in &outputs {
-        let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        assert!(!all.contains(PASSWORD) && !all.contains(&auth), "credentials printed:\n{all}");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            !all.contains(PASSWORD) && !all.contains(&auth),
+            "credentials printed:\n{all}"
+        );
     }
     let lock = std::fs::read_to_string(env.path().join("Kbuild.lock")).unwrap();
     assert!(!lock.contains(PASSWORD) && !lock.contains(USER), "{lock}");
@@ -309,7 +372,16 @@ fn interop_with_oras_and_skopeo() {
     let env = Env::new();
     let bundle = small_bundle(&env, &env.path().join("dist"), &[]);
     let url = reg.url("kb-small");
-    env.ok(env.path(), &["publish", &bundle.display().to_string(), "--registry", &url, "--plain-http"]);
+    env.ok(
+        env.path(),
+        &[
+            "publish",
+            &bundle.display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+        ],
+    );
 
     let raw = Command::new("skopeo")
         .args(["inspect", "--raw", "--tls-verify=false"])
@@ -319,7 +391,10 @@ fn interop_with_oras_and_skopeo() {
     assert!(raw.status.success(), "{}", text(&raw));
     let m = json(&String::from_utf8_lossy(&raw.stdout));
     assert_eq!(m["artifactType"], "application/vnd.kbuild.bundle.v1+json");
-    assert_eq!(m["config"]["mediaType"], "application/vnd.kbuild.manifest.v1+json");
+    assert_eq!(
+        m["config"]["mediaType"],
+        "application/vnd.kbuild.manifest.v1+json"
+    );
     let targets: Vec<&str> = m["layers"]
         .as_array()
         .unwrap()
@@ -344,11 +419,24 @@ c.push(target="{host}/foreign:1.0.0", files=["note.txt"])
         host = reg.host(),
         out = out.display()
     );
-    let py = Command::new("python3").arg("-c").arg(&script).output().expect("python3");
+    let py = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("python3");
     assert!(py.status.success(), "oras client:\n{}", text(&py));
-    let lines: Vec<String> = String::from_utf8_lossy(&py.stdout).lines().map(str::to_string).collect();
-    assert_eq!(json(&lines[0]), serde_json::json!(["sm_89.tar.zst", "gfx1100.tar.zst"]));
-    assert_eq!(json(&lines[1]), serde_json::json!(["gfx1100.tar.zst", "sm_89.tar.zst"]));
+    let lines: Vec<String> = String::from_utf8_lossy(&py.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        json(&lines[0]),
+        serde_json::json!(["sm_89.tar.zst", "gfx1100.tar.zst"])
+    );
+    assert_eq!(
+        json(&lines[1]),
+        serde_json::json!(["gfx1100.tar.zst", "sm_89.tar.zst"])
+    );
     // The layers oras wrote are tar+zstd archives of objects (zstd magic).
     let layer = std::fs::read(out.join("sm_89.tar.zst")).unwrap();
     assert_eq!(&layer[..4], &[0x28, 0xb5, 0x2f, 0xfd]);
@@ -356,10 +444,23 @@ c.push(target="{host}/foreign:1.0.0", files=["note.txt"])
     let cache_before = files_under(&env.cache());
     let err = env.fails(
         env.path(),
-        &["pull", "foreign@1.0.0", "--registry", &reg.url("foreign"), "--plain-http"],
+        &[
+            "pull",
+            "foreign@1.0.0",
+            "--registry",
+            &reg.url("foreign"),
+            "--plain-http",
+        ],
     );
-    assert!(err.contains("is not a kbuild bundle") && err.contains("pushed by another tool"), "{err}");
-    assert_eq!(files_under(&env.cache()), cache_before, "refused pull left files");
+    assert!(
+        err.contains("is not a kbuild bundle") && err.contains("pushed by another tool"),
+        "{err}"
+    );
+    assert_eq!(
+        files_under(&env.cache()),
+        cache_before,
+        "refused pull left files"
+    );
 }
 
 /// A one-target pull from an N-target bundle moves ≤ 1/N + 5% of the full bundle's bytes,
@@ -369,7 +470,9 @@ fn one_target_pull_transfers_its_share_and_retries_5xx() {
     // One large kernel (as production kernels are) for six NVIDIA targets.
     let env = Env::new();
     let body = {
-        let mut s = String::from("KC_KERNEL(256) void big(float* x, const float* w) {\n  float acc = x[threadIdx.x];\n");
+        let mut s = String::from(
+            "KC_KERNEL(256) void big(float* x, const float* w) {\n  float acc = x[threadIdx.x];\n",
+        );
         let mut r: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..5000 {
             r ^= r << 13;
@@ -390,39 +493,95 @@ fn one_target_pull_transfers_its_share_and_retries_5xx() {
 
     let reg = Registry::start(false);
     let proxy = Proxy::start(reg.port, 0);
-    env.ok(&k, &["publish", &bundle.display().to_string(), "--registry", &proxy.url("kb-big"), "--plain-http"]);
+    let p = json(&env.ok(
+        &k,
+        &[
+            "publish",
+            &bundle.display().to_string(),
+            "--registry",
+            &proxy.url("kb-big"),
+            "--plain-http",
+            "--json",
+        ],
+    ));
+    let oci: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(reg.blob_file(p["digest"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    let sizes: Vec<String> = oci["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l["annotations"]["dev.kbuild.target"].as_str().unwrap(),
+                l["size"]
+            )
+        })
+        .collect();
+    eprintln!(
+        "layers: {}; config {}",
+        sizes.join(", "),
+        oci["config"]["size"]
+    );
     proxy.reset();
     let pulled = json(&env.ok(
         &k,
-        &["pull", "kb-big@0.1.0", "--registry", &proxy.url("kb-big"), "--plain-http", "--device", "sm_89", "--json"],
+        &[
+            "pull",
+            "kb-big@0.1.0",
+            "--registry",
+            &proxy.url("kb-big"),
+            "--plain-http",
+            "--device",
+            "sm_89",
+            "--json",
+        ],
     ));
     assert_eq!(pulled["targets"], serde_json::json!(["sm_89"]), "{pulled}");
     let wire = proxy.down_bytes();
     let n = targets.len() as f64;
     let ratio = wire as f64 / full as f64;
-    let layers: Vec<String> = reg
-        .log_text()
-        .lines()
-        .filter(|l| l.contains("\"PUT /v2/kb-big/blobs/uploads/"))
-        .map(|l| l.to_string())
-        .collect();
-    let _ = layers;
     eprintln!(
         "full bundle {full} bytes, {n} targets; one-target pull {wire} bytes on the wire = {:.1}% (limit {:.1}%)",
         ratio * 100.0,
         (1.0 / n + 0.05) * 100.0
     );
     let log = reg.log_text();
-    let gets: Vec<&str> = log.lines().filter(|l| l.contains("\"GET /v2/kb-big") || l.contains("\"HEAD /v2/kb-big")).collect();
-    assert!(ratio <= 1.0 / n + 0.05, "pulled {wire} of {full} bytes\n{}", gets.join("\n"));
+    let gets: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("\"GET /v2/kb-big") || l.contains("\"HEAD /v2/kb-big"))
+        .collect();
+    assert!(
+        ratio <= 1.0 / n + 0.05,
+        "pulled {wire} of {full} bytes\n{}",
+        gets.join("\n")
+    );
 
     // Through a proxy answering 503 to its first two connections: retried, then pulled.
     let flaky = Proxy::start(reg.port, 2);
     let env2 = Env::new();
-    let o = env2.kb(&k, &["pull", "kb-big@0.1.0", "--registry", &flaky.url("kb-big"), "--plain-http", "--device", "sm_90", "--lockfile", "flaky.lock"]);
+    let o = env2.kb(
+        &k,
+        &[
+            "pull",
+            "kb-big@0.1.0",
+            "--registry",
+            &flaky.url("kb-big"),
+            "--plain-http",
+            "--device",
+            "sm_90",
+            "--lockfile",
+            "flaky.lock",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("HTTP 503") && err.contains("retrying in"), "{err}");
+    assert!(
+        err.contains("HTTP 503") && err.contains("retrying in"),
+        "{err}"
+    );
     assert_eq!(flaky.failed.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
@@ -432,24 +591,72 @@ fn tampered_layer_config_or_manifest_is_refused_at_pull_and_nothing_is_cached() 
     let env = Env::new();
     let bundle = small_bundle(&env, &env.path().join("dist"), &[]);
     let url = reg.url("kb-small");
-    let p = json(&env.ok(env.path(), &["publish", &bundle.display().to_string(), "--registry", &url, "--plain-http", "--json"]));
+    let p = json(&env.ok(
+        env.path(),
+        &[
+            "publish",
+            &bundle.display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+            "--json",
+        ],
+    ));
     let digest = p["digest"].as_str().unwrap().to_string();
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(reg.blob_file(&digest)).unwrap()).unwrap();
-    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_string();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(reg.blob_file(&digest)).unwrap()).unwrap();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let config = manifest["config"]["digest"].as_str().unwrap().to_string();
-    for (what, blob) in [("layer", &layer), ("config", &config), ("manifest", &digest)] {
+    for (what, blob) in [
+        ("layer", &layer),
+        ("config", &config),
+        ("manifest", &digest),
+    ] {
         let f = reg.blob_file(blob);
         let orig = std::fs::read(&f).unwrap();
         let mut bad = orig.clone();
         let i = bad.len() / 2;
         bad[i] ^= 0x01;
         std::fs::write(&f, &bad).unwrap();
-        let err = env.fails(env.path(), &["pull", "kb-small@0.1.0", "--registry", &url, "--plain-http", "--device", "sm_89"]);
-        assert!(err.contains("digest mismatch") || err.contains("not JSON") || err.contains("not a kbuild"), "{what}: {err}");
-        assert!(files_under(&env.cache().join("registry")).is_empty(), "{what}: cache written");
+        let err = env.fails(
+            env.path(),
+            &[
+                "pull",
+                "kb-small@0.1.0",
+                "--registry",
+                &url,
+                "--plain-http",
+                "--device",
+                "sm_89",
+            ],
+        );
+        assert!(
+            err.contains("digest mismatch")
+                || err.contains("not JSON")
+                || err.contains("not a kbuild"),
+            "{what}: {err}"
+        );
+        assert!(
+            files_under(&env.cache().join("registry")).is_empty(),
+            "{what}: cache written"
+        );
         std::fs::write(&f, &orig).unwrap();
     }
-    env.ok(env.path(), &["pull", "kb-small@0.1.0", "--registry", &url, "--plain-http", "--device", "sm_89"]);
+    env.ok(
+        env.path(),
+        &[
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--device",
+            "sm_89",
+        ],
+    );
 }
 
 #[test]
@@ -468,16 +675,40 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     let key = keys.join("kbuild.key").display().to_string();
     let pubkey = keys.join("kbuild.pub").display().to_string();
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(keys.join("kbuild.key")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(keys.join("kbuild.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
 
     // Unsigned under `require`: refused at pull (nothing cached) and at load.
     let url = reg.url("kb-small");
-    env.ok(env.path(), &["publish", &b, "--registry", &url, "--plain-http"]);
-    let require = ["--signature-policy", "require", "--trusted-key", pubkey.as_str()];
-    let mut args = vec!["pull", "kb-small@0.1.0", "--registry", url.as_str(), "--plain-http"];
+    env.ok(
+        env.path(),
+        &["publish", &b, "--registry", &url, "--plain-http"],
+    );
+    let require = [
+        "--signature-policy",
+        "require",
+        "--trusted-key",
+        pubkey.as_str(),
+    ];
+    let mut args = vec![
+        "pull",
+        "kb-small@0.1.0",
+        "--registry",
+        url.as_str(),
+        "--plain-http",
+    ];
     args.extend_from_slice(&require);
     let err = env.fails(env.path(), &args);
-    assert!(err.contains("signature check failed") && err.contains("not signed"), "{err}");
+    assert!(
+        err.contains("signature check failed") && err.contains("not signed"),
+        "{err}"
+    );
     assert!(files_under(&env.cache().join("registry")).is_empty());
     let mut trust = kbuild_registry::sign::Trust {
         policy: kbuild_registry::sign::Policy::Require,
@@ -487,11 +718,39 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     let e = kbuild_registry::verify_bundle_file(&bundle, &trust).unwrap_err();
     assert!(e.to_string().contains("not signed"), "{e}");
     // `warn` lets it through and says so.
-    let o = env.kb(env.path(), &["pull", "kb-small@0.1.0", "--registry", &url, "--plain-http", "--signature-policy", "warn"]);
-    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("warning: kb-small 0.1.0: it is not signed"), "{}", text(&o));
+    let o = env.kb(
+        env.path(),
+        &[
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--signature-policy",
+            "warn",
+        ],
+    );
+    assert!(
+        o.status.success()
+            && String::from_utf8_lossy(&o.stderr)
+                .contains("warning: kb-small 0.1.0: it is not signed"),
+        "{}",
+        text(&o)
+    );
 
     // Sign the published version in the registry (tag-schema `sha256-<hex>.sig`).
-    let out = env.ok(env.path(), &["sign", "kb-small@0.1.0", "--registry", &url, "--plain-http", "--key", &key]);
+    let out = env.ok(
+        env.path(),
+        &[
+            "sign",
+            "kb-small@0.1.0",
+            "--registry",
+            &url,
+            "--plain-http",
+            "--key",
+            &key,
+        ],
+    );
     assert!(out.contains("signed kb-small 0.1.0"), "{out}");
     let tags = Command::new("skopeo")
         .args(["list-tags", "--tls-verify=false"])
@@ -502,12 +761,23 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     assert!(tags.contains("sha256-") && tags.contains(".sig"), "{tags}");
     let work = env.path().join("w");
     std::fs::create_dir_all(&work).unwrap();
-    let mut args = vec!["pull", "kb-small@0.1.0", "--registry", url.as_str(), "--plain-http", "--json", "--out", "got"];
+    let mut args = vec![
+        "pull",
+        "kb-small@0.1.0",
+        "--registry",
+        url.as_str(),
+        "--plain-http",
+        "--json",
+        "--out",
+        "got",
+    ];
     args.extend_from_slice(&require);
     let p = json(&env.ok(&work, &args));
     assert_eq!(p["signature"]["status"], "verified", "{p}");
     // The pulled bundle + .sig verify at load too.
-    let (_, v) = kbuild_registry::verify_bundle_file(&work.join("got/kb-small-0.1.0.kbundle"), &trust).unwrap();
+    let (_, v) =
+        kbuild_registry::verify_bundle_file(&work.join("got/kb-small-0.1.0.kbundle"), &trust)
+            .unwrap();
     assert!(matches!(v, kbuild_registry::sign::Verdict::Verified { .. }));
 
     // A bundle file signed locally, published to a directory registry, pulled under require.
@@ -515,17 +785,38 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     assert!(out.contains(".kbundle.sig"), "{out}");
     let dir_reg = env.path().join("dirreg").display().to_string();
     env.ok(env.path(), &["publish", &b, "--registry", &dir_reg]);
-    let mut args = vec!["pull", "kb-small@0.1.0", "--registry", dir_reg.as_str(), "--lockfile", "d.lock"];
+    let mut args = vec![
+        "pull",
+        "kb-small@0.1.0",
+        "--registry",
+        dir_reg.as_str(),
+        "--lockfile",
+        "d.lock",
+    ];
     args.extend_from_slice(&require);
     env.ok(env.path(), &args);
     kbuild_registry::verify_bundle_file(&bundle, &trust).unwrap();
     // Another key is not trusted.
     let other = env.path().join("other-keys");
-    env.ok(env.path(), &["keygen", "--out", &other.display().to_string()]);
+    env.ok(
+        env.path(),
+        &["keygen", "--out", &other.display().to_string()],
+    );
     let other_pub = other.join("kbuild.pub").display().to_string();
     let err = env.fails(
         env.path(),
-        &["pull", "kb-small@0.1.0", "--registry", &dir_reg, "--lockfile", "d.lock", "--signature-policy", "require", "--trusted-key", &other_pub],
+        &[
+            "pull",
+            "kb-small@0.1.0",
+            "--registry",
+            &dir_reg,
+            "--lockfile",
+            "d.lock",
+            "--signature-policy",
+            "require",
+            "--trusted-key",
+            &other_pub,
+        ],
     );
     assert!(err.contains("untrusted key"), "{err}");
 }
@@ -537,10 +828,23 @@ fn lockfile_written_by_pull_and_locked_refuses_drift() {
     let bundle = small_bundle(&env, &dist, &[]);
     let reg = env.path().join("reg");
     let r = reg.display().to_string();
-    env.ok(env.path(), &["publish", &bundle.display().to_string(), "--registry", &r]);
+    env.ok(
+        env.path(),
+        &["publish", &bundle.display().to_string(), "--registry", &r],
+    );
     let work = env.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    env.ok(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "gfx1100"]);
+    env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "gfx1100",
+        ],
+    );
     let lock_text = std::fs::read_to_string(work.join("Kbuild.lock")).unwrap();
     let lock: toml::Value = toml::from_str(&lock_text).unwrap();
     let pkg = &lock["package"][0];
@@ -549,29 +853,121 @@ fn lockfile_written_by_pull_and_locked_refuses_drift() {
     assert!(pkg["manifest"].as_str().unwrap().starts_with("sha256:"));
     assert!(pkg["registry"].as_str().unwrap().starts_with("file://"));
     let layers = pkg["layers"].as_table().unwrap();
-    assert_eq!(layers.keys().collect::<Vec<_>>(), ["gfx1100"], "only the device's layer is locked");
-    env.ok(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "gfx1100", "--locked"]);
+    assert_eq!(
+        layers.keys().collect::<Vec<_>>(),
+        ["gfx1100"],
+        "only the device's layer is locked"
+    );
+    env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "gfx1100",
+            "--locked",
+        ],
+    );
 
     // A target not in the lock.
-    let err = env.fails(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "sm_89", "--locked"]);
-    assert!(err.contains("layer for target sm_89 is not in the lockfile"), "{err}");
+    let err = env.fails(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "sm_89",
+            "--locked",
+        ],
+    );
+    assert!(
+        err.contains("layer for target sm_89 is not in the lockfile"),
+        "{err}"
+    );
     // The registry's 0.1.0 replaced behind our back (a mutable mirror): drift named.
     std::fs::remove_dir_all(reg.join("kb-small/0.1.0")).unwrap();
     let other = small_bundle(&env, &env.path().join("other"), &["--targets", "gfx1100"]);
-    env.ok(env.path(), &["publish", &other.display().to_string(), "--registry", &r]);
-    let err = env.fails(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "gfx1100", "--locked"]);
-    assert!(err.contains("Kbuild.lock (--locked): kb-small: artifact digest of 0.1.0 drifted"), "{err}");
+    env.ok(
+        env.path(),
+        &["publish", &other.display().to_string(), "--registry", &r],
+    );
+    let err = env.fails(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "gfx1100",
+            "--locked",
+        ],
+    );
+    assert!(
+        err.contains("Kbuild.lock (--locked): kb-small: artifact digest of 0.1.0 drifted"),
+        "{err}"
+    );
     // A hand-edited layer digest.
-    let edited = lock_text.replace(layers["gfx1100"].as_str().unwrap(), &format!("sha256:{}", "0".repeat(64)));
+    let edited = lock_text.replace(
+        layers["gfx1100"].as_str().unwrap(),
+        &format!("sha256:{}", "0".repeat(64)),
+    );
     std::fs::write(work.join("Kbuild.lock"), edited).unwrap();
-    env.ok(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "gfx1100", "--lockfile", "fresh.lock"]);
-    let fresh: toml::Value = toml::from_str(&std::fs::read_to_string(work.join("fresh.lock")).unwrap()).unwrap();
+    env.ok(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "gfx1100",
+            "--lockfile",
+            "fresh.lock",
+        ],
+    );
+    let fresh: toml::Value =
+        toml::from_str(&std::fs::read_to_string(work.join("fresh.lock")).unwrap()).unwrap();
     let mut relock = std::fs::read_to_string(work.join("fresh.lock")).unwrap();
-    relock = relock.replace(fresh["package"][0]["layers"]["gfx1100"].as_str().unwrap(), &format!("sha256:{}", "1".repeat(64)));
+    relock = relock.replace(
+        fresh["package"][0]["layers"]["gfx1100"].as_str().unwrap(),
+        &format!("sha256:{}", "1".repeat(64)),
+    );
     std::fs::write(work.join("fresh.lock"), relock).unwrap();
-    let err = env.fails(&work, &["pull", "kb-small@0.1", "--registry", &r, "--device", "gfx1100", "--locked", "--lockfile", "fresh.lock"]);
-    assert!(err.contains("layer digest for target gfx1100 drifted"), "{err}");
-    let err = env.fails(&work, &["pull", "kb-small@0.1", "--registry", &r, "--locked", "--lockfile", "none.lock"]);
+    let err = env.fails(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--device",
+            "gfx1100",
+            "--locked",
+            "--lockfile",
+            "fresh.lock",
+        ],
+    );
+    assert!(
+        err.contains("layer digest for target gfx1100 drifted"),
+        "{err}"
+    );
+    let err = env.fails(
+        &work,
+        &[
+            "pull",
+            "kb-small@0.1",
+            "--registry",
+            &r,
+            "--locked",
+            "--lockfile",
+            "none.lock",
+        ],
+    );
     assert!(err.contains("kb-small: not in the lockfile"), "{err}");
 }
 
@@ -580,14 +976,37 @@ fn device_pull_fetches_only_the_selected_targets() {
     let env = Env::new();
     let bundle = small_bundle(&env, &env.path().join("dist"), &[]);
     let r = env.path().join("reg").display().to_string();
-    env.ok(env.path(), &["publish", &bundle.display().to_string(), "--registry", &r]);
-    let p = json(&env.ok(env.path(), &["pull", "kb-small", "--registry", &r, "--device", "sm_89", "--json", "--out", "o"]));
+    env.ok(
+        env.path(),
+        &["publish", &bundle.display().to_string(), "--registry", &r],
+    );
+    let p = json(&env.ok(
+        env.path(),
+        &[
+            "pull",
+            "kb-small",
+            "--registry",
+            &r,
+            "--device",
+            "sm_89",
+            "--json",
+            "--out",
+            "o",
+        ],
+    ));
     assert_eq!(p["targets"], serde_json::json!(["sm_89"]));
     assert_eq!(p["objects"], 2);
-    let b = kbuild_registry::Bundle::open(&env.path().join("o/kb-small-0.1.0.sm_89.kbundle")).unwrap();
+    let b =
+        kbuild_registry::Bundle::open(&env.path().join("o/kb-small-0.1.0.sm_89.kbundle")).unwrap();
     assert_eq!(b.targets(), ["sm_89"]);
     assert_eq!(b.objects().len(), 2);
     // Nothing in it runs on an sm_80 or a gfx1030: a clear refusal, nothing cached for it.
-    let err = env.fails(env.path(), &["pull", "kb-small", "--registry", &r, "--device", "gfx1030"]);
-    assert!(err.contains("no object of kb-small 0.1.0 runs on gfx1030"), "{err}");
+    let err = env.fails(
+        env.path(),
+        &["pull", "kb-small", "--registry", &r, "--device", "gfx1030"],
+    );
+    assert!(
+        err.contains("no object of kb-small 0.1.0 runs on gfx1030"),
+        "{err}"
+    );
 }

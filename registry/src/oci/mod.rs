@@ -17,30 +17,20 @@
 //! on 5xx, 429 and transport errors, auth follows `WWW-Authenticate` (basic, or bearer via the
 //! token endpoint). Plain HTTP only when asked.
 
+mod artifact;
+
+pub use artifact::*;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::archive::{self, Entry};
 use crate::auth::{self, Credentials};
-use crate::bundle::Bundle;
 use crate::digest;
 use crate::progress::Progress;
-
-pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const IMAGE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const ARTIFACT_TYPE: &str = "application/vnd.kbuild.bundle.v1+json";
-pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.kbuild.manifest.v1+json";
-pub const LAYER_MEDIA_TYPE: &str = "application/vnd.kbuild.layer.v1.tar+zstd";
-pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.kbuild.signature.v1+json";
-pub const EMPTY_MEDIA_TYPE: &str = "application/vnd.oci.empty.v1+json";
-pub const TARGET_ANNOTATION: &str = "dev.kbuild.target";
-pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
-pub const VERSION_ANNOTATION: &str = "org.opencontainers.image.version";
-pub const NAME_ANNOTATION: &str = "dev.kbuild.name";
 
 /// Largest manifest or config read into memory.
 const MAX_DOCUMENT: u64 = 64 << 20;
@@ -87,35 +77,6 @@ impl OciError {
 }
 
 /// An OCI content descriptor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    pub media_type: String,
-    pub digest: String,
-    pub size: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifact_type: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// An OCI image manifest (the fields kbuild writes and reads).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImageManifest {
-    pub schema_version: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub artifact_type: Option<String>,
-    pub config: Descriptor,
-    #[serde(default)]
-    pub layers: Vec<Descriptor>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<Descriptor>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-}
 
 #[derive(Deserialize)]
 struct Index {
@@ -124,112 +85,7 @@ struct Index {
 }
 
 /// A bundle in its OCI form, ready to push.
-#[derive(Debug, Clone)]
-pub struct Artifact {
-    pub manifest: Vec<u8>,
-    pub digest: String,
-    pub config: Vec<u8>,
-    /// (target, layer bytes, descriptor), in manifest target order.
-    pub layers: Vec<(String, Vec<u8>, Descriptor)>,
-}
 
-/// The deterministic per-target layer: tar+zstd of that target's objects.
-pub fn target_layer(bundle: &Bundle, target: &str) -> Result<Vec<u8>, OciError> {
-    let entries: Vec<Entry> = bundle
-        .target_objects(target)
-        .into_iter()
-        .map(|(hex, data)| Entry {
-            name: format!("objects/sha256/{hex}"),
-            data,
-        })
-        .collect();
-    archive::write(&entries).map_err(|e| OciError::Invalid(e.to_string()))
-}
-
-impl Artifact {
-    /// The OCI form of a full bundle.
-    pub fn from_bundle(bundle: &Bundle) -> Result<Artifact, OciError> {
-        if bundle.is_subset() {
-            return Err(OciError::Invalid(format!(
-                "{} holds only some targets ({}); publish the full bundle",
-                bundle.file_name(),
-                bundle.targets().join(", ")
-            )));
-        }
-        let config = bundle.manifest_json().to_vec();
-        let mut layers = Vec::new();
-        for t in bundle.targets() {
-            let bytes = target_layer(bundle, &t)?;
-            let desc = Descriptor {
-                media_type: LAYER_MEDIA_TYPE.into(),
-                digest: digest::oci_digest(&bytes),
-                size: bytes.len() as u64,
-                artifact_type: None,
-                annotations: [
-                    (TARGET_ANNOTATION.to_string(), t.clone()),
-                    (TITLE_ANNOTATION.to_string(), format!("{t}.tar.zst")),
-                ]
-                .into(),
-            };
-            layers.push((t, bytes, desc));
-        }
-        let mut annotations: BTreeMap<String, String> = [
-            (NAME_ANNOTATION.to_string(), bundle.name().to_string()),
-            (VERSION_ANNOTATION.to_string(), bundle.version().to_string()),
-        ]
-        .into();
-        if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {
-            if let Ok(secs) = epoch.trim().parse::<i64>() {
-                annotations.insert("org.opencontainers.image.created".into(), rfc3339_utc(secs));
-            }
-        }
-        let m = ImageManifest {
-            schema_version: 2,
-            media_type: Some(IMAGE_MANIFEST.into()),
-            artifact_type: Some(ARTIFACT_TYPE.into()),
-            config: Descriptor {
-                media_type: CONFIG_MEDIA_TYPE.into(),
-                digest: digest::oci_digest(&config),
-                size: config.len() as u64,
-                artifact_type: None,
-                annotations: BTreeMap::new(),
-            },
-            layers: layers.iter().map(|l| l.2.clone()).collect(),
-            subject: None,
-            annotations,
-        };
-        let manifest = serde_json::to_vec(&m).map_err(|e| OciError::Invalid(e.to_string()))?;
-        Ok(Artifact {
-            digest: digest::oci_digest(&manifest),
-            manifest,
-            config,
-            layers,
-        })
-    }
-}
-
-fn rfc3339_utc(secs: i64) -> String {
-    // Civil-from-days (Howard Hinnant's algorithm), no time zone database needed.
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// How to talk to a registry.
 #[derive(Debug, Clone)]
 pub struct OciOptions {
     /// `http://` instead of `https://` (ORAS's `--plain-http`).
@@ -932,78 +788,6 @@ impl OciClient {
 }
 
 /// `sha256-<hex>.sig`, the tag a signature of artifact `digest` lives under.
-pub fn signature_tag(digest: &str) -> Result<String, OciError> {
-    let hex = digest::oci_hex(digest)
-        .ok_or_else(|| OciError::Invalid(format!("`{digest}` is not a sha256 digest")))?;
-    Ok(format!("sha256-{hex}.sig"))
-}
-
-/// A kbuild artifact manifest, checked: artifact type, config type, one layer per target.
-#[derive(Debug, Clone)]
-pub struct KbuildArtifact {
-    pub manifest: ImageManifest,
-    /// target → layer descriptor.
-    pub layers: BTreeMap<String, Descriptor>,
-}
-
-/// Check that a fetched manifest is a kbuild bundle artifact; `reference` names it in errors.
-pub fn parse_kbuild_artifact(
-    fetched: &FetchedManifest,
-    reference: &str,
-) -> Result<KbuildArtifact, OciError> {
-    let not = |found: String| OciError::NotKbuild {
-        reference: reference.to_string(),
-        found,
-    };
-    let v: serde_json::Value = serde_json::from_slice(&fetched.bytes)
-        .map_err(|e| not(format!("its manifest is not JSON ({e})")))?;
-    let media = v
-        .get("mediaType")
-        .and_then(|m| m.as_str())
-        .unwrap_or(fetched.media_type.as_str())
-        .to_string();
-    if media == IMAGE_INDEX || v.get("manifests").is_some() {
-        return Err(not(
-            "it is an image index (a multi-platform image?), not an artifact manifest".into(),
-        ));
-    }
-    let m: ImageManifest = serde_json::from_value(v)
-        .map_err(|e| not(format!("its manifest is not an OCI image manifest ({e})")))?;
-    let art = m.artifact_type.clone().unwrap_or_default();
-    if art != ARTIFACT_TYPE || m.config.media_type != CONFIG_MEDIA_TYPE {
-        return Err(not(format!(
-            "artifactType is `{}` and config mediaType is `{}` (kbuild bundles have `{ARTIFACT_TYPE}` and `{CONFIG_MEDIA_TYPE}`); it was pushed by another tool",
-            if art.is_empty() { "(none)" } else { &art },
-            m.config.media_type
-        )));
-    }
-    let mut layers = BTreeMap::new();
-    for l in &m.layers {
-        let t = l.annotations.get(TARGET_ANNOTATION).ok_or_else(|| {
-            not(format!(
-                "layer {} has no {TARGET_ANNOTATION} annotation",
-                l.digest
-            ))
-        })?;
-        if l.media_type != LAYER_MEDIA_TYPE {
-            return Err(not(format!(
-                "layer for {t} has media type {}",
-                l.media_type
-            )));
-        }
-        if digest::oci_hex(&l.digest).is_none() {
-            return Err(not(format!("layer for {t} has digest `{}`", l.digest)));
-        }
-        if layers.insert(t.clone(), l.clone()).is_some() {
-            return Err(not(format!("two layers for target {t}")));
-        }
-    }
-    Ok(KbuildArtifact {
-        manifest: m,
-        layers,
-    })
-}
-
 fn short(d: &str) -> String {
     d.trim_start_matches("sha256:").chars().take(12).collect()
 }
@@ -1086,38 +870,113 @@ mod tests {
         assert!(parse_reference("http://host/r").is_err());
     }
 
+    /// The bearer flow (401 + `WWW-Authenticate: Bearer` → token endpoint with the basic
+    /// credentials → retry with the token) against a minimal in-process HTTP responder: the
+    /// test registry (distribution 2.8 with htpasswd) only does basic auth.
     #[test]
-    fn artifact_is_deterministic_and_parses_back() {
-        let (m, o) = crate::bundle::tests::sample(&["sm_89", "gfx1100"]);
-        let b = Bundle::from_parts(m, o, None).unwrap();
-        let a = Artifact::from_bundle(&b).unwrap();
-        assert_eq!(a.digest, Artifact::from_bundle(&b).unwrap().digest);
-        let f = FetchedManifest {
-            digest: a.digest.clone(),
-            bytes: a.manifest.clone(),
-            media_type: IMAGE_MANIFEST.into(),
+    fn bearer_token_flow() {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().take(8) {
+                let Ok(stream) = conn else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let mut authz = String::new();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                        if h.to_ascii_lowercase().starts_with("authorization:") {
+                            authz = h[14..].trim().to_string();
+                        }
+                    }
+                    log.lock().unwrap().push(format!("{} {authz}", line.trim()));
+                    let (status, extra, body) = if line.starts_with("GET /token") {
+                        if authz == format!("Basic {}", base64_of("u:p")) {
+                            ("200 OK", String::new(), r#"{"token":"T0K"}"#.to_string())
+                        } else {
+                            ("401 Unauthorized", String::new(), String::new())
+                        }
+                    } else if authz == "Bearer T0K" {
+                        (
+                            "200 OK",
+                            String::new(),
+                            r#"{"name":"r","tags":["1.0.0","x"]}"#.to_string(),
+                        )
+                    } else {
+                        (
+                            "401 Unauthorized",
+                            format!("WWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"reg\",scope=\"repository:r:pull\"\r\n"),
+                            String::new(),
+                        )
+                    };
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 {status}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            }
+        });
+        fn base64_of(s: &str) -> String {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(s)
+        }
+        let opts = OciOptions {
+            plain_http: true,
+            retries: 0,
+            ..OciOptions::default()
         };
-        let k = parse_kbuild_artifact(&f, "r").unwrap();
-        assert_eq!(k.layers.len(), 2);
-        assert_eq!(k.manifest.config.digest, b.manifest_digest());
-        assert!(Artifact::from_bundle(&b.restrict(&["sm_89".into()]).unwrap()).is_err());
-        let foreign = FetchedManifest {
-            digest: String::new(),
-            bytes: br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.unknown.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#.to_vec(),
-            media_type: IMAGE_MANIFEST.into(),
-        };
-        let e = parse_kbuild_artifact(&foreign, "h/r:1")
-            .unwrap_err()
-            .to_string();
+        let c = OciClient::new(&format!("127.0.0.1:{port}"), "r", opts).with_credentials(Some(
+            Credentials {
+                user: "u".into(),
+                password: "p".into(),
+                source: "test".into(),
+            },
+        ));
+        let tags = c.tags(&crate::progress::Silent).unwrap();
+        assert_eq!(tags, ["1.0.0", "x"]);
+        drop(c);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
         assert!(
-            e.contains("is not a kbuild bundle") && e.contains("vnd.unknown.config"),
+            seen[0].starts_with("GET /v2/r/tags/list") && seen[0].ends_with("HTTP/1.1 "),
+            "{seen:?}"
+        );
+        assert!(
+            seen[1].starts_with("GET /token?service=reg&scope=repository%3Ar%3Apull"),
+            "{seen:?}"
+        );
+        assert!(seen[2].ends_with("Bearer T0K"), "{seen:?}");
+        // Wrong credentials: the token endpoint refuses, and the message says where they came from.
+        let bad = OciClient::new(
+            &format!("127.0.0.1:{port}"),
+            "r",
+            OciOptions {
+                plain_http: true,
+                retries: 0,
+                ..OciOptions::default()
+            },
+        )
+        .with_credentials(Some(Credentials {
+            user: "u".into(),
+            password: "nope".into(),
+            source: "test-env".into(),
+        }));
+        let e = bad.tags(&crate::progress::Silent).unwrap_err().to_string();
+        assert!(
+            e.contains("token endpoint refused") && e.contains("test-env") && !e.contains("nope"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn rfc3339_of_epochs() {
-        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_utc(1_700_000_000), "2023-11-14T22:13:20Z");
     }
 }

@@ -1,0 +1,303 @@
+//! `kbuild run gdn`: the Gated DeltaNet engine (kbuild-engine) over the kernels of a build or
+//! bundle, through the loader: parity verdicts against the fp64 reference (`--check`, the
+//! default) and the benchmark table (`--bench`); rendering (text, JSON) lives here.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use kbuild_engine::bench::{self, BenchOptions, BenchReport};
+use kbuild_engine::parity::{self, Check, ParityOptions, ParityReport};
+use kbuild_engine::{GdnEngine, Geometry, Inputs};
+use kbuild_loader::{DeviceOptions, Gpu, Loader};
+
+/// `kbuild run WORKLOAD`.
+#[derive(Subcommand, Debug)]
+pub enum RunCommand {
+    /// Gated DeltaNet decode/verify/commit over the GDN kernels: parity against the fp64
+    /// reference (--check, the default) and a benchmark (--bench).
+    Gdn(GdnArgs),
+}
+
+/// Arguments of `kbuild run gdn`.
+#[derive(Args, Debug)]
+pub struct GdnArgs {
+    /// The kernels: a build directory (holding manifest.json) or a manifest. Default: the
+    /// project's out-dir.
+    #[arg(long, value_name = "DIR|MANIFEST")]
+    pub bundle: Option<PathBuf>,
+    /// Layers of the stack (the production geometry has 36).
+    #[arg(long, value_name = "N", default_value_t = 36, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub layers: u32,
+    /// Window sizes T to check and benchmark (each 1..=8).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,4,8"
+    )]
+    pub tokens: Vec<usize>,
+    /// Parity verdicts against the fp64 reference, and bitwise between paths (exit 1 on a failure).
+    #[arg(long)]
+    pub check: bool,
+    /// The benchmark table: forward unfused/fused per T, commit per-layer/batched per n.
+    #[arg(long)]
+    pub bench: bool,
+    /// One JSON document (`kbuild.run-gdn/v1`) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Seeds of the generated inputs for --check.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,3"
+    )]
+    pub seeds: Vec<u64>,
+    /// Inputs from a safetensors file instead of the seeded generator (layout: kbuild-engine's
+    /// inputs module); the trajectory takes its tokens from it too.
+    #[arg(long, value_name = "FILE", conflicts_with = "dump_inputs")]
+    pub inputs: Option<PathBuf>,
+    /// Steps of the --check decode trajectory (forward 1, commit 1); 0 skips it.
+    #[arg(long, value_name = "STEPS", default_value_t = 256)]
+    pub trajectory: usize,
+    /// Commit sizes n for --bench.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5"
+    )]
+    pub commits: Vec<usize>,
+    /// Timed graph replays per --bench row.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Write the first seed's inputs and the fp64 reference of a full window to a safetensors
+    /// file (for a side-by-side run elsewhere) and exit; needs no GPU.
+    #[arg(long, value_name = "FILE")]
+    pub dump_inputs: Option<PathBuf>,
+    /// Manifest path used to find the default out-dir.
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+}
+
+/// `kbuild run ...`
+pub fn run(cmd: RunCommand) -> Result<ExitCode> {
+    match cmd {
+        RunCommand::Gdn(args) => run_gdn(args),
+    }
+}
+
+fn default_out_dir(manifest_path: Option<&Path>) -> Result<PathBuf> {
+    let file = match manifest_path {
+        Some(p) => p.to_path_buf(),
+        None => {
+            crate::config::find(&std::env::current_dir().context("reading the current directory")?)
+                .context("no --bundle given and no Kbuild.toml here to find the out-dir")?
+        }
+    };
+    Ok(crate::config::load(&file)?.out_dir)
+}
+
+fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
+    let geometry = Geometry::with_layers(args.layers as usize);
+    geometry.validate()?;
+    for &t in &args.tokens {
+        geometry.check_tokens(t).context("--tokens")?;
+    }
+    for &n in &args.commits {
+        geometry
+            .check_commit(n, geometry.window)
+            .context("--commits")?;
+    }
+    if args.seeds.is_empty() {
+        bail!("--seeds: give at least one seed");
+    }
+    if let Some(path) = &args.dump_inputs {
+        let inputs = Inputs::seeded(geometry, args.seeds[0]);
+        let bytes = kbuild_engine::anchor::dump(&inputs)?;
+        write_atomic(path, &bytes)?;
+        eprintln!(
+            "wrote {} ({} MB: {} layers, {} tokens, {} and the fp64 reference)",
+            path.display(),
+            bytes.len() / 1_000_000,
+            geometry.layers,
+            geometry.window,
+            inputs.describe()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sources: Vec<Inputs> = match &args.inputs {
+        Some(p) => {
+            let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+            vec![Inputs::from_safetensors(
+                &p.display().to_string(),
+                &bytes,
+                geometry,
+            )?]
+        }
+        None => args
+            .seeds
+            .iter()
+            .map(|s| Inputs::seeded(geometry, *s))
+            .collect(),
+    };
+    let bundle = match &args.bundle {
+        Some(b) => b.clone(),
+        None => default_out_dir(args.manifest_path.as_deref())?,
+    };
+    let gpu = Gpu::open(&DeviceOptions::from_env())?;
+    let loader = Loader::open(&bundle, &gpu)?;
+    let mut engine = GdnEngine::new(&loader, geometry)?;
+    let check = args.check || !args.bench;
+    if !args.json {
+        println!(
+            "kbuild run gdn: {} layers (dk = dv = {}, Hk = {}, Hv = {}, C = {}), window {}, kernels {} on {}",
+            geometry.layers,
+            geometry.dk,
+            geometry.hk,
+            geometry.hv,
+            geometry.channels(),
+            geometry.window,
+            loader.package().origin().display(),
+            engine.device()
+        );
+    }
+    let json = args.json;
+    let parity_report = if check {
+        let opts = ParityOptions {
+            tokens: args.tokens.clone(),
+            trajectory_steps: args.trajectory,
+            ..ParityOptions::default()
+        };
+        let report = parity::run(&mut engine, &sources, &opts, &mut |c| {
+            if !json {
+                println!("{}", check_line(c));
+            }
+        })?;
+        if !json {
+            let failed = report.checks.iter().filter(|c| !c.pass).count();
+            println!(
+                "parity: {} passed, {failed} failed",
+                report.checks.len() - failed
+            );
+        }
+        Some(report)
+    } else {
+        None
+    };
+    let bench_report = if args.bench {
+        let opts = BenchOptions {
+            tokens: args.tokens.clone(),
+            commits: args.commits.clone(),
+            iters: args.iters as usize,
+            ..BenchOptions::default()
+        };
+        let report = bench::run(&mut engine, &opts, &mut |_| {})?;
+        if !json {
+            print!("{}", bench_table(&report));
+        }
+        Some(report)
+    } else {
+        None
+    };
+    if json {
+        println!(
+            "{}",
+            run_json(
+                &geometry,
+                &engine,
+                parity_report.as_ref(),
+                bench_report.as_ref()
+            )
+        );
+    }
+    let ok = parity_report.as_ref().is_none_or(ParityReport::passed);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}
+
+/// `  PASS  name  rel-L2 2.1e-07 ≤ 1e-05` / `  FAIL  name  bitwise: 3 of 10 elements differ`.
+pub fn check_line(c: &Check) -> String {
+    let verdict = if c.pass { "PASS" } else { "FAIL" };
+    let what = match c.kind {
+        "rel-l2" => format!("rel-L2 {:.2e} ≤ {:.0e}", c.value, c.limit),
+        _ => format!("bitwise: {}", c.detail),
+    };
+    let detail = if c.kind == "rel-l2" && !c.detail.is_empty() {
+        format!(" ({})", c.detail)
+    } else {
+        String::new()
+    };
+    format!("  {verdict}  {:<58} {what}{detail}", c.name)
+}
+
+/// The benchmark table, shaped like the per-stack tables engine teams publish.
+pub fn bench_table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "benchmark: {} layers, state {:.1} MB, CUDA-graph replays (median of timed replays)\n",
+        r.layers,
+        r.state_bytes as f64 / 1e6
+    );
+    s.push_str("  op                 T/n  launches  median µs    min µs   state GB/s  vs copy\n");
+    for row in &r.rows {
+        let t = if row.tokens == 0 {
+            "-".to_string()
+        } else {
+            row.tokens.to_string()
+        };
+        s.push_str(&format!(
+            "  {:<17} {:>4} {:>9} {:>10.1} {:>9.1} {:>12.0} {:>7.2}\n",
+            row.op, t, row.launches, row.median_us, row.min_us, row.gb_per_s, row.vs_copy
+        ));
+    }
+    let per = |n: usize| {
+        let get = |op: &str| {
+            r.rows
+                .iter()
+                .find(|x| x.op == op && x.tokens == n)
+                .map(|x| x.median_us)
+        };
+        match (get("commit per-layer"), get("commit batched")) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        }
+    };
+    let ratios: Vec<String> = (1..=8)
+        .filter_map(|n| per(n).map(|x| format!("n={n} {x:.2}×")))
+        .collect();
+    if !ratios.is_empty() {
+        s.push_str(&format!(
+            "  batched commit speed-up over per-layer: {}\n",
+            ratios.join(", ")
+        ));
+    }
+    s
+}
+
+fn run_json(
+    g: &Geometry,
+    e: &GdnEngine,
+    parity: Option<&ParityReport>,
+    bench: Option<&BenchReport>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "schema": "kbuild.run-gdn/v1",
+        "device": e.device(),
+        "geometry": g,
+        "parity": parity,
+        "bench": bench,
+        "passed": parity.is_none_or(ParityReport::passed),
+    })
+}
