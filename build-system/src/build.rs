@@ -79,12 +79,12 @@ struct Ctx<'a> {
     reporter: &'a Reporter,
 }
 
-/// The compile command of every job (what `build` would run on a cold cache), for
-/// `--print-commands` and for benchmarks against other build tools.
-pub fn commands(
+/// The targets, cache directory and toolchains of a build; every target's toolchain checked
+/// before anything runs (all problems at once).
+fn prepare(
     project: &Project,
     opts: &BuildOptions,
-) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
+) -> Result<(Vec<Target>, PathBuf, Toolchains), BuildError> {
     let targets = opts
         .targets
         .clone()
@@ -98,6 +98,16 @@ pub fn commands(
     if !problems.is_empty() {
         return Err(BuildError::Toolchain(problems));
     }
+    Ok((targets, cache_dir, tcs))
+}
+
+/// The compile command of every job (what `build` would run on a cold cache), for
+/// `--print-commands` and for benchmarks against other build tools.
+pub fn commands(
+    project: &Project,
+    opts: &BuildOptions,
+) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
+    let (targets, _, tcs) = prepare(project, opts)?;
     Ok(plan(project, &targets)
         .into_iter()
         .filter_map(|j| driver::command(project, &j, &tcs).map(|c| (j, c)))
@@ -108,19 +118,7 @@ pub fn commands(
 /// targets, missing toolchains) are errors before anything runs.
 pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let start = Instant::now();
-    let targets = opts
-        .targets
-        .clone()
-        .unwrap_or_else(|| project.default_targets.clone());
-    if targets.is_empty() {
-        return Err(BuildError::NoTargets(project.file.display().to_string()));
-    }
-    let cache_dir = opts.cache_dir.clone().unwrap_or_else(fsutil::cache_dir);
-    let tcs = Toolchains::discover(&project.toolchain, &cache_dir);
-    let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
-    if !problems.is_empty() {
-        return Err(BuildError::Toolchain(problems));
-    }
+    let (targets, cache_dir, tcs) = prepare(project, opts)?;
     let cache = Cache::open(&cache_dir);
     let out_dir = opts
         .out_dir
