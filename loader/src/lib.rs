@@ -19,6 +19,8 @@
 //! The compat rules are [`kbuild_manifest::compat`]'s, the same table the build and the
 //! registry use. The C ABI is in `include/kbuild_loader.h`.
 
+#[cfg(feature = "registry")]
+pub mod bundle;
 pub mod capi;
 pub mod cuda;
 pub mod detect;

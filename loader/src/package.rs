@@ -9,8 +9,8 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
 use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::{parse_version, Device};
@@ -141,6 +141,7 @@ impl ObjectInfo for IndexedObject {
 }
 
 /// What opening a manifest produces; shared by every open of the same unchanged file.
+#[derive(Clone)]
 struct PackageIndex {
     kernels: Vec<String>,
     objects: Vec<IndexedObject>,
@@ -184,8 +185,10 @@ impl FileId {
 
 /// Parsed indexes of manifests opened in this process, by path and file identity. Only the
 /// index is shared: every object is still read and sha256-checked on every load.
-fn index_cache() -> &'static Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>>> = OnceLock::new();
+type IndexCache = Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>>;
+
+fn index_cache() -> &'static IndexCache {
+    static CACHE: OnceLock<IndexCache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -220,6 +223,10 @@ impl Package {
     }
 
     fn open_with(path: &Path, cached: bool) -> Result<Package> {
+        #[cfg(feature = "registry")]
+        if path.is_file() && starts_like_bundle(path) {
+            return Package::open_bundle(path);
+        }
         let (manifest_path, root) = if path.is_dir() {
             (path.join("manifest.json"), path.to_path_buf())
         } else {
@@ -243,10 +250,11 @@ impl Package {
             return Package::from_json(data, source, manifest_path);
         }
         let id = FileId::of(&std::fs::metadata(&manifest_path).map_err(read_err)?);
-        let hit = index_cache()
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&manifest_path).filter(|(i, _)| *i == id).map(|(_, x)| Arc::clone(x)));
+        let hit = index_cache().lock().ok().and_then(|c| {
+            c.get(&manifest_path)
+                .filter(|(i, _)| *i == id)
+                .map(|(_, x)| Arc::clone(x))
+        });
         if let Some(index) = hit {
             return Ok(Package {
                 index,
@@ -269,11 +277,9 @@ impl Package {
         source: Box<dyn ObjectSource>,
         origin: PathBuf,
     ) -> Result<Package> {
-        let not_manifest = |origin: &Path| {
-            LoaderError::Package {
+        let not_manifest = |origin: &Path| LoaderError::Package {
             path: origin.to_path_buf(),
-            what: "not a kbuild manifest (JSON) or build directory; a .kbundle file is opened through kbuild-registry (unpack or pull it, then open the directory)".into(),
-        }
+            what: "not a kbuild manifest (JSON), bundle (.kbundle) or build directory".into(),
         };
         if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(not_manifest(&origin));
@@ -449,7 +455,12 @@ impl Package {
             Stored::Parsed(p) => Ok(p.clone()),
             Stored::Text(r) if r.is_empty() => Ok(BTreeMap::new()),
             Stored::Text(r) => {
-                let text = self.index.data.as_deref().and_then(|d| d.get(r.clone())).unwrap_or("{}");
+                let text = self
+                    .index
+                    .data
+                    .as_deref()
+                    .and_then(|d| d.get(r.clone()))
+                    .unwrap_or("{}");
                 serde_json::from_str(text).map_err(|e| LoaderError::Package {
                     path: self.origin.clone(),
                     what: format!("{}: resource records do not parse: {e}", o.path),
@@ -459,7 +470,8 @@ impl Package {
     }
 
     fn object(&self, index: usize) -> Result<&IndexedObject> {
-        self.index.objects
+        self.index
+            .objects
             .get(index)
             .ok_or_else(|| LoaderError::Other(format!("object {index} is not in the manifest")))
     }
@@ -475,6 +487,26 @@ impl Package {
     pub fn source(&self) -> &dyn ObjectSource {
         self.source.as_ref()
     }
+
+    /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones).
+    pub(crate) fn retain_objects(&mut self, keep: impl Fn(&str) -> bool) {
+        let index = Arc::make_mut(&mut self.index);
+        index.objects.retain(|o| keep(&o.sha256));
+    }
+
+    pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
+        self.source = source;
+        self
+    }
+}
+
+#[cfg(feature = "registry")]
+fn starts_like_bundle(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| crate::bundle::looks_like_bundle(&head))
 }
 
 fn first_ptx_isa(r: &BTreeMap<String, Resources>) -> Option<Version> {
@@ -619,7 +651,10 @@ mod tests {
         let f = dir.path().join("manifest.json");
         std::fs::write(&f, b"\x28\xb5\x2f\xfd binary").unwrap();
         let e = Package::open(&f).unwrap_err().to_string();
-        assert!(e.contains("kbuild-registry"), "{e}");
+        assert!(e.contains("manifest.json") && e.contains("archive"), "{e}");
+        std::fs::write(&f, b"\x7fELF binary").unwrap();
+        let e = Package::open(&f).unwrap_err().to_string();
+        assert!(e.contains("not a kbuild manifest (JSON), bundle"), "{e}");
         std::fs::write(&f, br#"{"schema": "kbuild.manifest/v0"}"#).unwrap();
         let e = Package::open(&f).unwrap_err().to_string();
         assert!(e.contains("\"kbuild.manifest/v0\" is not supported"), "{e}");
@@ -650,6 +685,9 @@ mod cache_tests {
         std::fs::write(&tmp, m.to_json()).unwrap();
         std::fs::rename(&tmp, dir.path().join("manifest.json")).unwrap();
         assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["bb"]);
-        assert_eq!(Package::open_uncached(dir.path()).unwrap().kernels(), ["bb"]);
+        assert_eq!(
+            Package::open_uncached(dir.path()).unwrap().kernels(),
+            ["bb"]
+        );
     }
 }

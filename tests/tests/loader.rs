@@ -397,3 +397,132 @@ fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
         text(&o)
     );
 }
+
+/// `kbuild package` → a bundle file: explain reads it like the build dir; `kbuild pull` for
+/// one device → the cached (subset) entry and the pulled bundle hold only what that device
+/// needs, and the loader's selection over them agrees.
+#[test]
+fn bundles_and_pulled_cache_entries_explain_like_the_build() {
+    let dir = build();
+    let tmp = tempfile::tempdir().unwrap();
+    let dist = tmp.path().join("dist");
+    let o = kbuild(
+        &[
+            "package",
+            &dir.display().to_string(),
+            "--out",
+            &dist.display().to_string(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let bundle = std::fs::read_dir(&dist)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "kbundle"))
+        .expect("a .kbundle");
+    let b = bundle.display().to_string();
+    let explain = |path: &str, device: &str| {
+        let o = kbuild(
+            &[
+                "explain", path, "--device", device, "--driver", "13.0", "--json",
+            ],
+            &[],
+        );
+        (o.status.code(), json(&o))
+    };
+    let (code, from_bundle) = explain(&b, "sm_90");
+    assert_eq!(code, Some(0));
+    let (_, from_dir) = explain(&dir.display().to_string(), "sm_90");
+    assert_eq!(from_bundle["kernels"], from_dir["kernels"]);
+    assert_eq!(from_bundle["kernels"][0]["selected"]["target"], "sm_90a");
+
+    // The C ABI opens the bundle too.
+    let libdir = cdylib();
+    let exe = tmp.path().join("explain");
+    let root = repo_root();
+    let o = Command::new("gcc")
+        .arg("-I")
+        .arg(root.join("loader/include"))
+        .arg(root.join("examples/c/explain.c"))
+        .arg("-L")
+        .arg(&libdir)
+        .args(["-lkbuild_loader", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o));
+    let o = Command::new(&exe)
+        .args([&b, "gfx1100"])
+        .env("LD_LIBRARY_PATH", &libdir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rmsnorm on gfx1100: gfx1100"));
+
+    // Publish, then pull for one device into a fresh cache.
+    let reg = tmp.path().join("registry");
+    let cache = tmp.path().join("cache");
+    let env = [
+        ("KBUILD_CACHE_DIR", cache.to_str().unwrap()),
+        ("KBUILD_SIGNATURE_POLICY", "off"),
+    ];
+    let o = kbuild(&["publish", &b, "--registry", reg.to_str().unwrap()], &env);
+    assert!(o.status.success(), "{}", text(&o));
+    let pulled = tmp.path().join("pulled");
+    let o = kbuild(
+        &[
+            "pull",
+            "loader-e2e",
+            "--registry",
+            reg.to_str().unwrap(),
+            "--device",
+            "gfx1100",
+            "--out",
+            pulled.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let entries =
+        kbuild_registry::cache::Cache::new(&cache.join("registry")).refs(None, Some("loader-e2e"));
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let cache = kbuild_registry::cache::Cache::new(&cache.join("registry"));
+    let package = kbuild_loader::Package::from_cache(&cache, &entries[0]).unwrap();
+    let targets: Vec<&str> = package
+        .objects()
+        .iter()
+        .map(|o| o.target.as_str())
+        .collect();
+    assert!(targets.contains(&"gfx1100"), "{targets:?}");
+    assert!(
+        !targets.contains(&"sm_90a"),
+        "a subset pulled for gfx1100: {targets:?}"
+    );
+    let device = kbuild_manifest::compat::Device::parse("gfx1100", None, true).unwrap();
+    let sel = package.select(&device);
+    let k = sel.kernel("rmsnorm", None).unwrap();
+    assert_eq!(k.selected().unwrap().target, "gfx1100");
+    let bytes = package.read_verified(k.selected().unwrap().object).unwrap();
+    assert!(bytes.starts_with(b"\x7fELF"));
+    // The pulled bundle file explains the same way.
+    let pulled_file = std::fs::read_dir(&pulled)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "kbundle"))
+        .expect("pulled .kbundle");
+    let o = kbuild(
+        &[
+            "explain",
+            pulled_file.to_str().unwrap(),
+            "--device",
+            "gfx1100",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(json(&o)["kernels"][0]["selected"]["target"], "gfx1100");
+}
