@@ -17,6 +17,7 @@ use crate::driver::{self, CompileCommand, CompileError};
 use crate::events::{Event, JobStatus, Reporter};
 use crate::fsutil;
 use crate::plan::{plan, Job};
+use crate::remote_cache::{Fetch, RemoteCache, RemoteMode, RemoteStats};
 use crate::toolchain::{ToolchainError, Toolchains};
 
 /// What the user asked for beyond the project file.
@@ -32,6 +33,12 @@ pub struct BuildOptions {
     /// Per-compile timeout in seconds (overrides Kbuild.toml `job-timeout`).
     pub job_timeout: Option<u64>,
     pub cache_dir: Option<PathBuf>,
+    /// `oci://HOST[:PORT]/REPO` of a remote build cache (overrides Kbuild.toml `remote-cache`).
+    pub remote_cache: Option<String>,
+    /// Overrides Kbuild.toml `remote-cache-mode` (default read).
+    pub remote_cache_mode: Option<RemoteMode>,
+    /// Talk to the remote cache over http://.
+    pub plain_http: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +49,8 @@ pub enum BuildError {
     Toolchain(Vec<ToolchainError>),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
+    #[error("{0}")]
+    RemoteCache(String),
 }
 
 /// A job that failed, with everything needed to reproduce it.
@@ -61,6 +70,8 @@ pub struct BuildReport {
     pub manifest_path: PathBuf,
     pub out_dir: PathBuf,
     pub seconds: f64,
+    /// What the remote cache did, when there was one.
+    pub remote: Option<RemoteStats>,
 }
 
 struct Done {
@@ -77,6 +88,7 @@ struct Ctx<'a> {
     out_dir: &'a Path,
     timeout: Option<Duration>,
     reporter: &'a Reporter,
+    remote: Option<&'a RemoteCache>,
 }
 
 /// The targets, cache directory and toolchains of a build; every target's toolchain checked
@@ -120,6 +132,7 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
     let start = Instant::now();
     let (targets, cache_dir, tcs) = prepare(project, opts)?;
     let cache = Cache::open(&cache_dir);
+    let remote = open_remote(project, opts)?;
     let out_dir = opts
         .out_dir
         .clone()
@@ -139,6 +152,7 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         out_dir: &out_dir,
         timeout,
         reporter: &reporter,
+        remote: remote.as_ref(),
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -226,12 +240,14 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         }
     })?;
     let seconds = start.elapsed().as_secs_f64();
+    let remote = remote.map(|r| r.stats());
     reporter.event(&Event::Summary {
         compiled,
         cached,
         failed: failures.len(),
         seconds: round3(seconds),
         manifest: Some(manifest_path.display().to_string()),
+        remote_cache: remote.clone(),
     });
     Ok(BuildReport {
         compiled,
@@ -240,7 +256,25 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         manifest_path,
         out_dir,
         seconds,
+        remote,
     })
+}
+
+/// The remote cache of this build: `--remote-cache` or Kbuild.toml `[build] remote-cache`.
+fn open_remote(project: &Project, opts: &BuildOptions) -> Result<Option<RemoteCache>, BuildError> {
+    let Some(url) = opts.remote_cache.as_ref().or(project.remote_cache.as_ref()) else {
+        return Ok(None);
+    };
+    let mode = match (opts.remote_cache_mode, &project.remote_cache_mode) {
+        (Some(m), _) => m,
+        (None, Some(s)) => s.parse().map_err(|e| {
+            BuildError::RemoteCache(format!("{}: [build] {e}", project.file.display()))
+        })?,
+        (None, None) => RemoteMode::Read,
+    };
+    RemoteCache::open(url, mode, opts.plain_http)
+        .map(Some)
+        .map_err(BuildError::RemoteCache)
 }
 
 fn round3(x: f64) -> f64 {
@@ -286,15 +320,41 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
     };
     let target_name = job.target.to_string();
     let action = Cache::action_key(&cmd.identity, &target_name, &cmd.key_args);
+    let remote_hit = || {
+        let remote = ctx.remote?;
+        match remote.fetch(ctx.cache, &action, &ctx.project.root) {
+            Fetch::Hit(e) => return Some(e),
+            Fetch::Miss => {}
+            Fetch::Refused(why) => ctx.reporter.note(&format!(
+                "kbuild: remote cache entry for {} refused ({why}); compiling locally",
+                job.label()
+            )),
+            Fetch::Unavailable(why) => ctx.reporter.note(&format!(
+                "kbuild: remote cache {} unavailable ({why}); compiling locally",
+                remote.url()
+            )),
+        }
+        None
+    };
     let (entry, status) = match ctx.cache.lookup(&action, &ctx.project.root) {
         Some(hit) => (hit, JobStatus::Cached),
-        None => {
-            ctx.reporter.started(&job.label());
-            match compile(ctx, &cmd, &action, &job.target) {
-                Ok(e) => (e, JobStatus::Compiled),
-                Err(f) => return fail(f.0, Some(f.1), f.2),
+        None => match remote_hit() {
+            Some(hit) => (hit, JobStatus::Cached),
+            None => {
+                ctx.reporter.started(&job.label());
+                match compile(ctx, &cmd, &action, &job.target) {
+                    Ok(e) => {
+                        if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &e)) {
+                            ctx.reporter.note(&format!(
+                                "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
+                            ));
+                        }
+                        (e, JobStatus::Compiled)
+                    }
+                    Err(f) => return fail(f.0, Some(f.1), f.2),
+                }
             }
-        }
+        },
     };
     let kernel = &ctx.project.kernels[job.kernel];
     let ident = match crate::audit::audit(&job.target, &kernel.entries, &entry.object) {

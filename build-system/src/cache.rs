@@ -88,7 +88,8 @@ impl Cache {
         h.finalize().to_hex().to_string()
     }
 
-    fn result_key(action: &str, deps: &[Dep]) -> String {
+    /// The result key of an action with these dependencies (what names an entry).
+    pub fn result_key(action: &str, deps: &[Dep]) -> String {
         let mut h = blake3::Hasher::new();
         h.update(action.as_bytes());
         for (p, d) in deps {

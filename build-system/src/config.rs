@@ -90,6 +90,10 @@ struct RawBuild {
     launcher: Option<String>,
     /// Per-compile timeout, seconds.
     job_timeout: Option<u64>,
+    /// `oci://HOST[:PORT]/REPO` of a shared remote build cache.
+    remote_cache: Option<String>,
+    /// `read` (default) or `read-write`.
+    remote_cache_mode: Option<String>,
 }
 
 /// Explicit toolchain locations: the first place discovery looks.
@@ -202,6 +206,9 @@ pub struct Project {
     pub flags: VendorFlags,
     pub launcher: Option<String>,
     pub job_timeout: Option<u64>,
+    /// `[build] remote-cache` and `remote-cache-mode` (see `remote_cache`).
+    pub remote_cache: Option<String>,
+    pub remote_cache_mode: Option<String>,
     pub toolchain: ToolchainConfig,
     pub kernels: Vec<Kernel>,
 }
@@ -408,6 +415,8 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         flags: raw.build.flags,
         launcher: raw.build.launcher,
         job_timeout: raw.build.job_timeout,
+        remote_cache: raw.build.remote_cache,
+        remote_cache_mode: raw.build.remote_cache_mode,
         toolchain: raw.toolchain,
         kernels,
     })

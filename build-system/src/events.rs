@@ -35,6 +35,9 @@ pub enum Event {
         seconds: f64,
         #[serde(skip_serializing_if = "Option::is_none")]
         manifest: Option<String>,
+        /// Hits, uploads, refused entries and why the remote was switched off, if it was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        remote_cache: Option<crate::remote_cache::RemoteStats>,
     },
 }
 
@@ -144,12 +147,25 @@ fn plain_line(e: &Event) -> Option<String> {
             failed,
             seconds,
             manifest,
-        } => Some(format!(
-            "kbuild: {compiled} compiled, {cached} cached, {failed} failed in {seconds:.2} s{}",
+            remote_cache,
+        } => {
+            Some(format!(
+            "kbuild: {compiled} compiled, {cached} cached, {failed} failed in {seconds:.2} s{}{}",
             manifest
                 .as_ref()
                 .map(|m| format!("; manifest {m}"))
+                .unwrap_or_default(),
+            remote_cache
+                .as_ref()
+                .map(|r| format!(
+                    "; remote cache: {} fetched, {} uploaded{}{}",
+                    r.hits,
+                    r.uploads,
+                    if r.refused > 0 { format!(", {} refused", r.refused) } else { String::new() },
+                    if r.unavailable.is_some() { " (unavailable)" } else { "" }
+                ))
                 .unwrap_or_default()
-        )),
+        ))
+        }
     }
 }

@@ -19,5 +19,6 @@ pub mod git;
 pub mod inspect;
 pub mod plan;
 pub mod registry_cmd;
+pub mod remote_cache;
 pub mod run_cmd;
 pub mod toolchain;

@@ -182,6 +182,16 @@ struct BuildArgs {
     /// Kbuild.toml `launcher` and KBUILD_LAUNCHER. It is part of no cache key.
     #[arg(long, value_name = "CMD")]
     launcher: Option<String>,
+    /// Fetch cache entries another machine compiled from this OCI repository
+    /// (oci://HOST[:PORT]/REPO; overrides Kbuild.toml `remote-cache`). Never fails a build.
+    #[arg(long, value_name = "URL")]
+    remote_cache: Option<String>,
+    /// `read` (default) or `read-write` (also upload what this build compiles).
+    #[arg(long, value_name = "MODE", value_parser = clap::value_parser!(kbuild::remote_cache::RemoteMode))]
+    remote_cache_mode: Option<kbuild::remote_cache::RemoteMode>,
+    /// Talk to the remote cache over http:// (a local test registry).
+    #[arg(long)]
+    plain_http: bool,
     /// After building, fail (exit 1, printing the diff) if the resources drifted from the
     /// committed baseline (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
@@ -351,6 +361,9 @@ fn run_build(args: BuildArgs) -> Result<ExitCode> {
         json: args.json,
         job_timeout: args.job_timeout,
         cache_dir: None,
+        remote_cache: args.remote_cache,
+        remote_cache_mode: args.remote_cache_mode,
+        plain_http: args.plain_http,
     };
     if args.print_commands {
         let out_dir = opts

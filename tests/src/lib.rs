@@ -1,6 +1,7 @@
 //! End-to-end test helpers: locate (and if needed build) the kbuild binary, copy the project's
 //! kernels into scratch directories, count real compiler invocations through a launcher.
 
+pub mod fault_proxy;
 pub mod registry;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,485 @@
+//! The remote build cache: kbuild's own cache entries (see [`crate::cache`]) kept in an OCI
+//! distribution registry, so a second CI runner or a laptop reuses objects another machine
+//! compiled.
+//!
+//! Mapping (one OCI repository, e.g. `oci://registry.example/team/kbuild-cache`):
+//!
+//! - tag `a-<action key>` → an image manifest (`artifactType`
+//!   [`DEPS_TYPE`]) whose config blob is the action's dependency-set record, the same JSON the
+//!   local cache keeps under `deps/<kk>/<action key>` (`{"sets": [[[path, blake3], ...], ...]}`),
+//!   no layers;
+//! - tag `r-<result key>` → an image manifest (`artifactType` [`ENTRY_TYPE`]) whose config blob
+//!   is the entry's `meta.json` and whose two layers are the `object` and the compiler `log`.
+//!
+//! Keys are blake3 hex (64 characters), so tags are 66 characters: inside the 128 the
+//! distribution spec allows. Blobs are content-addressed by sha256 as OCI wants, so identical
+//! objects and logs are stored once.
+//!
+//! Fetch (on a local miss): read the action's dep sets, take the first set whose files hash
+//! the same here, derive the result key, fetch that entry and verify it: every blob's sha256
+//! against its descriptor (the OCI client does this), the meta's dependency list equal to the
+//! set that was matched, and the object's size and blake3 equal to the meta's. Only then is it
+//! stored in the local cache (temp + rename, as a compile result would be). A refused entry is
+//! compiled locally.
+//!
+//! Upload (read-write mode, after a compile): the entry's blobs and manifest, then the action's
+//! dep sets merged with what the remote already had (newest first, at most 8 kept; a
+//! concurrent writer may drop a set, which costs a compile, never a wrong object).
+//!
+//! Failure: a remote that does not answer (refused connection, timeout, 5xx after one retry)
+//! is switched off for the rest of the build after its first failure, so a dead remote costs
+//! one connect, not one per job; the build compiles locally and says so once. Not found is
+//! a plain miss. Nothing here ever fails a build.
+//!
+//! Trust: verification catches corruption and mix-ups. Anyone who can push to the repository
+//! can write a consistent entry, so give push rights (read-write mode) to CI only, and
+//! developers read-only credentials.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kbuild_registry::oci::{
+    parse_reference, Descriptor, ImageManifest, OciClient, OciError, OciOptions, IMAGE_MANIFEST,
+};
+use kbuild_registry::progress::Silent;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{Cache, Dep, Entry, EntryMeta};
+
+/// `artifactType` and config media type of an action's dep-set record.
+pub const DEPS_TYPE: &str = "application/vnd.kbuild.cache.deps.v1+json";
+/// `artifactType` of a result entry; its config is the entry's meta.json.
+pub const ENTRY_TYPE: &str = "application/vnd.kbuild.cache.entry.v1+json";
+pub const OBJECT_TYPE: &str = "application/vnd.kbuild.cache.object.v1";
+pub const LOG_TYPE: &str = "application/vnd.kbuild.cache.log.v1+text";
+/// Dependency sets kept per action on the remote (newest first), as the local cache does.
+const MAX_DEP_SETS: usize = 8;
+
+/// Whether a build only reads the remote or also uploads what it compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RemoteMode {
+    #[default]
+    Read,
+    ReadWrite,
+}
+
+impl std::str::FromStr for RemoteMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "read" | "read-only" => Ok(RemoteMode::Read),
+            "read-write" => Ok(RemoteMode::ReadWrite),
+            other => Err(format!(
+                "remote cache mode `{other}`: expected `read` or `read-write`"
+            )),
+        }
+    }
+}
+
+/// The result of asking the remote for an action.
+#[derive(Debug)]
+pub enum Fetch {
+    /// Verified and stored in the local cache.
+    Hit(Entry),
+    /// The remote has nothing usable for these inputs (or is switched off).
+    Miss,
+    /// The remote had an entry that failed verification: not used.
+    Refused(String),
+    /// The remote did not answer; it is switched off for the rest of this build.
+    Unavailable(String),
+}
+
+/// What the remote did during a build, for the summary and `--json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RemoteStats {
+    pub url: String,
+    pub mode: &'static str,
+    pub hits: usize,
+    pub uploads: usize,
+    pub refused: usize,
+    /// Why the remote was switched off, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct DepSets {
+    sets: Vec<Vec<Dep>>,
+}
+
+/// A remote cache for one build, shared by the worker threads.
+#[derive(Debug)]
+pub struct RemoteCache {
+    client: OciClient,
+    url: String,
+    mode: RemoteMode,
+    down: Mutex<Option<String>>,
+    hits: AtomicUsize,
+    uploads: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+impl RemoteCache {
+    /// `oci://HOST[:PORT]/REPO`. Credentials as for `kbuild publish` (KBUILD_REGISTRY_USER /
+    /// KBUILD_REGISTRY_PASSWORD, or docker's config.json).
+    pub fn open(url: &str, mode: RemoteMode, plain_http: bool) -> Result<RemoteCache, String> {
+        let (host, repo) = parse_reference(url).map_err(|e| format!("--remote-cache: {e}"))?;
+        if repo.is_empty() {
+            return Err(format!(
+                "--remote-cache `{url}`: name a repository, e.g. oci://{host}/kbuild-cache"
+            ));
+        }
+        let timeout = std::env::var("KBUILD_REMOTE_CACHE_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .unwrap_or(Duration::from_secs(10));
+        let opts = OciOptions {
+            plain_http,
+            retries: 1,
+            backoff: Duration::from_millis(200),
+            timeout,
+            ..OciOptions::default()
+        };
+        Ok(RemoteCache {
+            client: OciClient::new(&host, &repo, opts),
+            url: url.to_string(),
+            mode,
+            down: Mutex::new(None),
+            hits: AtomicUsize::new(0),
+            uploads: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn mode(&self) -> RemoteMode {
+        self.mode
+    }
+
+    pub fn stats(&self) -> RemoteStats {
+        RemoteStats {
+            url: self.url.clone(),
+            mode: match self.mode {
+                RemoteMode::Read => "read",
+                RemoteMode::ReadWrite => "read-write",
+            },
+            hits: self.hits.load(Ordering::Relaxed),
+            uploads: self.uploads.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            unavailable: self.down.lock().ok().and_then(|d| d.clone()),
+        }
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.lock().map(|d| d.is_some()).unwrap_or(true)
+    }
+
+    /// Switch the remote off; true for the first caller (the one that reports it).
+    fn mark_down(&self, why: String) -> bool {
+        match self.down.lock() {
+            Ok(mut d) if d.is_none() => {
+                *d = Some(why);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ask the remote for `action`; on a verified hit the entry is in `cache` afterwards.
+    pub fn fetch(&self, cache: &Cache, action: &str, project_root: &Path) -> Fetch {
+        if self.is_down() {
+            return Fetch::Miss;
+        }
+        match self.try_fetch(cache, action, project_root) {
+            Ok(Some(e)) => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Fetch::Hit(e)
+            }
+            Ok(None) => Fetch::Miss,
+            Err(Problem::Refused(why)) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Fetch::Refused(why)
+            }
+            Err(Problem::Down(why)) => {
+                if self.mark_down(why.clone()) {
+                    Fetch::Unavailable(why)
+                } else {
+                    Fetch::Miss
+                }
+            }
+        }
+    }
+
+    fn try_fetch(
+        &self,
+        cache: &Cache,
+        action: &str,
+        project_root: &Path,
+    ) -> Result<Option<Entry>, Problem> {
+        let Some(sets) = self.remote_dep_sets(action)? else {
+            return Ok(None);
+        };
+        for set in &sets.sets {
+            let current: Option<Vec<Dep>> = set
+                .iter()
+                .map(|(p, _)| cache.hash_dep(project_root, p).map(|h| (p.clone(), h)))
+                .collect();
+            if current.as_ref() != Some(set) {
+                continue;
+            }
+            let key = Cache::result_key(action, set);
+            let Some((meta, object, log)) = self.fetch_entry(&key)? else {
+                continue;
+            };
+            verify(&key, set, &meta, &object)?;
+            // Kept for this build even when the local disk refuses it (full, read-only).
+            let fallback = Entry {
+                key: key.clone(),
+                object: object.clone(),
+                log: log.clone(),
+                meta: meta.clone(),
+            };
+            let (command, seconds) = (meta.command.clone(), meta.seconds);
+            return Ok(Some(
+                cache
+                    .store(action, set.clone(), object, log, command, seconds)
+                    .unwrap_or(fallback),
+            ));
+        }
+        Ok(None)
+    }
+
+    fn remote_dep_sets(&self, action: &str) -> Result<Option<DepSets>, Problem> {
+        let tag = format!("a-{action}");
+        let Some(m) = self.manifest(&tag, DEPS_TYPE)? else {
+            return Ok(None);
+        };
+        let bytes = self.blob(&m.config, &tag)?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            Problem::Refused(format!("{}: dep sets: {e}", self.client.display_ref(&tag)))
+        })
+    }
+
+    fn manifest(&self, tag: &str, kind: &str) -> Result<Option<ImageManifest>, Problem> {
+        let Some(fetched) = self
+            .client
+            .get_manifest(tag, &Silent)
+            .map_err(|e| self.problem(e))?
+        else {
+            return Ok(None);
+        };
+        let m: ImageManifest = serde_json::from_slice(&fetched.bytes).map_err(|e| {
+            Problem::Refused(format!("{}: manifest: {e}", self.client.display_ref(tag)))
+        })?;
+        if m.artifact_type.as_deref() != Some(kind) {
+            return Err(Problem::Refused(format!(
+                "{} is not a kbuild cache record (artifactType {:?})",
+                self.client.display_ref(tag),
+                m.artifact_type
+            )));
+        }
+        Ok(Some(m))
+    }
+
+    fn blob(&self, desc: &Descriptor, tag: &str) -> Result<Vec<u8>, Problem> {
+        match self.client.get_blob(desc, &Silent) {
+            Ok(b) => Ok(b),
+            Err(OciError::NotFound(what)) => Err(Problem::Refused(format!(
+                "{}: {what} is missing",
+                self.client.display_ref(tag)
+            ))),
+            Err(e) => Err(self.problem(e)),
+        }
+    }
+
+    /// (meta, object, log) of result `key`, or None when the remote has no such entry.
+    fn fetch_entry(&self, key: &str) -> Result<Option<(EntryMeta, Vec<u8>, String)>, Problem> {
+        let tag = format!("r-{key}");
+        let Some(m) = self.manifest(&tag, ENTRY_TYPE)? else {
+            return Ok(None);
+        };
+        let meta_bytes = self.blob(&m.config, &tag)?;
+        let meta: EntryMeta = serde_json::from_slice(&meta_bytes)
+            .map_err(|e| Problem::Refused(format!("entry {tag}: meta.json: {e}")))?;
+        let layer = |t: &str| m.layers.iter().find(|l| l.media_type == t);
+        let Some(obj_desc) = layer(OBJECT_TYPE) else {
+            return Err(Problem::Refused(format!("entry {tag} has no object layer")));
+        };
+        let object = self.blob(obj_desc, &tag)?;
+        let log = match layer(LOG_TYPE) {
+            Some(d) => String::from_utf8_lossy(&self.blob(d, &tag)?).into_owned(),
+            None => String::new(),
+        };
+        Ok(Some((meta, object, log)))
+    }
+
+    /// Upload a compiled entry (read-write mode only). Returns a line for the user when the
+    /// remote just went away.
+    pub fn upload(&self, action: &str, entry: &Entry) -> Option<String> {
+        if self.mode != RemoteMode::ReadWrite || self.is_down() {
+            return None;
+        }
+        match self.try_upload(action, entry) {
+            Ok(()) => {
+                self.uploads.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(Problem::Down(why)) | Err(Problem::Refused(why)) => {
+                self.mark_down(why.clone()).then_some(why)
+            }
+        }
+    }
+
+    fn try_upload(&self, action: &str, entry: &Entry) -> Result<(), Problem> {
+        let meta = serde_json::to_vec(&entry.meta)
+            .map_err(|e| Problem::Refused(format!("meta.json: {e}")))?;
+        let tag = format!("r-{}", entry.key);
+        let config = self.push_blob(&meta, ENTRY_TYPE, "meta.json")?;
+        let object = self.push_blob(&entry.object, OBJECT_TYPE, "object")?;
+        let log = self.push_blob(entry.log.as_bytes(), LOG_TYPE, "log")?;
+        self.push_manifest(&tag, ENTRY_TYPE, config, vec![object, log])?;
+
+        // Merge this dependency set into the remote's record for the action.
+        let mut sets = match self.remote_dep_sets(action) {
+            Ok(s) => s.unwrap_or_default(),
+            Err(Problem::Refused(_)) => DepSets::default(),
+            Err(e) => return Err(e),
+        };
+        sets.sets.retain(|s| *s != entry.meta.deps);
+        sets.sets.insert(0, entry.meta.deps.clone());
+        sets.sets.truncate(MAX_DEP_SETS);
+        let record =
+            serde_json::to_vec(&sets).map_err(|e| Problem::Refused(format!("dep sets: {e}")))?;
+        let config = self.push_blob(&record, DEPS_TYPE, "deps.json")?;
+        self.push_manifest(&format!("a-{action}"), DEPS_TYPE, config, Vec::new())
+    }
+
+    fn push_blob(
+        &self,
+        bytes: &[u8],
+        media_type: &str,
+        title: &str,
+    ) -> Result<Descriptor, Problem> {
+        self.client
+            .put_blob(bytes, title, &Silent)
+            .map_err(|e| self.problem(e))?;
+        Ok(Descriptor {
+            media_type: media_type.to_string(),
+            digest: kbuild_registry::digest::oci_digest(bytes),
+            size: bytes.len() as u64,
+            artifact_type: None,
+            annotations: [(
+                kbuild_registry::oci::TITLE_ANNOTATION.to_string(),
+                title.to_string(),
+            )]
+            .into(),
+        })
+    }
+
+    fn push_manifest(
+        &self,
+        tag: &str,
+        kind: &str,
+        config: Descriptor,
+        layers: Vec<Descriptor>,
+    ) -> Result<(), Problem> {
+        let m = ImageManifest {
+            schema_version: 2,
+            media_type: Some(IMAGE_MANIFEST.into()),
+            artifact_type: Some(kind.into()),
+            config,
+            layers,
+            subject: None,
+            annotations: BTreeMap::new(),
+        };
+        let bytes = serde_json::to_vec(&m).map_err(|e| Problem::Refused(e.to_string()))?;
+        self.client
+            .put_manifest(tag, &bytes, &Silent)
+            .map_err(|e| self.problem(e))?;
+        Ok(())
+    }
+
+    fn problem(&self, e: OciError) -> Problem {
+        match e {
+            OciError::Digest { .. } | OciError::NotKbuild { .. } | OciError::Invalid(_) => {
+                Problem::Refused(e.to_string())
+            }
+            _ => Problem::Down(e.to_string()),
+        }
+    }
+}
+
+enum Problem {
+    /// This record is unusable (corrupt, tampered, not ours): skip it.
+    Refused(String),
+    /// The remote is unreachable, too slow or refuses us: stop using it.
+    Down(String),
+}
+
+/// An entry fetched for result `key` and dependency set `set` must describe exactly that set
+/// and hold the object its meta names.
+fn verify(key: &str, set: &[Dep], meta: &EntryMeta, object: &[u8]) -> Result<(), Problem> {
+    if meta.deps != set {
+        return Err(Problem::Refused(format!(
+            "entry r-{key}: its meta lists other dependencies than its key was made of"
+        )));
+    }
+    let actual = blake3::hash(object).to_hex();
+    if object.len() as u64 != meta.size || actual.as_str() != meta.object_blake3 {
+        return Err(Problem::Refused(format!(
+            "entry r-{key}: object blake3 {actual} ({} bytes) is not the {} ({} bytes) its meta records",
+            object.len(),
+            meta.object_blake3,
+            meta.size
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(object: &[u8], deps: Vec<Dep>) -> EntryMeta {
+        EntryMeta {
+            object_blake3: blake3::hash(object).to_hex().to_string(),
+            size: object.len() as u64,
+            deps,
+            command: String::new(),
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn verify_checks_object_and_deps() {
+        let deps = vec![("a.cu".to_string(), "h".to_string())];
+        let m = meta(b"obj", deps.clone());
+        assert!(verify("k", &deps, &m, b"obj").is_ok());
+        assert!(verify("k", &deps, &m, b"obJ").is_err());
+        assert!(verify("k", &[], &m, b"obj").is_err());
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("read".parse::<RemoteMode>(), Ok(RemoteMode::Read));
+        assert_eq!(
+            "read-write".parse::<RemoteMode>(),
+            Ok(RemoteMode::ReadWrite)
+        );
+        assert!("write".parse::<RemoteMode>().is_err());
+    }
+
+    #[test]
+    fn a_url_without_repository_is_an_error() {
+        assert!(RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true).is_err());
+        assert!(RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true).is_ok());
+    }
+}
