@@ -145,6 +145,15 @@ impl Cache {
         None
     }
 
+    /// The dependencies recorded in entry `key` (the source and every header it included),
+    /// without reading the object.
+    pub fn entry_deps(&self, key: &str) -> Option<Vec<Dep>> {
+        let meta = std::fs::read(self.shard("objects", key).join("meta.json")).ok()?;
+        serde_json::from_slice::<EntryMeta>(&meta)
+            .ok()
+            .map(|m| m.deps)
+    }
+
     fn read_entry(&self, key: &str) -> Option<Entry> {
         let dir = self.shard("objects", key);
         let meta: EntryMeta =

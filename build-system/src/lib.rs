@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod baseline;
 pub mod build;
+pub mod buildrs;
 pub mod cache;
 pub mod config;
 pub mod depfile;
@@ -22,3 +23,5 @@ pub mod registry_cmd;
 pub mod remote_cache;
 pub mod run_cmd;
 pub mod toolchain;
+
+pub use buildrs::Build;

@@ -60,6 +60,17 @@ impl Package {
         Package::from_bundle(bundle, origin)
     }
 
+    /// A bundle file's bytes held in memory (e.g. `include_bytes!` of a bundle a build script
+    /// wrote), verified like a file; `origin` names it in messages.
+    pub fn from_bundle_bytes(bytes: &[u8], origin: &str) -> Result<Package> {
+        let bundle = Bundle::from_bytes(bytes, kbuild_registry::archive::Limits::from_env())
+            .map_err(|e| LoaderError::Package {
+                path: PathBuf::from(origin),
+                what: e.to_string(),
+            })?;
+        Package::from_bundle(bundle, PathBuf::from(origin))
+    }
+
     /// Any bundle in memory.
     pub fn from_bundle(bundle: Bundle, origin: PathBuf) -> Result<Package> {
         let json = bundle.manifest_json().to_vec();
@@ -84,5 +95,38 @@ impl ObjectSource for NoSource {
 
     fn describe(&self) -> String {
         String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_manifest::compat::{Device, NEWEST_DRIVER};
+
+    #[test]
+    fn a_bundle_opens_from_memory_and_selects() {
+        let mut m = crate::select::tests::manifest(vec![crate::select::tests::object(
+            "k", None, "sm_90", None,
+        )]);
+        m.targets = vec!["sm_90".into()];
+        let mut objects = std::collections::BTreeMap::new();
+        for o in &mut m.objects {
+            let bytes = b"object for sm_90".to_vec();
+            o.sha256 = crate::package::sha256_hex(&bytes);
+            o.size = bytes.len() as u64;
+            objects.insert(o.sha256.clone(), bytes);
+        }
+        let bundle = Bundle::from_parts(m.to_json().into_bytes(), objects, None).unwrap();
+        let bytes = bundle.to_bytes().unwrap();
+        let p = Package::from_bundle_bytes(&bytes, "embedded").unwrap();
+        assert_eq!(p.kernels(), ["k"]);
+        let dev = Device::parse("sm_90", Some(NEWEST_DRIVER), true).unwrap();
+        assert!(p.select(&dev).complete());
+        assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
+
+        let mut torn = bytes.clone();
+        torn.truncate(bytes.len() / 2);
+        let e = Package::from_bundle_bytes(&torn, "embedded").unwrap_err();
+        assert!(e.to_string().contains("embedded"), "{e}");
     }
 }

@@ -225,6 +225,9 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
                     tar::EntryType::Symlink => "symbolic link".to_string(),
                     tar::EntryType::Link => "hard link".to_string(),
                     tar::EntryType::Directory => "directory".to_string(),
+                    tar::EntryType::Char => "character device".to_string(),
+                    tar::EntryType::Block => "block device".to_string(),
+                    tar::EntryType::Fifo => "FIFO".to_string(),
                     other => format!("{other:?} entry"),
                 };
                 return Err(ArchiveError::NotAFile { name, kind });

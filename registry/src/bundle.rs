@@ -19,10 +19,15 @@ use kbuild_manifest::manifest::{Manifest, ManifestError};
 use crate::archive::{self, ArchiveError, Entry, Limits};
 use crate::digest;
 
+/// The largest manifest.json kbuild reads (a bundle's first entry, the OCI config blob):
+/// far above any real project's (a few MiB for thousands of kernel × target records), far
+/// below what would exhaust memory when parsed into records.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 /// Why a bundle was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("{0}")]
+    #[error(transparent)]
     Archive(#[from] ArchiveError),
     #[error("not a kbuild bundle: {0}")]
     NotABundle(String),
@@ -54,6 +59,8 @@ pub enum BundleError {
     Io { path: String, err: std::io::Error },
     #[error("{0}")]
     Build(String),
+    #[error("its manifest.json is {0} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes; refusing an oversize manifest")]
+    ManifestTooLarge(u64),
 }
 
 /// A verified bundle in memory.
@@ -126,6 +133,9 @@ impl Bundle {
         objects: BTreeMap<String, Vec<u8>>,
         subset: Option<Vec<String>>,
     ) -> Result<Bundle, BundleError> {
+        if manifest_json.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(BundleError::ManifestTooLarge(manifest_json.len() as u64));
+        }
         let manifest = Manifest::from_json(&manifest_json)?;
         let subset = match subset {
             Some(s) => {

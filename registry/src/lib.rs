@@ -37,7 +37,7 @@ pub fn signature_path(bundle: &Path) -> PathBuf {
 pub enum VerifyError {
     #[error("{path}: {err}")]
     Bundle { path: String, err: BundleError },
-    #[error("{0}")]
+    #[error(transparent)]
     Signature(#[from] sign::SignError),
 }
 

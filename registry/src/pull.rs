@@ -16,13 +16,13 @@ use crate::store::{Registry, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{0}")]
+    #[error(transparent)]
     Cache(#[from] CacheError),
-    #[error("{0}")]
+    #[error(transparent)]
     Lock(#[from] LockError),
-    #[error("{0}")]
+    #[error(transparent)]
     Sign(#[from] SignError),
     #[error("{0}")]
     Resolve(String),

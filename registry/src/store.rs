@@ -15,11 +15,11 @@ use crate::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("{0}")]
+    #[error(transparent)]
     Dir(#[from] DirError),
-    #[error("{0}")]
+    #[error(transparent)]
     Oci(#[from] OciError),
-    #[error("{0}")]
+    #[error(transparent)]
     Bundle(#[from] BundleError),
     #[error("{0}")]
     Invalid(String),
@@ -170,21 +170,7 @@ impl Registry {
             Registry::Oci { .. } => {
                 let client = self.client(bundle.name())?;
                 let art = oci::Artifact::from_bundle(bundle)?;
-                let outcome = client.publish(&art, bundle.version(), progress)?;
-                if let Some(s) = sigs {
-                    let subject = oci::FetchedManifest {
-                        digest: art.digest.clone(),
-                        bytes: art.manifest.clone(),
-                        media_type: oci::IMAGE_MANIFEST.into(),
-                    };
-                    let mut all = client
-                        .get_signatures(&art.digest, progress)?
-                        .unwrap_or_default();
-                    for sig in &s.signatures {
-                        all.add(sig.clone());
-                    }
-                    client.put_signatures(&subject, &all, progress)?;
-                }
+                let outcome = client.publish_signed(&art, bundle.version(), sigs, progress)?;
                 Ok(outcome)
             }
         }
@@ -239,6 +225,13 @@ impl Registry {
                     .get_manifest(reference, progress)?
                     .ok_or_else(|| StoreError::NotFound(shown.clone()))?;
                 let art = oci::parse_kbuild_artifact(&fetched, &shown)?;
+                if art.manifest.config.size > crate::bundle::MAX_MANIFEST_BYTES {
+                    return Err(StoreError::Invalid(format!(
+                        "{shown}: its config (the kbuild manifest) declares {} bytes, over kbuild's limit of {} bytes; refusing an oversize manifest",
+                        art.manifest.config.size,
+                        crate::bundle::MAX_MANIFEST_BYTES
+                    )));
+                }
                 let config = client.get_blob(&art.manifest.config, progress)?;
                 let manifest = Manifest::from_json(&config).map_err(|e| OciError::NotKbuild {
                     reference: shown.clone(),

@@ -30,6 +30,9 @@ pub enum Fault {
     Truncate,
     /// Forward, flip one byte in the middle of the body (same length: a wrong digest).
     Corrupt,
+    /// Forward, append this many spaces to the body and fix Content-Length (a hostile
+    /// registry serving an oversize document).
+    Inflate(usize),
 }
 
 /// A fault for requests whose method is `method` and whose path contains `path`, for the
@@ -297,7 +300,9 @@ fn serve(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>, log: &M
         let _ = client.shutdown(Shutdown::Both);
         return;
     }
-    let split = find(&answer, b"\r\n\r\n").map(|i| i + 4).unwrap_or(answer.len());
+    let split = find(&answer, b"\r\n\r\n")
+        .map(|i| i + 4)
+        .unwrap_or(answer.len());
     let (ahead, abody) = answer.split_at(split);
     let mut abody = abody.to_vec();
     match fault {
@@ -315,6 +320,20 @@ fn serve(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>, log: &M
                 let _ = client.flush();
                 std::thread::sleep(Duration::from_millis(ms));
             }
+        }
+        Some(Fault::Inflate(n)) => {
+            let text = String::from_utf8_lossy(ahead);
+            let mut head = String::new();
+            for l in text.split("\r\n").filter(|l| !l.is_empty()) {
+                if !l.to_ascii_lowercase().starts_with("content-length:") {
+                    head.push_str(l);
+                    head.push_str("\r\n");
+                }
+            }
+            head.push_str(&format!("Content-Length: {}\r\n\r\n", abody.len() + n));
+            abody.resize(abody.len() + n, b' ');
+            let _ = client.write_all(head.as_bytes());
+            let _ = client.write_all(&abody);
         }
         Some(Fault::Corrupt) if !abody.is_empty() => {
             let i = abody.len() / 2;
@@ -353,6 +372,17 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<(u16, Vec<u8>)> {
+    http_full(port, method, path, headers, body).map(|(c, _, b)| (c, b))
+}
+
+/// As [`http`], with the answer's header lines too.
+pub fn http_full(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<String>, Vec<u8>)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
@@ -370,12 +400,24 @@ pub fn http(
     let split = find(&answer, b"\r\n\r\n")
         .map(|i| i + 4)
         .unwrap_or(answer.len());
-    let status = String::from_utf8_lossy(&answer[..split])
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let status = head
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Ok((status, answer[split..].to_vec()))
+    let lines = head
+        .split("\r\n")
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    Ok((status, lines, answer[split..].to_vec()))
+}
+
+/// The value of header `name` in `lines`.
+pub fn header_value(lines: &[String], name: &str) -> Option<String> {
+    header(lines, name)
 }
 
 /// The registry's tags for `repo`, asked directly (not through any proxy).

@@ -143,6 +143,8 @@ enum Kind {
     File,
     Symlink(&'static str),
     Hardlink(&'static str),
+    /// A device node or FIFO (major 1, minor 3: /dev/null's numbers).
+    Special(tar::EntryType),
 }
 
 /// A tar+zstd written member by member, names as raw header bytes (as an attacker would).
@@ -163,6 +165,11 @@ fn raw_bundle(members: &[(String, Vec<u8>, Kind)]) -> Vec<u8> {
             Kind::Hardlink(t) => {
                 h.set_entry_type(tar::EntryType::Link);
                 h.set_link_name(t).unwrap();
+            }
+            Kind::Special(t) => {
+                h.set_entry_type(*t);
+                h.set_device_major(1).unwrap();
+                h.set_device_minor(3).unwrap();
             }
         }
         h.set_cksum();
@@ -245,6 +252,26 @@ fn bad_bundles() -> Vec<BadCase> {
         ),
     );
     v.push(("hard link", raw_bundle(&e), "is a hard link", vec![]));
+    for (label, kind, says) in [
+        (
+            "character device",
+            tar::EntryType::Char,
+            "is a character device",
+        ),
+        ("block device", tar::EntryType::Block, "is a block device"),
+        ("FIFO", tar::EntryType::Fifo, "is a FIFO"),
+    ] {
+        let mut e = files(entries.clone());
+        e.insert(
+            1,
+            (
+                format!("objects/sha256/{}", "c".repeat(64)),
+                vec![],
+                Kind::Special(kind),
+            ),
+        );
+        v.push((label, raw_bundle(&e), says, vec![]));
+    }
     let mut e = files(entries.clone());
     let dup = (e[1].0.clone(), e[1].1.clone(), Kind::File);
     e.push(dup);

@@ -16,6 +16,17 @@
 //! blobs the registry has (`HEAD`) are skipped, requests are retried with exponential backoff
 //! on 5xx, 429 and transport errors, auth follows `WWW-Authenticate` (basic, or bearer via the
 //! token endpoint). Plain HTTP only when asked.
+//!
+//! Faults: every body is checked (size, sha256) inside the retry, so one cut short or mangled
+//! on the way is fetched again (a digest mismatch once, then it is the registry's copy); a lost
+//! answer to a committing `PUT` is settled with a `HEAD`; blobs and signatures go up before
+//! the tag, so an interrupted publish leaves no visible version. Manifests over
+//! [`MAX_MANIFEST`] are refused.
+//!
+//! TLS: certificates are always verified (webpki roots). A registry with a private or
+//! self-signed CA is trusted by naming a PEM file of CA certificates in
+//! `KBUILD_REGISTRY_CA_FILE` ([`OciOptions::ca_file`]); an untrusted certificate is refused
+//! at once (not retried) with that hint.
 
 mod artifact;
 
@@ -23,7 +34,8 @@ pub use artifact::*;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -34,6 +46,13 @@ use crate::progress::Progress;
 
 /// Largest manifest or config read into memory.
 const MAX_DOCUMENT: u64 = 64 << 20;
+
+/// The largest OCI manifest kbuild reads: distribution's own limit on a manifest PUT
+/// (4 MiB); a kbuild artifact manifest is a few KiB.
+pub const MAX_MANIFEST: u64 = 4 << 20;
+
+/// The environment variable naming extra CA certificates (PEM) for registry TLS.
+pub const CA_FILE_ENV: &str = "KBUILD_REGISTRY_CA_FILE";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -67,10 +86,14 @@ pub enum OciError {
 }
 
 impl OciError {
-    fn retryable(&self) -> bool {
+    /// Whether attempt number `attempt` (0 = the first retry) of a failed request is worth
+    /// making: 5xx, 429 and transport errors always; a body that does not match its digest
+    /// once (a proxy or connection that mangled it), never again after that (tampering).
+    fn retryable(&self, attempt: u32) -> bool {
         match self {
             OciError::Transport { .. } => true,
             OciError::Status { code, .. } => *code >= 500 || *code == 429,
+            OciError::Digest { .. } => attempt == 0,
             _ => false,
         }
     }
@@ -98,6 +121,10 @@ pub struct OciOptions {
     pub backoff: Duration,
     /// Connect and per-read/write timeout.
     pub timeout: Duration,
+    /// A PEM file of CA certificates to trust besides the public roots (a registry with a
+    /// private or self-signed certificate). Default: `KBUILD_REGISTRY_CA_FILE`. TLS
+    /// verification itself is never turned off; `plain_http` is a different thing.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for OciOptions {
@@ -108,6 +135,9 @@ impl Default for OciOptions {
             retries: 4,
             backoff: Duration::from_millis(250),
             timeout: Duration::from_secs(60),
+            ca_file: std::env::var_os(CA_FILE_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         }
     }
 }
@@ -128,6 +158,8 @@ pub struct OciClient {
     repo: String,
     creds: Option<Credentials>,
     authorization: Mutex<Option<String>>,
+    /// Why the client cannot talk to the registry at all (an unreadable CA file).
+    setup_error: Option<String>,
     opts: OciOptions,
 }
 
@@ -179,12 +211,19 @@ pub fn parse_reference(spec: &str) -> Result<(String, String), OciError> {
 
 impl OciClient {
     pub fn new(host: &str, repo: &str, opts: OciOptions) -> OciClient {
-        let agent = ureq::AgentBuilder::new()
+        let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(opts.timeout)
             .timeout_read(opts.timeout)
             .timeout_write(opts.timeout)
-            .user_agent(concat!("kbuild/", env!("CARGO_PKG_VERSION")))
-            .build();
+            .user_agent(concat!("kbuild/", env!("CARGO_PKG_VERSION")));
+        let mut setup_error = None;
+        if let Some(path) = &opts.ca_file {
+            match tls_config(path) {
+                Ok(cfg) => builder = builder.tls_config(cfg),
+                Err(e) => setup_error = Some(e),
+            }
+        }
+        let agent = builder.build();
         let scheme = if opts.plain_http { "http" } else { "https" };
         OciClient {
             agent,
@@ -193,6 +232,7 @@ impl OciClient {
             repo: repo.to_string(),
             creds: Credentials::find(host),
             authorization: Mutex::new(None),
+            setup_error,
             opts,
         }
     }
@@ -241,6 +281,9 @@ impl OciClient {
         body: Option<&[u8]>,
         push: bool,
     ) -> Result<ureq::Response, OciError> {
+        if let Some(e) = &self.setup_error {
+            return Err(OciError::Invalid(e.clone()));
+        }
         let mut authz = self
             .authorization
             .lock()
@@ -286,6 +329,12 @@ impl OciClient {
                         code,
                         message: error_message(r),
                     })
+                }
+                Err(ureq::Error::Transport(t)) if is_certificate_error(&t) => {
+                    return Err(OciError::Invalid(format!(
+                        "{method} {url}: the TLS certificate of {} is not trusted ({t}); hint: if the registry uses a private or self-signed CA, set {CA_FILE_ENV}=PATH to a PEM file with that CA certificate (TLS verification stays on)",
+                        self.host
+                    )))
                 }
                 Err(ureq::Error::Transport(t)) => {
                     return Err(OciError::Transport {
@@ -378,7 +427,7 @@ impl OciClient {
         let mut attempt = 0;
         loop {
             match op() {
-                Err(e) if e.retryable() && attempt < self.opts.retries => {
+                Err(e) if e.retryable(attempt) && attempt < self.opts.retries => {
                     attempt += 1;
                     progress.note(&format!(
                         "{e}; retrying in {:.1}s ({attempt}/{})",
@@ -455,33 +504,39 @@ impl OciClient {
             };
             let header_digest = resp.header("Docker-Content-Digest").map(str::to_string);
             let media_type = resp.content_type().to_string();
-            let bytes =
-                read_all(resp, MAX_DOCUMENT, None).map_err(|e| self.transport("GET", &url, e))?;
-            Ok(Some((header_digest, media_type, bytes)))
-        })?;
-        let Some((header_digest, media_type, bytes)) = fetched else {
-            return Ok(None);
-        };
-        let actual = digest::oci_digest(&bytes);
-        let expected = if reference.starts_with("sha256:") {
-            Some(reference.to_string())
-        } else {
-            header_digest
-        };
-        if let Some(expected) = expected {
-            if expected != actual {
-                return Err(OciError::Digest {
-                    what: format!("manifest {}", self.display_ref(reference)),
-                    expected,
-                    actual,
-                });
+            let bytes = read_all(resp, MAX_MANIFEST, None).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    OciError::Invalid(format!(
+                        "manifest {} is larger than {MAX_MANIFEST} bytes (the OCI distribution limit); refusing an oversize manifest",
+                        self.display_ref(reference)
+                    ))
+                } else {
+                    self.transport("GET", &url, e)
+                }
+            })?;
+            // Checked inside the retry: a body mangled on the way is fetched once more.
+            let actual = digest::oci_digest(&bytes);
+            let expected = if reference.starts_with("sha256:") {
+                Some(reference.to_string())
+            } else {
+                header_digest
+            };
+            if let Some(expected) = expected {
+                if expected != actual {
+                    return Err(OciError::Digest {
+                        what: format!("manifest {}", self.display_ref(reference)),
+                        expected,
+                        actual,
+                    });
+                }
             }
-        }
-        Ok(Some(FetchedManifest {
-            digest: actual,
-            bytes,
-            media_type,
-        }))
+            Ok(Some(FetchedManifest {
+                digest: actual,
+                bytes,
+                media_type,
+            }))
+        })?;
+        Ok(fetched)
     }
 
     /// A blob, checked against its descriptor's digest and size.
@@ -506,23 +561,36 @@ impl OciClient {
             progress.begin(&label, desc.size);
             let r = read_all(resp, desc.size.saturating_add(1), Some(progress));
             progress.end();
-            r.map_err(|e| self.transport("GET", &url, e))
+            let bytes = r.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    OciError::Digest {
+                        what: format!("blob {} (size)", desc.digest),
+                        expected: format!("{} bytes", desc.size),
+                        actual: "more bytes".into(),
+                    }
+                } else {
+                    self.transport("GET", &url, e)
+                }
+            })?;
+            // Checked inside the retry: a body cut short or mangled on the way is fetched
+            // once more; a registry whose copy is wrong still fails after that.
+            if bytes.len() as u64 != desc.size {
+                return Err(OciError::Digest {
+                    what: format!("blob {} (size)", desc.digest),
+                    expected: format!("{} bytes", desc.size),
+                    actual: format!("{} bytes", bytes.len()),
+                });
+            }
+            let actual = digest::oci_digest(&bytes);
+            if actual != desc.digest {
+                return Err(OciError::Digest {
+                    what: format!("blob {label}"),
+                    expected: desc.digest.clone(),
+                    actual,
+                });
+            }
+            Ok(bytes)
         })?;
-        if bytes.len() as u64 != desc.size {
-            return Err(OciError::Digest {
-                what: format!("blob {} (size)", desc.digest),
-                expected: format!("{} bytes", desc.size),
-                actual: format!("{} bytes", bytes.len()),
-            });
-        }
-        let actual = digest::oci_digest(&bytes);
-        if actual != desc.digest {
-            return Err(OciError::Digest {
-                what: format!("blob {label}"),
-                expected: desc.digest.clone(),
-                actual,
-            });
-        }
         Ok(bytes)
     }
 
@@ -603,14 +671,21 @@ impl OciClient {
             progress.end();
             let sep = if location.contains('?') { '&' } else { '?' };
             let put = format!("{location}{sep}digest={}", auth::url_encode(&digest));
-            self.exchange(
+            match self.exchange(
                 "PUT",
                 &put,
                 &[("Content-Length", "0".into())],
                 Some(&[]),
                 true,
-            )?;
-            Ok(())
+            ) {
+                Ok(_) => Ok(()),
+                // The answer to a committing PUT was lost: the registry may have the blob
+                // now (and forgot the upload, so a retry of this PUT would be a 404).
+                Err(e) => match self.blob_exists(&digest, progress) {
+                    Ok(true) => Ok(()),
+                    _ => Err(e),
+                },
+            }
         })?;
         Ok(true)
     }
@@ -646,8 +721,39 @@ impl OciClient {
         tag: &str,
         progress: &dyn Progress,
     ) -> Result<PublishOutcome, OciError> {
+        self.publish_signed(art, tag, None, progress)
+    }
+
+    /// [`OciClient::publish`], attaching `sigs` (merged with any already attached) after the
+    /// blobs and before the tag: the version becomes visible last, already signed, so an
+    /// interrupted publish never shows an unsigned version. An already published version
+    /// gets the signatures attached.
+    pub fn publish_signed(
+        &self,
+        art: &Artifact,
+        tag: &str,
+        sigs: Option<&crate::sign::SignatureFile>,
+        progress: &dyn Progress,
+    ) -> Result<PublishOutcome, OciError> {
+        let attach = |sigs: &crate::sign::SignatureFile| -> Result<(), OciError> {
+            let subject = FetchedManifest {
+                digest: art.digest.clone(),
+                bytes: art.manifest.clone(),
+                media_type: IMAGE_MANIFEST.into(),
+            };
+            let mut all = self
+                .get_signatures(&art.digest, progress)?
+                .unwrap_or_default();
+            for sig in &sigs.signatures {
+                all.add(sig.clone());
+            }
+            self.put_signatures(&subject, &all, progress).map(|_| ())
+        };
         if let Some(existing) = self.get_manifest(tag, progress)? {
             if existing.digest == art.digest {
+                if let Some(s) = sigs {
+                    attach(s)?;
+                }
                 return Ok(PublishOutcome::AlreadyPublished {
                     digest: art.digest.clone(),
                 });
@@ -671,6 +777,9 @@ impl OciClient {
             } else {
                 skipped += 1;
             }
+        }
+        if let Some(s) = sigs {
+            attach(s)?;
         }
         let digest = self.put_manifest(tag, &art.manifest, progress)?;
         Ok(PublishOutcome::Published {
@@ -787,6 +896,39 @@ impl OciClient {
     }
 }
 
+/// Whether a transport error is a failed certificate check (not worth retrying).
+fn is_certificate_error(t: &ureq::Transport) -> bool {
+    let text = t.to_string();
+    text.contains("certificate") || text.contains("UnknownIssuer") || text.contains("CertNotValid")
+}
+
+/// A rustls client config trusting the public roots plus the CA certificates in `path`.
+fn tls_config(path: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let bad = |e: String| format!("{CA_FILE_ENV}={}: {e}", path.display());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let mut added = 0;
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
+        let cert = cert.map_err(|e| bad(e.to_string()))?;
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err(bad("no PEM certificate in the file".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
 /// `sha256-<hex>.sig`, the tag a signature of artifact `digest` lives under.
 fn short(d: &str) -> String {
     d.trim_start_matches("sha256:").chars().take(12).collect()
@@ -843,9 +985,10 @@ fn read_all(
             p.advance(n as u64);
         }
         if out.len() as u64 > limit {
-            return Err(std::io::Error::other(format!(
-                "response is larger than the {limit} bytes expected"
-            )));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!("response is larger than the {limit} bytes expected"),
+            ));
         }
     }
     Ok(out)
