@@ -26,6 +26,8 @@ pub const HIP_PACKAGES: &[&str] = &[
     "clang-19",
     "lld-19",
     "llvm-19",
+    // clang-offload-bundler, for fat offload bundles (`fat = true`).
+    "clang-tools-19",
     "libamdhip64-dev",
     "rocm-device-libs",
 ];
@@ -541,6 +543,7 @@ pub fn install_hip() -> Result<Vec<String>, ToolchainError> {
     let have_packages = llvm.join("clang++").is_file()
         && llvm.join("llvm-as").is_file()
         && llvm.join("ld.lld").is_file()
+        && llvm.join("clang-offload-bundler").is_file()
         && Path::new(DEBIAN_DEVICE_LIBS).join("ocml.bc").is_file()
         && Path::new("/usr/include/hip/hip_runtime.h").is_file();
     if have_packages {

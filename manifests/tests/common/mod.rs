@@ -50,10 +50,10 @@ pub fn llvm_readobj() -> PathBuf {
     })
 }
 
-/// `clang-offload-bundler-19` (Debian package clang-19), from PATH.
+/// `clang-offload-bundler-19` (Debian package clang-tools-19), from PATH.
 pub fn offload_bundler() -> PathBuf {
     on_path("clang-offload-bundler-19").unwrap_or_else(|| {
-        panic!("oracle clang-offload-bundler-19 not found on PATH: install it with `apt-get install clang-19`")
+        panic!("oracle clang-offload-bundler-19 not found on PATH: install it with `apt-get install clang-tools-19` (or `kbuild toolchain install hip`)")
     })
 }
 
