@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use kbuild_manifest::load_index;
 use kbuild_manifest::manifest::{
     self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity,
 };
@@ -239,6 +240,7 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
             err,
         }
     })?;
+    write_load_index(&manifest, &manifest_path, &out_dir)?;
     let seconds = start.elapsed().as_secs_f64();
     let remote = remote.map(|r| r.stats());
     reporter.event(&Event::Summary {
@@ -258,6 +260,30 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         seconds,
         remote,
     })
+}
+
+/// `manifest.kbi` beside the manifest (after it: it records the manifest's length and mtime),
+/// so a loader opens the build without parsing JSON.
+fn write_load_index(
+    manifest: &Manifest,
+    manifest_path: &Path,
+    out_dir: &Path,
+) -> Result<(), BuildError> {
+    let write_err = |path: &Path, err: std::io::Error| BuildError::Write {
+        path: path.display().to_string(),
+        err,
+    };
+    let meta = std::fs::metadata(manifest_path).map_err(|e| write_err(manifest_path, e))?;
+    let stamp = load_index::ManifestStamp::of(&meta);
+    let path = out_dir.join(load_index::LOAD_INDEX_FILE);
+    let bytes = load_index::encode(manifest, stamp).map_err(|e| {
+        write_err(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })?;
+    fsutil::write_if_changed(&path, &bytes).map_err(|e| write_err(&path, e))?;
+    Ok(())
 }
 
 /// The remote cache of this build: `--remote-cache` or Kbuild.toml `[build] remote-cache`.

@@ -2,10 +2,12 @@
 //! manifest file, or any [`ObjectSource`] (a bundle or a pulled cache entry of the registry).
 //! Every object is checked against the manifest's sha256 before anyone sees its bytes.
 //!
-//! Opening reads an index of the manifest (what selection needs: kernel, variant, target,
-//! path, sha256, PTX ISA); an object's resource records are parsed when it is loaded, and the
-//! whole [`Manifest`] only when asked for. Opening is on the load path of every process, so
-//! it costs a scan of the JSON, not a full parse.
+//! Opening a build directory reads its load index `manifest.kbi` (fixed-layout binary, see
+//! [`kbuild_manifest::load_index`]) while it matches `manifest.json`: no JSON is parsed on the
+//! load path. Without one (or when the manifest changed since), opening scans the JSON for an
+//! index of what selection needs (kernel, variant, target, path, sha256, PTX ISA). Either way
+//! an object's resource records are decoded when it is loaded, and the whole [`Manifest`] only
+//! when asked for.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -14,6 +16,9 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::{parse_version, Device};
+use kbuild_manifest::load_index::{
+    IndexObject, LoadIndex, LoadIndexError, ManifestStamp, LOAD_INDEX_FILE,
+};
 use kbuild_manifest::manifest::{Manifest, ObjectRecord, SCHEMA};
 use kbuild_manifest::resources::Resources;
 use kbuild_manifest::target::Version;
@@ -22,7 +27,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::error::{LoaderError, Result};
-use crate::select::{select_kernel, select_objects, ObjectInfo, Selection};
+use crate::select::{select_indexed, select_kernel, select_objects, ObjectInfo, Selection};
 
 /// Something that hands out the bytes of a manifest's objects.
 pub trait ObjectSource: Send + Sync {
@@ -87,6 +92,8 @@ pub struct IndexedObject {
 enum Stored {
     Text(std::ops::Range<usize>),
     Parsed(BTreeMap<String, Resources>),
+    /// Object `n` of the load index.
+    Binary(usize),
 }
 
 /// The borrowed view serde fills while scanning the manifest once.
@@ -140,14 +147,82 @@ impl ObjectInfo for IndexedObject {
     }
 }
 
+impl ObjectInfo for IndexObject<'_> {
+    fn kernel(&self) -> &str {
+        self.kernel
+    }
+    fn variant(&self) -> Option<&str> {
+        self.variant
+    }
+    fn target(&self) -> &str {
+        self.target
+    }
+    fn path(&self) -> &str {
+        self.path
+    }
+    fn ptx_isa(&self) -> Option<Version> {
+        self.ptx_isa
+    }
+}
+
 /// What opening a manifest produces; shared by every open of the same unchanged file.
 #[derive(Clone)]
 struct PackageIndex {
     kernels: Vec<String>,
-    objects: Vec<IndexedObject>,
+    /// From the JSON (or a parsed manifest); for a load index, made on first use of
+    /// [`Package::objects`] (the load path reads the index in place).
+    objects: OnceLock<Vec<IndexedObject>>,
     /// The manifest JSON: resource records are parsed from it on demand, the full manifest
-    /// too (absent when built from a `Manifest`).
+    /// too (absent when built from a `Manifest` or opened through a load index).
     data: Option<String>,
+    /// A validated load index (`manifest.kbi`), and the manifest file it stands for.
+    binary: Option<(Box<[u8]>, PathBuf)>,
+}
+
+impl PackageIndex {
+    fn json(kernels: Vec<String>, objects: Vec<IndexedObject>, data: Option<String>) -> Self {
+        PackageIndex {
+            kernels,
+            objects: OnceLock::from(objects),
+            data,
+            binary: None,
+        }
+    }
+
+    fn load_index(&self) -> Option<LoadIndex<'_>> {
+        // Validated when opened: parsing again only re-reads the header.
+        self.binary
+            .as_ref()
+            .and_then(|(b, _)| LoadIndex::parse(b).ok())
+    }
+
+    fn objects(&self) -> &[IndexedObject] {
+        self.objects.get_or_init(|| {
+            let Some(ix) = self.load_index() else {
+                return Vec::new();
+            };
+            (0..ix.object_count())
+                .filter_map(|i| ix.object(i).ok().map(|o| (i, o)))
+                .map(|(i, o)| IndexedObject {
+                    kernel: o.kernel.to_string(),
+                    variant: o.variant.map(str::to_string),
+                    target: o.target.to_string(),
+                    path: o.path.to_string(),
+                    sha256: o.sha256_hex(),
+                    size: o.size,
+                    format: o.format.to_string(),
+                    entries: ix
+                        .entries(&o)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect(),
+                    resources: Stored::Binary(i),
+                    ptx_isa: o.ptx_isa,
+                })
+                .collect()
+        })
+    }
 }
 
 /// Identity of a manifest file: an edit, a rename over it or a new build changes it.
@@ -204,20 +279,21 @@ impl std::fmt::Debug for Package {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Package")
             .field("origin", &self.origin)
-            .field("objects", &self.index.objects.len())
+            .field("objects", &self.objects().len())
             .finish_non_exhaustive()
     }
 }
 
 impl Package {
-    /// Open a build directory (holding `manifest.json`) or a manifest file. The parsed index
-    /// is reused while the manifest file is unchanged (same device, inode, size and mtime);
-    /// [`Package::open_uncached`] always reads and parses it.
+    /// Open a build directory (holding `manifest.json`) or a manifest file: through its load
+    /// index `manifest.kbi` when that matches the manifest, else from the JSON, whose parsed
+    /// index is reused while the manifest file is unchanged (same device, inode, size and
+    /// mtime); [`Package::open_uncached`] always reads and parses the JSON.
     pub fn open(path: &Path) -> Result<Package> {
         Package::open_with(path, true)
     }
 
-    /// [`Package::open`] without the process-wide index cache.
+    /// [`Package::open`] from the JSON alone: no load index, no process-wide index cache.
     pub fn open_uncached(path: &Path) -> Result<Package> {
         Package::open_with(path, false)
     }
@@ -244,6 +320,17 @@ impl Package {
             };
             LoaderError::io(&manifest_path, what, e)
         };
+        if let Some(index) = cached
+            .then(|| open_load_index(&manifest_path, &root))
+            .flatten()
+        {
+            return Ok(Package {
+                index: Arc::new(index),
+                full: OnceLock::new(),
+                source: Box::new(DirSource::new(root)),
+                origin: manifest_path,
+            });
+        }
         let source: Box<dyn ObjectSource> = Box::new(DirSource::new(root));
         if !cached {
             let data = std::fs::read(&manifest_path).map_err(read_err)?;
@@ -344,11 +431,7 @@ impl Package {
             }
         };
         Ok(Package {
-            index: Arc::new(PackageIndex {
-                kernels,
-                objects,
-                data: Some(text),
-            }),
+            index: Arc::new(PackageIndex::json(kernels, objects, Some(text))),
             full: OnceLock::new(),
             source,
             origin,
@@ -382,11 +465,7 @@ impl Package {
         let kernels = manifest.kernels.clone();
         let _ = full.set(Ok(manifest));
         Package {
-            index: Arc::new(PackageIndex {
-                kernels,
-                objects,
-                data: None,
-            }),
+            index: Arc::new(PackageIndex::json(kernels, objects, None)),
             full,
             source,
             origin,
@@ -395,7 +474,12 @@ impl Package {
 
     /// The objects, in manifest order.
     pub fn objects(&self) -> &[IndexedObject] {
-        &self.index.objects
+        self.index.objects()
+    }
+
+    /// Whether this package was opened through its load index (`manifest.kbi`).
+    pub fn has_load_index(&self) -> bool {
+        self.index.binary.is_some()
     }
 
     /// Kernel names in Kbuild.toml order.
@@ -405,10 +489,15 @@ impl Package {
 
     /// The whole manifest (parsed on first call).
     pub fn manifest(&self) -> Result<&Manifest> {
-        let full = self.full.get_or_init(|| match &self.index.data {
-            Some(d) => Manifest::from_json(d.as_bytes()).map_err(|e| e.to_string()),
-            None => Err("no manifest data".into()),
-        });
+        let full = self
+            .full
+            .get_or_init(|| match (&self.index.data, &self.index.binary) {
+                (Some(d), _) => Manifest::from_json(d.as_bytes()).map_err(|e| e.to_string()),
+                (None, Some((_, path))) => std::fs::read(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+                    .and_then(|d| Manifest::from_json(&d).map_err(|e| e.to_string())),
+                (None, None) => Err("no manifest data".into()),
+            });
         full.as_ref().map_err(|e| LoaderError::Package {
             path: self.origin.clone(),
             what: e.clone(),
@@ -417,12 +506,21 @@ impl Package {
 
     /// Judge every object for `device`.
     pub fn select(&self, device: &Device) -> Selection {
-        select_objects(&self.index.objects, &self.index.kernels, device)
+        select_objects(self.objects(), &self.index.kernels, device)
     }
 
-    /// Judge only `kernel`'s objects for `device` (the load path).
+    /// Judge only `kernel`'s objects for `device` (the load path; with a load index, only
+    /// that kernel's records are decoded).
     pub fn select_kernel(&self, device: &Device, kernel: &str) -> Selection {
-        select_kernel(&self.index.objects, &self.index.kernels, device, kernel)
+        match self.index.load_index() {
+            Some(ix) => {
+                let objects = (0..ix.object_count())
+                    .filter_map(|i| ix.object(i).ok().map(|o| (i, o)))
+                    .filter(|(_, o)| o.kernel == kernel);
+                select_indexed(objects, &self.index.kernels, device)
+            }
+            None => select_kernel(self.objects(), &self.index.kernels, device, kernel),
+        }
     }
 
     /// The manifest file or bundle this package was opened from.
@@ -432,6 +530,27 @@ impl Package {
 
     /// Object `index` as a full manifest record (resources parsed).
     pub fn record(&self, index: usize) -> Result<ObjectRecord> {
+        if let Some(ix) = self.index.load_index() {
+            let o = ix.object(index).map_err(|e| self.index_error(e))?;
+            return Ok(ObjectRecord {
+                kernel: o.kernel.to_string(),
+                variant: o.variant.map(str::to_string),
+                defines: BTreeMap::new(),
+                target: o.target.to_string(),
+                path: o.path.to_string(),
+                sha256: o.sha256_hex(),
+                size: o.size,
+                format: o.format.to_string(),
+                entries: ix
+                    .entries(&o)
+                    .map_err(|e| self.index_error(e))?
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+                resources: ix.resources(&o).map_err(|e| self.index_error(e))?,
+                cache_key: String::new(),
+            });
+        }
         let o = self.object(index)?;
         Ok(ObjectRecord {
             kernel: o.kernel.clone(),
@@ -453,6 +572,14 @@ impl Package {
         let o = self.object(index)?;
         match &o.resources {
             Stored::Parsed(p) => Ok(p.clone()),
+            Stored::Binary(i) => {
+                let ix = self
+                    .index
+                    .load_index()
+                    .ok_or_else(|| self.index_error(LoadIndexError::Magic))?;
+                let v = ix.object(*i).map_err(|e| self.index_error(e))?;
+                ix.resources(&v).map_err(|e| self.index_error(e))
+            }
             Stored::Text(r) if r.is_empty() => Ok(BTreeMap::new()),
             Stored::Text(r) => {
                 let text = self
@@ -469,15 +596,34 @@ impl Package {
         }
     }
 
+    fn index_error(&self, e: LoadIndexError) -> LoaderError {
+        let path = match &self.index.binary {
+            Some((_, manifest)) => manifest.with_file_name(LOAD_INDEX_FILE),
+            None => self.origin.clone(),
+        };
+        LoaderError::Package {
+            path,
+            what: e.to_string(),
+        }
+    }
+
     fn object(&self, index: usize) -> Result<&IndexedObject> {
-        self.index
-            .objects
+        self.objects()
             .get(index)
             .ok_or_else(|| LoaderError::Other(format!("object {index} is not in the manifest")))
     }
 
     /// The bytes of object `index`, after checking their sha256 against the manifest.
     pub fn read_verified(&self, index: usize) -> Result<Vec<u8>> {
+        if let Some(ix) = self.index.load_index() {
+            let o = ix.object(index).map_err(|e| self.index_error(e))?;
+            let hex = o.sha256_hex();
+            let bytes = self.source.read(o.path, &hex)?;
+            if Sha256::digest(&bytes).as_slice() != o.sha256.as_slice() {
+                return Err(mismatch(o.path, &hex, o.size, &bytes));
+            }
+            return Ok(bytes);
+        }
         let o = self.object(index)?;
         let bytes = self.source.read(&o.path, &o.sha256)?;
         verify(&o.path, &o.sha256, o.size, &bytes)?;
@@ -491,7 +637,10 @@ impl Package {
     /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones).
     pub(crate) fn retain_objects(&mut self, keep: impl Fn(&str) -> bool) {
         let index = Arc::make_mut(&mut self.index);
-        index.objects.retain(|o| keep(&o.sha256));
+        let mut objects = index.objects().to_vec();
+        objects.retain(|o| keep(&o.sha256));
+        index.objects = OnceLock::from(objects);
+        index.binary = None;
     }
 
     pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
@@ -518,15 +667,49 @@ fn first_ptx_isa(r: &BTreeMap<String, Resources>) -> Option<Version> {
 
 /// Check `bytes` against the manifest's sha256 (the sizes are part of the message).
 pub fn verify(path: &str, sha256: &str, size: u64, bytes: &[u8]) -> Result<()> {
-    let found = sha256_hex(bytes);
-    if !found.eq_ignore_ascii_case(sha256) {
-        return Err(LoaderError::Sha256Mismatch {
-            path: path.to_string(),
-            expected: sha256.to_string(),
-            found: format!("{found} ({} bytes, manifest {size})", bytes.len()),
-        });
+    if !sha256_hex(bytes).eq_ignore_ascii_case(sha256) {
+        return Err(mismatch(path, sha256, size, bytes));
     }
     Ok(())
+}
+
+fn mismatch(path: &str, sha256: &str, size: u64, bytes: &[u8]) -> LoaderError {
+    LoaderError::Sha256Mismatch {
+        path: path.to_string(),
+        expected: sha256.to_string(),
+        found: format!(
+            "{} ({} bytes, manifest {size})",
+            sha256_hex(bytes),
+            bytes.len()
+        ),
+    }
+}
+
+/// The load index beside `manifest_path`, when there is one, it is intact and it was written
+/// for the manifest as it is now (same length and mtime). Anything else: `None`, and the
+/// caller reads the JSON (which reports any error in the manifest itself).
+fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
+    let bytes = std::fs::read(root.join(LOAD_INDEX_FILE)).ok()?;
+    let ix = LoadIndex::parse(&bytes).ok()?;
+    let stamp = ManifestStamp::of(&std::fs::metadata(manifest_path).ok()?);
+    if stamp != ix.stamp() || stamp.mtime_ns < 0 {
+        return None;
+    }
+    // Every record is checked once here, so the load path's reads cannot fail later.
+    for i in 0..ix.object_count() {
+        let o = ix.object(i).ok()?;
+        ix.entries(&o).ok()?;
+    }
+    let kernels = (0..ix.kernel_count())
+        .map(|k| ix.kernel(k).map(str::to_string))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .ok()?;
+    Some(PackageIndex {
+        kernels,
+        objects: OnceLock::new(),
+        data: None,
+        binary: Some((bytes.into_boxed_slice(), manifest_path.to_path_buf())),
+    })
 }
 
 /// Lowercase hex sha256.
@@ -543,12 +726,17 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
+mod tests_support {
+    pub(super) use super::tests::{build_dir, cuda};
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use kbuild_manifest::compat::Rule;
     use kbuild_manifest::resources::CudaResources;
 
-    fn cuda(registers: u32) -> Resources {
+    pub(super) fn cuda(registers: u32) -> Resources {
         Resources::Cuda(CudaResources {
             registers,
             lds_bytes: 32,
@@ -565,7 +753,7 @@ mod tests {
     }
 
     /// A build dir with one cubin-named object and one PTX object.
-    fn build_dir() -> (tempfile::TempDir, Manifest) {
+    pub(super) fn build_dir() -> (tempfile::TempDir, Manifest) {
         let dir = tempfile::tempdir().unwrap();
         let mut m = crate::select::tests::manifest(vec![
             crate::select::tests::object("k", None, "sm_90", None),
@@ -661,6 +849,81 @@ mod tests {
         std::fs::write(&f, br#"{"schema": "kbuild.manifest/v1", "objects": 3}"#).unwrap();
         let e = Package::open(&f).unwrap_err().to_string();
         assert!(e.contains("manifest.json"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod load_index_tests {
+    use super::*;
+    use kbuild_manifest::load_index::encode;
+
+    fn write_index(dir: &Path, m: &Manifest) {
+        let meta = std::fs::metadata(dir.join("manifest.json")).unwrap();
+        let bytes = encode(m, ManifestStamp::of(&meta)).unwrap();
+        std::fs::write(dir.join(LOAD_INDEX_FILE), bytes).unwrap();
+    }
+
+    #[test]
+    fn a_load_index_gives_what_the_json_gives() {
+        let (dir, m) = tests_support::build_dir();
+        let json = Package::open_uncached(dir.path()).unwrap();
+        assert!(!json.has_load_index());
+        write_index(dir.path(), &m);
+        let bin = Package::open(dir.path()).unwrap();
+        assert!(bin.has_load_index());
+        assert_eq!(bin.kernels(), json.kernels());
+        let device = Device::parse("sm_90", Some(Version(13, 0)), true).unwrap();
+        assert_eq!(bin.select(&device), json.select(&device));
+        assert_eq!(
+            bin.select_kernel(&device, "k"),
+            json.select_kernel(&device, "k")
+        );
+        for i in 0..m.objects.len() {
+            assert_eq!(bin.record(i).unwrap(), json.record(i).unwrap());
+            assert_eq!(bin.resources(i).unwrap(), json.resources(i).unwrap());
+            assert_eq!(
+                bin.read_verified(i).unwrap(),
+                json.read_verified(i).unwrap()
+            );
+        }
+        assert_eq!(bin.manifest().unwrap(), &m);
+        assert_eq!(bin.objects().len(), 2);
+        assert_eq!(bin.objects()[1].ptx_isa(), Some(Version(9, 5)));
+        // A swapped object is caught through the index as well.
+        std::fs::write(dir.path().join(&m.objects[0].path), b"swapped").unwrap();
+        let e = bin.read_verified(0).unwrap_err();
+        assert!(matches!(e, LoaderError::Sha256Mismatch { .. }), "{e}");
+        assert!(e.to_string().contains("7 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_stale_or_damaged_index_is_not_used() {
+        let (dir, mut m) = tests_support::build_dir();
+        write_index(dir.path(), &m);
+        assert!(Package::open(dir.path()).unwrap().has_load_index());
+        // The manifest rewritten after the index (an edit, a new build without kbuild):
+        // the JSON is what counts.
+        m.objects[0]
+            .resources
+            .insert("k".into(), tests_support::cuda(40));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(!p.has_load_index());
+        match &p.resources(0).unwrap()["k"] {
+            Resources::Cuda(c) => assert_eq!(c.registers, 40),
+            r => panic!("{r:?}"),
+        }
+        // Damaged: truncated, or not an index at all.
+        write_index(dir.path(), &m);
+        let ix = dir.path().join(LOAD_INDEX_FILE);
+        let bytes = std::fs::read(&ix).unwrap();
+        std::fs::write(&ix, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(!Package::open(dir.path()).unwrap().has_load_index());
+        std::fs::write(&ix, b"garbage").unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(!p.has_load_index());
+        assert_eq!(p.kernels(), ["k"]);
     }
 }
 

@@ -157,6 +157,24 @@ pub trait ObjectInfo {
     fn ptx_isa(&self) -> Option<Version>;
 }
 
+impl<T: ObjectInfo> ObjectInfo for &T {
+    fn kernel(&self) -> &str {
+        (**self).kernel()
+    }
+    fn variant(&self) -> Option<&str> {
+        (**self).variant()
+    }
+    fn target(&self) -> &str {
+        (**self).target()
+    }
+    fn path(&self) -> &str {
+        (**self).path()
+    }
+    fn ptx_isa(&self) -> Option<Version> {
+        (**self).ptx_isa()
+    }
+}
+
 impl ObjectInfo for ObjectRecord {
     fn kernel(&self) -> &str {
         &self.kernel
@@ -214,8 +232,22 @@ fn select_where<O: ObjectInfo>(
     device: &Device,
     keep: impl Fn(&O) -> bool,
 ) -> Selection {
+    select_indexed(
+        objects.iter().enumerate().filter(|(_, o)| keep(o)),
+        kernel_order,
+        device,
+    )
+}
+
+/// Judge `(manifest index, object)` pairs, grouping by (kernel, variant) in `kernel_order`.
+pub fn select_indexed<O: ObjectInfo>(
+    objects: impl Iterator<Item = (usize, O)>,
+    kernel_order: &[String],
+    device: &Device,
+) -> Selection {
     let mut kernels: Vec<KernelChoice> = Vec::new();
-    for (index, record) in objects.iter().enumerate().filter(|(_, o)| keep(o)) {
+    for (index, record) in objects {
+        let record = &record;
         let candidate = judge_record(index, record, device);
         let slot = kernels
             .iter_mut()

@@ -3,6 +3,7 @@
 
 pub mod compat;
 pub mod diff;
+pub mod load_index;
 pub mod manifest;
 pub mod occupancy;
 pub mod read;

@@ -526,3 +526,42 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(json(&o)["kernels"][0]["selected"]["target"], "gfx1100");
 }
+
+#[test]
+fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
+    use kbuild_loader::Package;
+    use kbuild_manifest::compat::Device;
+    use kbuild_manifest::load_index::LOAD_INDEX_FILE;
+    let out = build();
+    assert!(
+        out.join(LOAD_INDEX_FILE).is_file(),
+        "no {LOAD_INDEX_FILE} in {}",
+        out.display()
+    );
+    let indexed = Package::open(out).unwrap();
+    assert!(
+        indexed.has_load_index(),
+        "the build's own manifest.kbi was not used"
+    );
+    let json = Package::open_uncached(out).unwrap();
+    assert!(!json.has_load_index());
+    assert_eq!(indexed.kernels(), json.kernels());
+    assert_eq!(indexed.manifest().unwrap(), json.manifest().unwrap());
+    for spec in ["sm_90", "sm_89", "gfx1100", "gfx1151", "sm_120"] {
+        let device = Device::parse(spec, None, true).unwrap();
+        assert_eq!(indexed.select(&device), json.select(&device), "{spec}");
+        assert_eq!(
+            indexed.select_kernel(&device, "rmsnorm"),
+            json.select_kernel(&device, "rmsnorm"),
+            "{spec}"
+        );
+    }
+    for i in 0..json.objects().len() {
+        let (a, b) = (indexed.record(i).unwrap(), json.record(i).unwrap());
+        assert_eq!(a, b, "object {i}");
+        assert_eq!(
+            indexed.read_verified(i).unwrap(),
+            json.read_verified(i).unwrap()
+        );
+    }
+}
