@@ -262,7 +262,8 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
     })
 }
 
-/// `manifest.kbi` beside the manifest (after it: it records the manifest's length and mtime),
+/// `manifest.kbi` beside the manifest (after it: it records the manifest's length, mtime and
+/// blake3),
 /// so a loader opens the build without parsing JSON.
 fn write_load_index(
     manifest: &Manifest,
@@ -274,7 +275,8 @@ fn write_load_index(
         err,
     };
     let meta = std::fs::metadata(manifest_path).map_err(|e| write_err(manifest_path, e))?;
-    let stamp = load_index::ManifestStamp::of(&meta);
+    let text = std::fs::read(manifest_path).map_err(|e| write_err(manifest_path, e))?;
+    let stamp = load_index::ManifestStamp::of(&meta, &text);
     let path = out_dir.join(load_index::LOAD_INDEX_FILE);
     let bytes = load_index::encode(manifest, stamp).map_err(|e| {
         write_err(

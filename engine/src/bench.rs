@@ -1,7 +1,8 @@
 //! The benchmark of `kbuild run gdn --bench`: for the whole stack, each operation captured
 //! once into a CUDA graph and replayed, every replay timed alone with events; the median.
 //!
-//! * forward unfused / fused for each T (state traffic: one read of every layer's S);
+//! * forward unfused / fused for each T (state traffic: one read of every layer's S), per
+//!   layer (the model's shape) and with one launch per kernel for the whole stack;
 //! * commit per-layer / batched for each n (state traffic: read + write of every S);
 //! * a device-to-device copy of the same bytes as the state in the same run (traffic: read +
 //!   write), the bandwidth the commit is compared with.
@@ -36,7 +37,8 @@ impl Default for BenchOptions {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// `forward unfused`, `forward fused`, `commit per-layer`, `commit batched`, `d2d copy`.
+    /// `forward unfused`, `forward fused`, `fwd unfused stack`, `fwd fused stack`,
+    /// `commit per-layer`, `commit batched`, `d2d copy`.
     pub op: String,
     /// T of a forward, n of a commit; 0 for the copy.
     pub tokens: usize,
@@ -167,6 +169,15 @@ pub fn run(
                 per_layer * g.layers,
                 &mut rows,
             );
+        }
+        // The same kernels with one launch covering every layer (FLA's layers-as-batch shape).
+        for (path, name, launches) in [
+            (Path::Unfused, "fwd unfused stack", 4),
+            (Path::Fused, "fwd fused stack", 1),
+        ] {
+            let graph = e.capture(|e| e.launch_forward_stack(t, path))?;
+            let times = time_graph(e, &graph, opts)?;
+            add(name.into(), t, times, state_bytes, launches, &mut rows);
         }
     }
     // Commits replay over the window's scratch: fill it once.

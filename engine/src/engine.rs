@@ -23,6 +23,46 @@ use crate::geometry::{Geometry, CONV_WIDTH};
 use crate::inputs::{Inputs, LayerParams, LayerState, LayerTokens};
 use crate::plan;
 
+/// The device layout of one layer's recurrent state (kernels/gdn/gdn_common.h): element (i, j)
+/// of head h ([dk][dv] row-major on the host) is stored at
+/// `((j/8 · R + i % R) · P + i / R) · 8 + j % 8` within the head, P = 4 parts, R = dk/4 rows a
+/// part, so each 32-lane group of a kernel reads 128 contiguous bytes per row step.
+pub fn state_offset(g: &Geometry, i: usize, j: usize) -> usize {
+    let rows = g.dk / STATE_PARTS;
+    ((j / 8 * rows + i % rows) * STATE_PARTS + i / rows) * 8 + j % 8
+}
+
+/// Lanes sharing a state column (`GDN_PARTS`).
+pub const STATE_PARTS: usize = 4;
+
+/// Host [Hv][dk][dv] → device tiled layout ([`state_offset`]).
+pub fn tile_state(g: &Geometry, s: &[f32]) -> Vec<f32> {
+    let hs = g.dk * g.dv;
+    let mut out = vec![0.0; s.len()];
+    for (h, head) in s.chunks_exact(hs).enumerate() {
+        for i in 0..g.dk {
+            for j in 0..g.dv {
+                out[h * hs + state_offset(g, i, j)] = head[i * g.dv + j];
+            }
+        }
+    }
+    out
+}
+
+/// Device tiled layout → host [Hv][dk][dv].
+pub fn untile_state(g: &Geometry, s: &[f32]) -> Vec<f32> {
+    let hs = g.dk * g.dv;
+    let mut out = vec![0.0; s.len()];
+    for (h, head) in s.chunks_exact(hs).enumerate() {
+        for i in 0..g.dk {
+            for j in 0..g.dv {
+                out[h * hs + i * g.dv + j] = head[state_offset(g, i, j)];
+            }
+        }
+    }
+    out
+}
+
 /// Which forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -72,6 +112,10 @@ pub struct Buffers {
     pub y: Buffer,
     /// Spare [L][3][C] (gdn_conv's optional conv-state output, checks).
     pub conv_spare: Buffer,
+    /// gdn_fused_verify's cross-block norm partials [L][Hv][8][dv/32] and arrival counts
+    /// [L][Hv] (ints; zero, and left zero by every launch), where it has no clusters.
+    pub norm_part: Buffer,
+    pub norm_count: Buffer,
 }
 
 /// The engine.
@@ -155,6 +199,8 @@ impl GdnEngine {
             o: cuda.alloc(l * tw * g.value_width())?,
             y: cuda.alloc(l * tw * g.value_width())?,
             conv_spare: cuda.alloc(l * g.conv_state_len())?,
+            norm_part: cuda.alloc(l * g.hv * crate::geometry::MAX_WINDOW * (g.dv / 32))?,
+            norm_count: cuda.alloc(l * g.hv)?,
         };
         Ok(GdnEngine {
             geometry,
@@ -238,8 +284,11 @@ impl GdnEngine {
         let g = self.geometry;
         GdnEngine::check_len("state", s.s.len(), g.state_len())?;
         GdnEngine::check_len("conv_state", s.conv.len(), g.conv_state_len())?;
-        self.cuda
-            .upload(&self.buf.state, layer * g.state_len(), &s.s)?;
+        self.cuda.upload(
+            &self.buf.state,
+            layer * g.state_len(),
+            &tile_state(&g, &s.s),
+        )?;
         self.cuda
             .upload(&self.buf.conv_state, layer * g.conv_state_len(), &s.conv)?;
         self.verified = None;
@@ -330,6 +379,16 @@ impl GdnEngine {
     /// The conv of `t` staged tokens of `layer`; with `state_out`, also gdn_conv's optional
     /// conv-state output (advanced by all t tokens) into that buffer.
     pub fn launch_conv(&self, layer: usize, t: usize, state_out: Option<&Buffer>) -> Result<()> {
+        self.launch_conv_layers(layer, 1, t, state_out)
+    }
+
+    fn launch_conv_layers(
+        &self,
+        layer: usize,
+        layers: usize,
+        t: usize,
+        state_out: Option<&Buffer>,
+    ) -> Result<()> {
         let g = self.geometry;
         let (tt, tw, hk, hv, l0) = (
             i32_of(t, "tokens")?,
@@ -340,8 +399,9 @@ impl GdnEngine {
         );
         let b = &self.buf;
         let out = state_out.map(|s| s.at(0)).unwrap_or(DevicePtr(0));
+        let nz = u32::try_from(layers).unwrap_or(u32::MAX);
         let cfg = self.cfg(
-            (u32::try_from(2 * g.hk + g.hv).unwrap_or(u32::MAX), 1, 1),
+            (u32::try_from(2 * g.hk + g.hv).unwrap_or(u32::MAX), 1, nz),
             128,
         );
         // SAFETY: the arguments are gdn_conv's (kernels/gdn/gdn_conv.cu) and every buffer is
@@ -368,6 +428,34 @@ impl GdnEngine {
 
     /// One layer's forward of `t` staged tokens.
     pub fn launch_forward_layer(&self, layer: usize, t: usize, path: Path) -> Result<()> {
+        self.launch_forward_layers(layer, 1, t, path)
+    }
+
+    /// Every layer's forward of `t` staged tokens with one launch per kernel (the grid covers
+    /// the layers): bitwise the per-layer forward. For inputs that are all known up front
+    /// (benchmarks, a stack whose layers are independent); a model's layers feed each other
+    /// and go layer by layer.
+    pub fn launch_forward_stack(&mut self, t: usize, path: Path) -> Result<()> {
+        self.geometry.check_tokens(t)?;
+        if t > self.staged {
+            return Err(EngineError::Other(format!(
+                "forward of {t} token(s): only {} are staged; hint: stage the window first",
+                self.staged
+            )));
+        }
+        self.launch_forward_layers(0, self.geometry.layers, t, path)?;
+        self.verified = Some(t);
+        Ok(())
+    }
+
+    fn launch_forward_layers(
+        &self,
+        layer: usize,
+        layers: usize,
+        t: usize,
+        path: Path,
+    ) -> Result<()> {
+        let nz = u32::try_from(layers).unwrap_or(u32::MAX);
         let g = self.geometry;
         let (tt, tw, hk, hv, l0) = (
             i32_of(t, "tokens")?,
@@ -388,12 +476,12 @@ impl GdnEngine {
         };
         match path {
             Path::Unfused => {
-                self.launch_conv(layer, t, None)?;
+                self.launch_conv_layers(layer, layers, t, None)?;
                 let cfg = self.cfg(
                     (
                         u32::try_from((t * g.hv).div_ceil(128)).unwrap_or(u32::MAX),
                         1,
-                        1,
+                        nz,
                     ),
                     128,
                 );
@@ -420,7 +508,7 @@ impl GdnEngine {
                     self.kernels.step_verify.get(idx).ok_or_else(|| {
                         EngineError::Other(format!("no step kernel for {t} tokens"))
                     })?;
-                let cfg = self.cfg(((g.dv / 32) as u32, hv32, 1), 128);
+                let cfg = self.cfg(((g.dv / 32) as u32, hv32, nz), 128);
                 // SAFETY: gdn_step_verify's arguments (kernels/gdn/gdn_step.cu).
                 unsafe {
                     f.launch(
@@ -439,7 +527,7 @@ impl GdnEngine {
                     )
                 }
                 .map_err(GdnEngine::launch_err(plan::STEP_VERIFY))?;
-                let cfg = self.cfg((hv32, u32::try_from(t).unwrap_or(u32::MAX), 1), 128);
+                let cfg = self.cfg((hv32, u32::try_from(t).unwrap_or(u32::MAX), nz), 128);
                 // SAFETY: gdn_norm's arguments (kernels/gdn/gdn_norm.cu).
                 unsafe {
                     self.kernels.norm.launch(
@@ -464,7 +552,8 @@ impl GdnEngine {
                     self.kernels.fused.get(idx).ok_or_else(|| {
                         EngineError::Other(format!("no fused kernel for {t} tokens"))
                     })?;
-                let cfg = self.cfg((hv32, 1, 1), (g.dv * 4) as u32);
+                let cols = u32::try_from(g.dv / 32).unwrap_or(u32::MAX);
+                let cfg = self.cfg((cols, hv32, nz), 128);
                 let mut ptrs = [
                     b.x.at(0),
                     b.z.at(0),
@@ -481,6 +570,8 @@ impl GdnEngine {
                     b.beta.at(0),
                     b.o.at(0),
                     b.y.at(0),
+                    b.norm_part.at(0),
+                    b.norm_count.at(0),
                 ];
                 let mut ints = [tw, hk, hv];
                 let mut eps = eps;
@@ -492,7 +583,7 @@ impl GdnEngine {
                 params.extend(ints.iter_mut().map(|v| (v as *mut i32).cast::<c_void>()));
                 params.push((&mut eps as *mut f32).cast());
                 params.push((&mut l0 as *mut i32).cast());
-                // SAFETY: gdn_fused_verify's 20 parameters in order (kernels/gdn/gdn_fused.cu),
+                // SAFETY: gdn_fused_verify's 22 parameters in order (kernels/gdn/gdn_fused.cu),
                 // pointing at locals alive for the call.
                 unsafe { f.launch_raw(&cfg, &mut params) }
                     .map_err(GdnEngine::launch_err(plan::FUSED_VERIFY))
@@ -635,9 +726,12 @@ impl GdnEngine {
         self.check_layer(layer)?;
         let g = self.geometry;
         Ok(LayerState {
-            s: self
-                .cuda
-                .download(&self.buf.state, layer * g.state_len(), g.state_len())?,
+            s: untile_state(
+                &g,
+                &self
+                    .cuda
+                    .download(&self.buf.state, layer * g.state_len(), g.state_len())?,
+            ),
             conv: self.cuda.download(
                 &self.buf.conv_state,
                 layer * g.conv_state_len(),
@@ -656,5 +750,38 @@ impl GdnEngine {
     /// Tokens the last forward verified.
     pub fn verified(&self) -> Option<usize> {
         self.verified
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_tiling_is_a_permutation_that_round_trips() {
+        let g = Geometry::with_layers(1);
+        let hs = g.dk * g.dv;
+        let mut seen = vec![false; hs];
+        for i in 0..g.dk {
+            for j in 0..g.dv {
+                let o = state_offset(&g, i, j);
+                assert!(!seen[o], "({i}, {j}) collides");
+                seen[o] = true;
+            }
+        }
+        assert!(seen.iter().all(|s| *s));
+        // The kernels' lane (column group cg, part p, column c) reads row r at
+        // cg·dk·8 + p·8 + c + r·32 (gdn_state_lane, GDN_STATE_STEP).
+        let rows = g.dk / STATE_PARTS;
+        for (cg, p, c, r) in [(0, 0, 0, 0), (3, 2, 5, 7), (15, 3, 7, rows - 1)] {
+            assert_eq!(
+                state_offset(&g, p * rows + r, cg * 8 + c),
+                cg * g.dk * 8 + p * 8 + c + r * 32
+            );
+        }
+        let s: Vec<f32> = (0..2 * hs).map(|v| v as f32).collect();
+        let t = tile_state(&g, &s);
+        assert_ne!(t, s);
+        assert_eq!(untile_state(&g, &t), s);
     }
 }

@@ -256,6 +256,24 @@ pub fn run(
             );
             if si == 0 {
                 push(untouched_rows(e, t)?, &mut checks);
+                // The whole stack in one launch per kernel, bitwise the per-layer forward.
+                for path in [Path::Unfused, Path::Fused] {
+                    e.poison_outputs()?;
+                    e.launch_forward_stack(t, path)?;
+                    let st = read_outputs(e, t)?;
+                    push(
+                        Check::bitwise(
+                            format!("{tag} stack-launched {path:?} forward vs per-layer y")
+                                .to_lowercase(),
+                            &st.y,
+                            &un.y,
+                        ),
+                        &mut checks,
+                    );
+                }
+                // Leave the per-layer unfused scratch for the commits below.
+                e.poison_outputs()?;
+                e.launch_forward(t, Path::Unfused)?;
             }
             // gdn_conv's own conv-state output, for the commit comparison below.
             for l in 0..g.layers {

@@ -1,6 +1,6 @@
 /* Explain which code object each kernel of a kbuild build gets on a device.
  *
- *   gcc -I loader/include examples/c/explain.c -L target/debug -lkbuild_loader -o explain
+ *   gcc -I loader/include examples/c/explain.c -L target/debug -lkbuild_capi -o explain
  *   LD_LIBRARY_PATH=target/debug ./explain target/kbuild gfx1151 [--json]
  *
  * Exit 0 when every kernel has an object, 1 when some has none, 2 on error. With a real GPU,

@@ -14,9 +14,9 @@
 //     Element e of a head vector (q/k of a key head, v/o of a value head) is always held by
 //     lane e % 32 of the 32-lane group e / 32 when it enters a reduction;
 //   * the state column j of value head h is owned by GDN_PARTS lanes of one 32-lane group:
-//     lane32 = (j % 8) + 8 * p, part p holds rows i = r * GDN_PARTS + p (r = 0..GDN_ROWS-1);
-//     a dot product over the key dimension is a sequential fmaf chain over r, then the parts
-//     are summed by gdn_sum_parts (xor 8 then xor 16).
+//     lane32 = (j % 8) + 8 * p, part p holds the contiguous rows i = p * GDN_ROWS + r
+//     (r = 0..GDN_ROWS-1); a dot product over the key dimension is a sequential fmaf chain over
+//     r, then the parts are summed by gdn_sum_parts (xor 8 then xor 16).
 //
 // Layouts (row-major, f32, layer-major with a token stride `tw` = the verify window):
 //   x      [L][tw][C]        raw mixed projection q|k|v (C = 2*Hk*DK + Hv*DV)
@@ -27,7 +27,12 @@
 //   conv_w [L][C][KW]        depthwise conv weights, oldest tap first
 //   conv_state [L][KW-1][C]  the last KW-1 raw inputs, oldest row first
 //   A_log, dt_bias [L][Hv];  norm_w [L][DV]
-//   S      [L][Hv][DK][DV]   recurrent state (row i = key dim, column j = value dim)
+//   S      [L][Hv][DV/8][GDN_ROWS][GDN_PARTS][8]  recurrent state, tiled: element (i, j) of head
+//                            h (row i = key dim, column j = value dim) is at
+//                            ((j/8 * GDN_ROWS + i % GDN_ROWS) * GDN_PARTS + i / GDN_ROWS) * 8 + j % 8,
+//                            so the 32 lanes of a group read 128 contiguous bytes per row step and
+//                            a block's columns are one contiguous range (kbuild-engine's
+//                            engine::tile_state/untile_state convert from and to [DK][DV])
 //   o, y   [L][tw][Hv*DV]
 #ifndef KBUILD_GDN_COMMON_H
 #define KBUILD_GDN_COMMON_H
@@ -48,7 +53,10 @@
 #define GDN_TMAX 8                       // the largest verify window the kernels accept
 #define GDN_L2_EPS 1e-6f                 // eps of the q/k L2 norm (as FLA's l2norm)
 
+#define GDN_KPAD (DK + GDN_PARTS * 4)    // q/k in shared memory: each part's rows + 4 floats pad
+
 static_assert(DK % 32 == 0 && DK >= 32 && DK <= 128, "DK: multiple of 32 in [32, 128]");
+static_assert(GDN_ROWS % 4 == 0, "a part's rows are read as float4");
 static_assert(DV % 32 == 0 && DV >= 32 && DV <= 128, "DV: multiple of 32 in [32, 128]");
 
 // Tokens of an exact-T instantiation: the variant axis is TOKENS (a bare `T` macro would
@@ -109,27 +117,60 @@ KC_DEVICE float gdn_l2_inv(float sumsq) { return 1.0f / sqrtf(sumsq + GDN_L2_EPS
 // q's scale 1/sqrt(DK), applied after the L2 norm.
 KC_DEVICE float gdn_q_scale() { return 1.0f / sqrtf((float)DK); }
 
+// Shared-memory index of key-dim element i in a staged q/k vector (GDN_KPAD floats, 16-byte
+// aligned): part p's rows start at p * (GDN_ROWS + 4), so the 4 parts' float4 reads fall in
+// distinct banks.
+KC_DEVICE int gdn_kpad(int i) { return i + (i / GDN_ROWS) * 4; }
+
+// The lane's rows of a staged q/k vector.
+KC_DEVICE const float4* gdn_kchunk(const float* staged, int p) {
+  return reinterpret_cast<const float4*>(staged + p * (GDN_ROWS + 4));
+}
+
+// The lane's first state element in a tiled S (layout above); element r is at [r * 32].
+KC_DEVICE size_t gdn_state_lane(int l, int hv, int h, int cg, int p, int c) {
+  return ((size_t)l * hv + h) * (size_t)(DK * DV) + (size_t)cg * (DK * 8) + (size_t)(p * 8 + c);
+}
+#define GDN_STATE_STEP (GDN_PARTS * 8)  // between a lane's consecutive state rows
+
 // One token of the delta rule on the lane's slice of state column j:
 //   S <- e^g S;  u_j = v_j - sum_i S[i][j] k[i];  S[i][j] <- S[i][j] + k[i] * (beta * u_j)
-// k: the token's DK-vector in shared memory; p: the lane's part.
-KC_DEVICE void gdn_token(float (&s)[GDN_ROWS], const float* k, float v, float eg, float beta,
-                         int p) {
+// k: the lane's rows of the token's staged key (gdn_kchunk).
+KC_DEVICE void gdn_token(float (&s)[GDN_ROWS], const float4* k, float v, float eg, float beta) {
 #pragma unroll
   for (int r = 0; r < GDN_ROWS; ++r) s[r] = s[r] * eg;
   float acc = 0.0f;
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) acc = fmaf(s[r], k[r * GDN_PARTS + p], acc);
+  for (int m = 0; m < GDN_ROWS / 4; ++m) {
+    const float4 kv = k[m];
+    acc = fmaf(s[4 * m + 0], kv.x, acc);
+    acc = fmaf(s[4 * m + 1], kv.y, acc);
+    acc = fmaf(s[4 * m + 2], kv.z, acc);
+    acc = fmaf(s[4 * m + 3], kv.w, acc);
+  }
   acc = gdn_sum_parts(acc);
   const float bu = beta * (v - acc);
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) s[r] = fmaf(k[r * GDN_PARTS + p], bu, s[r]);
+  for (int m = 0; m < GDN_ROWS / 4; ++m) {
+    const float4 kv = k[m];
+    s[4 * m + 0] = fmaf(kv.x, bu, s[4 * m + 0]);
+    s[4 * m + 1] = fmaf(kv.y, bu, s[4 * m + 1]);
+    s[4 * m + 2] = fmaf(kv.z, bu, s[4 * m + 2]);
+    s[4 * m + 3] = fmaf(kv.w, bu, s[4 * m + 3]);
+  }
 }
 
-// o_j = sum_i S[i][j] q[i] (every part lane gets it).
-KC_DEVICE float gdn_readout(const float (&s)[GDN_ROWS], const float* q, int p) {
+// o_j = sum_i S[i][j] q[i] (every part lane gets it); q: the lane's rows (gdn_kchunk).
+KC_DEVICE float gdn_readout(const float (&s)[GDN_ROWS], const float4* q) {
   float acc = 0.0f;
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) acc = fmaf(s[r], q[r * GDN_PARTS + p], acc);
+  for (int m = 0; m < GDN_ROWS / 4; ++m) {
+    const float4 qv = q[m];
+    acc = fmaf(s[4 * m + 0], qv.x, acc);
+    acc = fmaf(s[4 * m + 1], qv.y, acc);
+    acc = fmaf(s[4 * m + 2], qv.z, acc);
+    acc = fmaf(s[4 * m + 3], qv.w, acc);
+  }
   return gdn_sum_parts(acc);
 }
 

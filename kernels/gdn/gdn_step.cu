@@ -9,7 +9,7 @@
 //                   float* S, float* conv_state, int tw, int hk, int hv, int layer0)
 //     Advances the committed state by exactly TOKENS tokens and writes it back (in place), and
 //     advances the conv state by the same tokens of the raw input x. No outputs.
-//   Per token, per value head h (key head kh = h*hk/hv), column j of S (gdn_common.h):
+//   Per token, per value head h (key head kh = h*hk/hv), column j of S (tiled, gdn_common.h):
 //     S <- e^g S;  u = v - S^T k;  S <- S + beta k (x) u;  o = S^T q
 //   with q, k, v from qkv (gdn_conv's output), g and beta from gdn_gates. Layer l is
 //   layer0 + blockIdx.z: one launch covers one layer or all of them (batched commit), with
@@ -26,7 +26,9 @@ static_assert(DV % STEP_COLS == 0, "DV: multiple of 32");
 namespace {
 
 struct Lane {
-  int p;    // part: rows r * GDN_PARTS + p
+  int p;    // part: rows p * GDN_ROWS + r
+  int c;    // column within the 8-column group
+  int cg;   // 8-column group within the head
   int col;  // state column within the head
 };
 
@@ -35,23 +37,26 @@ KC_DEVICE Lane step_lane() {
   const int lane32 = tid % 32;
   Lane ln;
   ln.p = lane32 / GDN_COLS_PER_GROUP;
-  ln.col = (int)blockIdx.x * STEP_COLS + (tid / 32) * GDN_COLS_PER_GROUP + lane32 % GDN_COLS_PER_GROUP;
+  ln.c = lane32 % GDN_COLS_PER_GROUP;
+  ln.cg = (int)blockIdx.x * (STEP_COLS / GDN_COLS_PER_GROUP) + tid / 32;
+  ln.col = ln.cg * GDN_COLS_PER_GROUP + ln.c;
   return ln;
 }
 
-// Stage k (and q when WithQ) of key head kh, e^g and beta of head h for the TOKENS tokens.
+// Stage k (and q when WithQ) of key head kh (gdn_kpad layout), e^g and beta of head h for the
+// TOKENS tokens.
 template <bool WithQ>
 KC_DEVICE void stage_tokens(const float* qkv, const float* g, const float* beta, int l, int tw,
-                            int hk, int hv, int h, float (*q_s)[DK], float (*k_s)[DK],
-                            float* eg_s, float* beta_s) {
+                            int hk, int hv, int h, float* q_s, float* k_s, float* eg_s,
+                            float* beta_s) {
   const int C = 2 * hk * DK + hv * DV;
   const int kh = h * hk / hv;
   for (int idx = (int)threadIdx.x; idx < TOKENS * DK; idx += STEP_THREADS) {
     const int t = idx / DK;
     const int i = idx % DK;
     const size_t base = gdn_tok(l, tw, t) * C;
-    if (WithQ) q_s[t][i] = qkv[base + (size_t)kh * DK + i];
-    k_s[t][i] = qkv[base + (size_t)(hk + kh) * DK + i];
+    if (WithQ) q_s[t * GDN_KPAD + gdn_kpad(i)] = qkv[base + (size_t)kh * DK + i];
+    k_s[t * GDN_KPAD + gdn_kpad(i)] = qkv[base + (size_t)(hk + kh) * DK + i];
   }
   if ((int)threadIdx.x < TOKENS) {
     const size_t at = gdn_tok(l, tw, (int)threadIdx.x) * hv + h;
@@ -70,26 +75,27 @@ void gdn_step_verify(const float* KC_RESTRICT qkv, const float* KC_RESTRICT g,
   const int h = (int)blockIdx.y;
   const int C = 2 * hk * DK + hv * DV;
   const Lane ln = step_lane();
-  __shared__ float q_s[TOKENS][DK];
-  __shared__ float k_s[TOKENS][DK];
+  __shared__ float4 q_s4[TOKENS][GDN_KPAD / 4];
+  __shared__ float4 k_s4[TOKENS][GDN_KPAD / 4];
   __shared__ float eg_s[TOKENS];
   __shared__ float beta_s[TOKENS];
-  stage_tokens<true>(qkv, g, beta, l, tw, hk, hv, h, q_s, k_s, eg_s, beta_s);
+  float* q_s = reinterpret_cast<float*>(q_s4);
+  float* k_s = reinterpret_cast<float*>(k_s4);
 
-  // The lane's column slice: rows r * GDN_PARTS + p, a constant stride from one base.
-  const float* Sc = S + ((size_t)l * hv + h) * (size_t)(DK * DV) + (size_t)ln.p * DV + ln.col;
+  const float* Sc = S + gdn_state_lane(l, hv, h, ln.cg, ln.p, ln.c);
   float s[GDN_ROWS];
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) s[r] = Sc[r * GDN_PARTS * DV];
+  for (int r = 0; r < GDN_ROWS; ++r) s[r] = Sc[r * GDN_STATE_STEP];
   float v[TOKENS];
 #pragma unroll
   for (int t = 0; t < TOKENS; ++t) v[t] = qkv[gdn_tok(l, tw, t) * C + 2 * hk * DK + h * DV + ln.col];
+  stage_tokens<true>(qkv, g, beta, l, tw, hk, hv, h, q_s, k_s, eg_s, beta_s);
   __syncthreads();
 
 #pragma unroll
   for (int t = 0; t < TOKENS; ++t) {
-    gdn_token(s, k_s[t], v[t], eg_s[t], beta_s[t], ln.p);
-    const float ot = gdn_readout(s, q_s[t], ln.p);
+    gdn_token(s, gdn_kchunk(k_s + t * GDN_KPAD, ln.p), v[t], eg_s[t], beta_s[t]);
+    const float ot = gdn_readout(s, gdn_kchunk(q_s + t * GDN_KPAD, ln.p));
     if (ln.p == 0) o[gdn_tok(l, tw, t) * (size_t)(hv * DV) + (size_t)h * DV + ln.col] = ot;
   }
 }
@@ -103,25 +109,25 @@ void gdn_step_commit(const float* KC_RESTRICT qkv, const float* KC_RESTRICT g,
   const int h = (int)blockIdx.y;
   const int C = 2 * hk * DK + hv * DV;
   const Lane ln = step_lane();
-  __shared__ float k_s[TOKENS][DK];
+  __shared__ float4 k_s4[TOKENS][GDN_KPAD / 4];
   __shared__ float eg_s[TOKENS];
   __shared__ float beta_s[TOKENS];
-  stage_tokens<false>(qkv, g, beta, l, tw, hk, hv, h, nullptr, k_s, eg_s, beta_s);
+  float* k_s = reinterpret_cast<float*>(k_s4);
 
-  float* Sc = S + ((size_t)l * hv + h) * (size_t)(DK * DV) + (size_t)ln.p * DV + ln.col;
+  float* Sc = S + gdn_state_lane(l, hv, h, ln.cg, ln.p, ln.c);
   float s[GDN_ROWS];
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) s[r] = Sc[r * GDN_PARTS * DV];
+  for (int r = 0; r < GDN_ROWS; ++r) s[r] = Sc[r * GDN_STATE_STEP];
   float v[TOKENS];
 #pragma unroll
   for (int t = 0; t < TOKENS; ++t) v[t] = qkv[gdn_tok(l, tw, t) * C + 2 * hk * DK + h * DV + ln.col];
-
+  stage_tokens<false>(qkv, g, beta, l, tw, hk, hv, h, nullptr, k_s, eg_s, beta_s);
   __syncthreads();
 
 #pragma unroll
-  for (int t = 0; t < TOKENS; ++t) gdn_token(s, k_s[t], v[t], eg_s[t], beta_s[t], ln.p);
+  for (int t = 0; t < TOKENS; ++t) gdn_token(s, gdn_kchunk(k_s + t * GDN_KPAD, ln.p), v[t], eg_s[t], beta_s[t]);
 #pragma unroll
-  for (int r = 0; r < GDN_ROWS; ++r) Sc[r * GDN_PARTS * DV] = s[r];
+  for (int r = 0; r < GDN_ROWS; ++r) Sc[r * GDN_STATE_STEP] = s[r];
 
   // The layer's conv state, spread over the layer's blocks: new rows = the last three of
   // (old rows ++ x[0..TOKENS)).

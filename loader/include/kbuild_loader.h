@@ -1,4 +1,4 @@
-/* kbuild_loader.h — the C ABI of kbuild-loader (libkbuild_loader.so).
+/* kbuild_loader.h — the C ABI of kbuild-loader (libkbuild_capi.so, crate loader/capi).
  *
  * Open a kbuild build directory (or manifest) for the GPU of this machine, or for a simulated
  * device; explain which code object each kernel gets and why; load a kernel's function

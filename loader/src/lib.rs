@@ -21,7 +21,6 @@
 
 #[cfg(feature = "registry")]
 pub mod bundle;
-pub mod capi;
 pub mod cuda;
 pub mod detect;
 mod error;

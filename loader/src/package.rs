@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::{parse_version, Device};
 use kbuild_manifest::load_index::{
-    IndexObject, LoadIndex, LoadIndexError, ManifestStamp, LOAD_INDEX_FILE,
+    decode_resources, head_len, IndexObject, LoadIndex, LoadIndexError, HEADER_LEN, LOAD_INDEX_FILE,
 };
 use kbuild_manifest::manifest::{Manifest, ObjectRecord, SCHEMA};
 use kbuild_manifest::resources::Resources;
@@ -175,8 +175,38 @@ struct PackageIndex {
     /// The manifest JSON: resource records are parsed from it on demand, the full manifest
     /// too (absent when built from a `Manifest` or opened through a load index).
     data: Option<String>,
-    /// A validated load index (`manifest.kbi`), and the manifest file it stands for.
-    binary: Option<(Box<[u8]>, PathBuf)>,
+    /// A validated load index (`manifest.kbi`): its head, read at open.
+    binary: Option<BinaryIndex>,
+}
+
+/// The head of a load index (everything but the resource blobs, which are read one at a time
+/// from the still open file when an object is loaded), and the manifest it stands for.
+#[derive(Clone)]
+struct BinaryIndex {
+    head: Box<[u8]>,
+    file: Arc<std::fs::File>,
+    manifest: PathBuf,
+}
+
+impl BinaryIndex {
+    fn read_at(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        let len = usize::try_from(range.end - range.start)
+            .map_err(|_| std::io::Error::other("resource record too large"))?;
+        let mut buf = vec![0u8; len];
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file.read_exact_at(&mut buf, range.start)?;
+        }
+        #[cfg(not(unix))]
+        {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = &*self.file;
+            f.seek(SeekFrom::Start(range.start))?;
+            f.read_exact(&mut buf)?;
+        }
+        Ok(buf)
+    }
 }
 
 impl PackageIndex {
@@ -193,7 +223,7 @@ impl PackageIndex {
         // Validated when opened: parsing again only re-reads the header.
         self.binary
             .as_ref()
-            .and_then(|(b, _)| LoadIndex::parse(b).ok())
+            .and_then(|b| LoadIndex::parse(&b.head).ok())
     }
 
     fn objects(&self) -> &[IndexedObject] {
@@ -299,11 +329,16 @@ impl Package {
     }
 
     fn open_with(path: &Path, cached: bool) -> Result<Package> {
+        // One stat: opening is on the load path of every process.
+        let is_dir = match std::fs::metadata(path) {
+            Ok(m) => m.is_dir(),
+            Err(_) => false,
+        };
         #[cfg(feature = "registry")]
-        if path.is_file() && starts_like_bundle(path) {
+        if !is_dir && path.is_file() && starts_like_bundle(path) {
             return Package::open_bundle(path);
         }
-        let (manifest_path, root) = if path.is_dir() {
+        let (manifest_path, root) = if is_dir {
             (path.join("manifest.json"), path.to_path_buf())
         } else {
             let root = path
@@ -493,8 +528,8 @@ impl Package {
             .full
             .get_or_init(|| match (&self.index.data, &self.index.binary) {
                 (Some(d), _) => Manifest::from_json(d.as_bytes()).map_err(|e| e.to_string()),
-                (None, Some((_, path))) => std::fs::read(path)
-                    .map_err(|e| format!("{}: {e}", path.display()))
+                (None, Some(b)) => std::fs::read(&b.manifest)
+                    .map_err(|e| format!("{}: {e}", b.manifest.display()))
                     .and_then(|d| Manifest::from_json(&d).map_err(|e| e.to_string())),
                 (None, None) => Err("no manifest data".into()),
             });
@@ -515,8 +550,8 @@ impl Package {
         match self.index.load_index() {
             Some(ix) => {
                 let objects = (0..ix.object_count())
-                    .filter_map(|i| ix.object(i).ok().map(|o| (i, o)))
-                    .filter(|(_, o)| o.kernel == kernel);
+                    .filter(|&i| ix.object_kernel_is(i, kernel))
+                    .filter_map(|i| ix.object(i).ok().map(|o| (i, o)));
                 select_indexed(objects, &self.index.kernels, device)
             }
             None => select_kernel(self.objects(), &self.index.kernels, device, kernel),
@@ -547,7 +582,7 @@ impl Package {
                     .into_iter()
                     .map(str::to_string)
                     .collect(),
-                resources: ix.resources(&o).map_err(|e| self.index_error(e))?,
+                resources: self.index_resources(&ix, &o)?,
                 cache_key: String::new(),
             });
         }
@@ -578,7 +613,7 @@ impl Package {
                     .load_index()
                     .ok_or_else(|| self.index_error(LoadIndexError::Magic))?;
                 let v = ix.object(*i).map_err(|e| self.index_error(e))?;
-                ix.resources(&v).map_err(|e| self.index_error(e))
+                self.index_resources(&ix, &v)
             }
             Stored::Text(r) if r.is_empty() => Ok(BTreeMap::new()),
             Stored::Text(r) => {
@@ -596,9 +631,30 @@ impl Package {
         }
     }
 
+    /// `o`'s resource records, read from the load index file.
+    fn index_resources(
+        &self,
+        ix: &LoadIndex<'_>,
+        o: &IndexObject<'_>,
+    ) -> Result<BTreeMap<String, Resources>> {
+        let b = self
+            .index
+            .binary
+            .as_ref()
+            .ok_or_else(|| self.index_error(LoadIndexError::Magic))?;
+        let bytes = b.read_at(ix.resources_at(o)).map_err(|e| {
+            LoaderError::io(
+                b.manifest.with_file_name(LOAD_INDEX_FILE),
+                "reading a resource record",
+                e,
+            )
+        })?;
+        decode_resources(&bytes, o.path).map_err(|e| self.index_error(e))
+    }
+
     fn index_error(&self, e: LoadIndexError) -> LoaderError {
         let path = match &self.index.binary {
-            Some((_, manifest)) => manifest.with_file_name(LOAD_INDEX_FILE),
+            Some(b) => b.manifest.with_file_name(LOAD_INDEX_FILE),
             None => self.origin.clone(),
         };
         LoaderError::Package {
@@ -686,20 +742,29 @@ fn mismatch(path: &str, sha256: &str, size: u64, bytes: &[u8]) -> LoaderError {
 }
 
 /// The load index beside `manifest_path`, when there is one, it is intact and it was written
-/// for the manifest as it is now (same length and mtime). Anything else: `None`, and the
+/// for the manifest as it is now: the same file (length and mtime), or, when the mtime differs
+/// (a copy that did not keep it), the same bytes (blake3). Anything else: `None`, and the
 /// caller reads the JSON (which reports any error in the manifest itself).
 fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
-    let bytes = std::fs::read(root.join(LOAD_INDEX_FILE)).ok()?;
+    use std::io::Read;
+    // The head only: the header says how long it is; the blobs stay in the file.
+    let mut file = std::fs::File::open(root.join(LOAD_INDEX_FILE)).ok()?;
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact(&mut header).ok()?;
+    let head_len = usize::try_from(head_len(&header).ok()?).ok()?;
+    let mut bytes = Vec::with_capacity(head_len);
+    bytes.extend_from_slice(&header);
+    bytes.resize(head_len, 0);
+    file.read_exact(bytes.get_mut(HEADER_LEN..)?).ok()?;
     let ix = LoadIndex::parse(&bytes).ok()?;
-    let stamp = ManifestStamp::of(&std::fs::metadata(manifest_path).ok()?);
-    if stamp != ix.stamp() || stamp.mtime_ns < 0 {
+    let stamp = ix.stamp();
+    if !stamp.same_file(&std::fs::metadata(manifest_path).ok()?)
+        && !stamp.same_content(&std::fs::read(manifest_path).ok()?)
+    {
         return None;
     }
     // Every record is checked once here, so the load path's reads cannot fail later.
-    for i in 0..ix.object_count() {
-        let o = ix.object(i).ok()?;
-        ix.entries(&o).ok()?;
-    }
+    ix.validate().ok()?;
     let kernels = (0..ix.kernel_count())
         .map(|k| ix.kernel(k).map(str::to_string))
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -708,7 +773,11 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
         kernels,
         objects: OnceLock::new(),
         data: None,
-        binary: Some((bytes.into_boxed_slice(), manifest_path.to_path_buf())),
+        binary: Some(BinaryIndex {
+            head: bytes.into_boxed_slice(),
+            file: Arc::new(file),
+            manifest: manifest_path.to_path_buf(),
+        }),
     })
 }
 
@@ -855,11 +924,15 @@ mod tests {
 #[cfg(test)]
 mod load_index_tests {
     use super::*;
-    use kbuild_manifest::load_index::encode;
+    use kbuild_manifest::load_index::{encode, ManifestStamp};
 
     fn write_index(dir: &Path, m: &Manifest) {
-        let meta = std::fs::metadata(dir.join("manifest.json")).unwrap();
-        let bytes = encode(m, ManifestStamp::of(&meta)).unwrap();
+        let path = dir.join("manifest.json");
+        let stamp = ManifestStamp::of(
+            &std::fs::metadata(&path).unwrap(),
+            &std::fs::read(&path).unwrap(),
+        );
+        let bytes = encode(m, stamp).unwrap();
         std::fs::write(dir.join(LOAD_INDEX_FILE), bytes).unwrap();
     }
 
@@ -900,6 +973,12 @@ mod load_index_tests {
     fn a_stale_or_damaged_index_is_not_used() {
         let (dir, mut m) = tests_support::build_dir();
         write_index(dir.path(), &m);
+        assert!(Package::open(dir.path()).unwrap().has_load_index());
+        // The same bytes with a new mtime (a copy that does not keep mtimes): the blake3 in
+        // the index still binds it.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let json = std::fs::read(dir.path().join("manifest.json")).unwrap();
+        std::fs::write(dir.path().join("manifest.json"), &json).unwrap();
         assert!(Package::open(dir.path()).unwrap().has_load_index());
         // The manifest rewritten after the index (an edit, a new build without kbuild):
         // the JSON is what counts.

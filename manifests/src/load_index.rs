@@ -1,10 +1,11 @@
 //! The load index `manifest.kbi`: what the run-time loader needs from a manifest, in a
 //! fixed-layout binary file it can use without parsing JSON.
 //!
-//! The build writes it beside `manifest.json`, after it, and records the manifest's length and
-//! modification time in it: it is a cache of the manifest, and a loader uses it only while the
-//! manifest still has that length and mtime (any rewrite of the manifest changes them), else
-//! it reads the JSON. Opening is on the load path of every process: reading this file costs one
+//! The build writes it beside `manifest.json`, after it, and records the manifest's length,
+//! modification time and blake3 in it: it is a cache of the manifest. A loader uses it at once
+//! while the manifest has that length and mtime (any rewrite changes them); when only the mtime
+//! differs (a copy that does not keep mtimes), after checking the manifest's blake3; else it
+//! reads the JSON. Opening is on the load path of every process: reading this file costs one
 //! small read and no allocation per object, where scanning a 140 kB JSON manifest costs
 //! hundreds of microseconds.
 //!
@@ -12,9 +13,10 @@
 //! section; an absent optional string has offset `u32::MAX`.
 //!
 //! ```text
-//! header      48 B   magic "KBLOADIX", u32 version (1), u32 kernels, u32 objects,
+//! header      80 B   magic "KBLOADIX", u32 version (1), u32 kernels, u32 objects,
 //!                    u32 entries, u32 strings length, u32 blobs length,
-//!                    u64 manifest length, i64 manifest mtime (ns since the epoch)
+//!                    u64 manifest length, i64 manifest mtime (ns since the epoch),
+//!                    manifest blake3 (32 bytes)
 //! kernels     8 B each     name span, in the manifest's kernel order
 //! objects     108 B each   kernel, variant, target, path, format spans; sha256 (32 raw
 //!                          bytes); u64 size; u16 PTX ISA major, u16 minor (0xffff: none);
@@ -37,7 +39,9 @@ use crate::target::Version;
 pub const LOAD_INDEX_FILE: &str = "manifest.kbi";
 const MAGIC: &[u8; 8] = b"KBLOADIX";
 const VERSION: u32 = 1;
-const HEADER: usize = 48;
+const HEADER: usize = 80;
+/// Bytes of the header, which say how long the rest is ([`head_len`]).
+pub const HEADER_LEN: usize = HEADER;
 const SPAN: usize = 8;
 const OBJECT: usize = 108;
 const NONE: u32 = u32::MAX;
@@ -61,21 +65,28 @@ pub struct ManifestStamp {
     pub len: u64,
     /// Modification time, ns since the Unix epoch.
     pub mtime_ns: i64,
+    /// blake3 of the manifest's bytes.
+    pub blake3: [u8; 32],
 }
 
 impl ManifestStamp {
-    /// The stamp of a manifest file from its metadata.
-    pub fn of(meta: &std::fs::Metadata) -> ManifestStamp {
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .and_then(|d| i64::try_from(d.as_nanos()).ok())
-            .unwrap_or(-1);
+    /// The stamp of a manifest file from its metadata and bytes.
+    pub fn of(meta: &std::fs::Metadata, bytes: &[u8]) -> ManifestStamp {
         ManifestStamp {
             len: meta.len(),
-            mtime_ns,
+            mtime_ns: mtime_ns(meta),
+            blake3: *blake3::hash(bytes).as_bytes(),
         }
+    }
+
+    /// Whether `meta` is the stamped file, unchanged: same length and mtime.
+    pub fn same_file(&self, meta: &std::fs::Metadata) -> bool {
+        self.len == meta.len() && self.mtime_ns == mtime_ns(meta) && self.mtime_ns >= 0
+    }
+
+    /// Whether `bytes` are the stamped file's content.
+    pub fn same_content(&self, bytes: &[u8]) -> bool {
+        self.len == bytes.len() as u64 && *blake3::hash(bytes).as_bytes() == self.blake3
     }
 }
 
@@ -153,6 +164,7 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     }
     out.extend_from_slice(&stamp.len.to_le_bytes());
     out.extend_from_slice(&stamp.mtime_ns.to_le_bytes());
+    out.extend_from_slice(&stamp.blake3);
     for k in kernels {
         put_span(&mut out, k);
     }
@@ -163,6 +175,15 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     out.extend_from_slice(strings.data.as_bytes());
     out.extend_from_slice(&blobs);
     Ok(out)
+}
+
+/// Modification time in ns since the epoch; -1 when unknown.
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_nanos()).ok())
+        .unwrap_or(-1)
 }
 
 fn ptx_isa_text(o: &ObjectRecord) -> Option<String> {
@@ -227,8 +248,12 @@ pub struct LoadIndex<'a> {
     stamp: ManifestStamp,
     objects_at: usize,
     entries_at: usize,
-    strings: &'a [u8],
+    /// The string section, checked to be UTF-8 once.
+    strings: &'a str,
+    /// Empty when only the head was read.
     blobs: &'a [u8],
+    blobs_at: u64,
+    blobs_len: u32,
 }
 
 /// One object of a [`LoadIndex`].
@@ -244,7 +269,8 @@ pub struct IndexObject<'a> {
     pub ptx_isa: Option<Version>,
     first_entry: u32,
     entry_count: u32,
-    resources: &'a [u8],
+    /// Offset and length of the resource blob within the blob section.
+    resources: (u32, u32),
 }
 
 fn u32_at(d: &[u8], at: usize) -> Option<u32> {
@@ -256,7 +282,30 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 }
 
 impl<'a> LoadIndex<'a> {
-    /// Check the header and section sizes (objects are checked as they are read).
+    /// (head length, total length) from the header.
+    fn parse_header(data: &[u8]) -> Result<(u64, u64), LoadIndexError> {
+        if data.get(..8) != Some(MAGIC.as_slice()) {
+            return Err(LoadIndexError::Magic);
+        }
+        let short =
+            || LoadIndexError::Damaged(format!("{} bytes is shorter than its header", data.len()));
+        let field = |i: usize| u32_at(data, 8 + 4 * i).map(u64::from).ok_or_else(short);
+        let version = field(0)?;
+        if version != u64::from(VERSION) {
+            return Err(LoadIndexError::Version(version as u32));
+        }
+        if data.len() < HEADER {
+            return Err(short());
+        }
+        let head = HEADER as u64
+            + (field(1)? + field(3)?) * SPAN as u64
+            + field(2)? * OBJECT as u64
+            + field(4)?;
+        Ok((head, head + field(5)?))
+    }
+
+    /// Check the header and section sizes (objects are checked as they are read). `data` is
+    /// the whole file, or its head ([`head_len`] bytes: everything but the resource blobs).
     pub fn parse(data: &'a [u8]) -> Result<LoadIndex<'a>, LoadIndexError> {
         if data.get(..8) != Some(MAGIC.as_slice()) {
             return Err(LoadIndexError::Magic);
@@ -273,6 +322,10 @@ impl<'a> LoadIndex<'a> {
         let stamp = ManifestStamp {
             len: u64_at(data, 32).ok_or_else(short)?,
             mtime_ns: u64_at(data, 40).ok_or_else(short)? as i64,
+            blake3: data
+                .get(48..80)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(short)?,
         };
         let sizes = [
             (kernels as u64) * SPAN as u64,
@@ -281,18 +334,22 @@ impl<'a> LoadIndex<'a> {
             strings_len as u64,
             blobs_len as u64,
         ];
-        let total: u64 = HEADER as u64 + sizes.iter().sum::<u64>();
-        if total != data.len() as u64 {
+        let head: u64 = HEADER as u64 + sizes[..4].iter().sum::<u64>();
+        let total = head + sizes[4];
+        if total != data.len() as u64 && head != data.len() as u64 {
             return Err(LoadIndexError::Damaged(format!(
                 "the header describes {total} bytes, the file has {}",
                 data.len()
             )));
         }
-        // The sum fits the slice, so every offset below does too.
+        // `head` fits the slice, so every offset below does too.
         let objects_at = HEADER + sizes[0] as usize;
         let entries_at = objects_at + sizes[1] as usize;
         let strings_at = entries_at + sizes[2] as usize;
         let blobs_at = strings_at + sizes[3] as usize;
+        let strings = std::str::from_utf8(&data[strings_at..blobs_at]).map_err(|e| {
+            LoadIndexError::Damaged(format!("the string section is not UTF-8: {e}"))
+        })?;
         Ok(LoadIndex {
             data,
             kernels,
@@ -301,8 +358,10 @@ impl<'a> LoadIndex<'a> {
             stamp,
             objects_at,
             entries_at,
-            strings: &data[strings_at..blobs_at],
+            strings,
             blobs: &data[blobs_at..],
+            blobs_at: blobs_at as u64,
+            blobs_len,
         })
     }
 
@@ -319,26 +378,29 @@ impl<'a> LoadIndex<'a> {
         self.kernels as usize
     }
 
-    fn span(&self, at: usize, what: &str) -> Result<Option<&'a str>, LoadIndexError> {
+    // Error messages are built only on failure: this runs for every record a load looks at.
+    fn span(
+        &self,
+        at: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<Option<&'a str>, LoadIndexError> {
         let damaged =
-            || LoadIndexError::Damaged(format!("{what}: span at byte {at} is out of range"));
+            || LoadIndexError::Damaged(format!("{}: span at byte {at} is out of range", what()));
         let off = u32_at(self.data, at).ok_or_else(damaged)?;
         let len = u32_at(self.data, at + 4).ok_or_else(damaged)?;
         if off == NONE {
             return Ok(None);
         }
-        let bytes = self
-            .strings
+        // `get` also refuses a span that does not fall on character boundaries.
+        self.strings
             .get(off as usize..off as usize + len as usize)
-            .ok_or_else(damaged)?;
-        std::str::from_utf8(bytes).map(Some).map_err(|_| {
-            LoadIndexError::Damaged(format!("{what}: string at byte {at} is not UTF-8"))
-        })
+            .map(Some)
+            .ok_or_else(damaged)
     }
 
-    fn string(&self, at: usize, what: &str) -> Result<&'a str, LoadIndexError> {
+    fn string(&self, at: usize, what: &dyn Fn() -> String) -> Result<&'a str, LoadIndexError> {
         self.span(at, what)?
-            .ok_or_else(|| LoadIndexError::Damaged(format!("{what} is missing")))
+            .ok_or_else(|| LoadIndexError::Damaged(format!("{} is missing", what())))
     }
 
     /// Kernel `i`'s name (manifest order).
@@ -348,7 +410,7 @@ impl<'a> LoadIndex<'a> {
                 "kernel {i} is out of range"
             )));
         }
-        self.string(HEADER + i * SPAN, "kernel name")
+        self.string(HEADER + i * SPAN, &|| format!("kernel {i} name"))
     }
 
     /// Object `i` (manifest order).
@@ -360,13 +422,12 @@ impl<'a> LoadIndex<'a> {
         }
         let at = self.objects_at + i * OBJECT;
         let d = self.data;
-        let what = |f: &str| format!("object {i} {f}");
-        let kernel = self.string(at, &what("kernel"))?;
-        let variant = self.span(at + 8, &what("variant"))?;
-        let target = self.string(at + 16, &what("target"))?;
-        let path = self.string(at + 24, &what("path"))?;
-        let format = self.string(at + 32, &what("format"))?;
-        let damaged = || LoadIndexError::Damaged(what("record"));
+        let kernel = self.string(at, &|| format!("object {i} kernel"))?;
+        let variant = self.span(at + 8, &|| format!("object {i} variant"))?;
+        let target = self.string(at + 16, &|| format!("object {i} target"))?;
+        let path = self.string(at + 24, &|| format!("object {i} path"))?;
+        let format = self.string(at + 32, &|| format!("object {i} format"))?;
+        let damaged = || LoadIndexError::Damaged(format!("object {i} record"));
         let sha256: &[u8; 32] = d
             .get(at + 40..at + 72)
             .and_then(|s| s.try_into().ok())
@@ -378,16 +439,20 @@ impl<'a> LoadIndex<'a> {
         let first_entry = u32_at(d, at + 84).ok_or_else(damaged)?;
         let entry_count = u32_at(d, at + 88).ok_or_else(damaged)?;
         if u64::from(first_entry) + u64::from(entry_count) > u64::from(self.entries) {
-            return Err(LoadIndexError::Damaged(what("entries are out of range")));
+            return Err(LoadIndexError::Damaged(format!(
+                "object {i} entries are out of range"
+            )));
         }
         let (roff, rlen) = (
             u32_at(d, at + 92).ok_or_else(damaged)?,
             u32_at(d, at + 96).ok_or_else(damaged)?,
         );
-        let resources = self
-            .blobs
-            .get(roff as usize..roff as usize + rlen as usize)
-            .ok_or_else(|| LoadIndexError::Damaged(what("resources are out of range")))?;
+        if u64::from(roff) + u64::from(rlen) > u64::from(self.blobs_len) {
+            return Err(LoadIndexError::Damaged(format!(
+                "object {i} resources are out of range"
+            )));
+        }
+        let resources = (roff, rlen);
         Ok(IndexObject {
             kernel,
             variant,
@@ -403,22 +468,91 @@ impl<'a> LoadIndex<'a> {
         })
     }
 
+    /// Check every kernel name, object record and entry symbol once (no allocation), so that
+    /// later reads of this index cannot fail.
+    pub fn validate(&self) -> Result<(), LoadIndexError> {
+        for k in 0..self.kernel_count() {
+            self.kernel(k)?;
+        }
+        for i in 0..self.object_count() {
+            let o = self.object(i)?;
+            for e in o.first_entry..o.first_entry + o.entry_count {
+                self.string(self.entries_at + e as usize * SPAN, &|| {
+                    format!("entry symbol {e}")
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether object `i`'s kernel is `kernel` (the load path's filter: no other field read).
+    pub fn object_kernel_is(&self, i: usize, kernel: &str) -> bool {
+        let at = self.objects_at + i * OBJECT;
+        if i >= self.objects as usize {
+            return false;
+        }
+        match (u32_at(self.data, at), u32_at(self.data, at + 4)) {
+            (Some(off), Some(len)) => {
+                self.strings
+                    .as_bytes()
+                    .get(off as usize..(off as usize).saturating_add(len as usize))
+                    == Some(kernel.as_bytes())
+            }
+            _ => false,
+        }
+    }
+
     /// The entry symbols of `o`.
     pub fn entries(&self, o: &IndexObject<'a>) -> Result<Vec<&'a str>, LoadIndexError> {
         (o.first_entry..o.first_entry + o.entry_count)
-            .map(|e| self.string(self.entries_at + e as usize * SPAN, "entry symbol"))
+            .map(|e| {
+                self.string(self.entries_at + e as usize * SPAN, &|| {
+                    format!("entry symbol {e}")
+                })
+            })
             .collect()
     }
 
-    /// The per-entry resource records of `o`.
+    /// The per-entry resource records of `o` (an index read whole; see [`Self::resources_at`]).
     pub fn resources(
         &self,
         o: &IndexObject<'a>,
     ) -> Result<BTreeMap<String, Resources>, LoadIndexError> {
-        rmp_serde::from_slice(o.resources).map_err(|e| {
-            LoadIndexError::Damaged(format!("object {}: resource records: {e}", o.path))
-        })
+        let (off, len) = o.resources;
+        let bytes = self
+            .blobs
+            .get(off as usize..off as usize + len as usize)
+            .ok_or_else(|| LoadIndexError::Damaged("only the head of the index was read".into()))?;
+        decode_resources(bytes, o.path)
     }
+
+    /// Where `o`'s resource records lie in the file, for a reader that read only the head
+    /// (the load path reads the one record it needs later); decode them with
+    /// [`decode_resources`].
+    pub fn resources_at(&self, o: &IndexObject<'a>) -> std::ops::Range<u64> {
+        let start = self.blobs_at + u64::from(o.resources.0);
+        start..start + u64::from(o.resources.1)
+    }
+}
+
+/// How many bytes of the index precede the resource blobs (the head: what selection needs),
+/// from its first [`HEADER_LEN`] bytes.
+pub fn head_len(header: &[u8]) -> Result<u64, LoadIndexError> {
+    LoadIndex::parse_header(header).map(|(head, _)| head)
+}
+
+/// The per-entry resource records of object `path` from their blob.
+pub fn decode_resources(
+    bytes: &[u8],
+    path: &str,
+) -> Result<BTreeMap<String, Resources>, LoadIndexError> {
+    use serde::Deserialize;
+    // Records nest 3 levels (entry map, record, occupancy); the cap keeps a hostile blob from
+    // recursing through the stack (rmp-serde's default allows 1024).
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(16);
+    BTreeMap::<String, Resources>::deserialize(&mut de)
+        .map_err(|e| LoadIndexError::Damaged(format!("object {path}: resource records: {e}")))
 }
 
 impl IndexObject<'_> {
@@ -504,6 +638,7 @@ mod tests {
         let stamp = ManifestStamp {
             len: 4242,
             mtime_ns: 1_700_000_000_123_456_789,
+            blake3: [7; 32],
         };
         let bytes = encode(&m, stamp).unwrap();
         let ix = LoadIndex::parse(&bytes).unwrap();
@@ -523,6 +658,18 @@ mod tests {
             assert_eq!(ix.entries(&v).unwrap(), o.entries);
             assert_eq!(ix.resources(&v).unwrap(), o.resources);
         }
+        // The head alone (what a loader reads at open), then one object's blob.
+        let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
+        assert!(head < bytes.len());
+        let hx = LoadIndex::parse(&bytes[..head]).unwrap();
+        hx.validate().unwrap();
+        for (i, o) in m.objects.iter().enumerate() {
+            let v = hx.object(i).unwrap();
+            assert!(hx.resources(&v).is_err());
+            let r = hx.resources_at(&v);
+            let blob = &bytes[r.start as usize..r.end as usize];
+            assert_eq!(decode_resources(blob, v.path).unwrap(), o.resources);
+        }
         assert_eq!(ix.object(1).unwrap().ptx_isa, Some(Version(9, 5)));
         assert_eq!(ix.object(0).unwrap().ptx_isa, None);
         assert!(ix.object(3).is_err());
@@ -536,6 +683,7 @@ mod tests {
             ManifestStamp {
                 len: 1,
                 mtime_ns: 2,
+                blake3: [3; 32],
             },
         )
         .unwrap();
@@ -563,12 +711,21 @@ mod tests {
     }
 
     #[test]
+    fn deep_messagepack_is_an_error() {
+        let mut deep = vec![0x81, 0xa1, b'k'];
+        deep.extend(std::iter::repeat_n(0x91u8, 100_000));
+        let e = decode_resources(&deep, "x.cubin").unwrap_err().to_string();
+        assert!(e.contains("x.cubin"), "{e}");
+    }
+
+    #[test]
     fn no_input_panics() {
         let bytes = encode(
             &sample(),
             ManifestStamp {
                 len: 1,
                 mtime_ns: 2,
+                blake3: [3; 32],
             },
         )
         .unwrap();

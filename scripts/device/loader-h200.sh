@@ -33,7 +33,7 @@ chmod +x "$D/kbuild" "$D/loader_gpu" "$D/explain_c" 2>/dev/null
   echo "exit $?"
   echo
   echo "## benchmark again (same binary, same run), then with eager module loading"
-  KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal)'
-  CUDA_MODULE_LOADING=EAGER KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal)'
+  KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal|stages)'
+  CUDA_MODULE_LOADING=EAGER KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal|stages)'
   echo "exit $?"
 } 2>&1 | tee "$OUT/loader-h200.txt"

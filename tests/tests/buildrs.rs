@@ -49,8 +49,7 @@ fn cargo(s: &Scratch, dir: &Path, args: &[&str]) -> Output {
         .args(["--offline", "-v"])
         .current_dir(dir)
         // Its own target dir under the workspace's, kept between runs so the dependencies
-        // (kbuild itself) build once; sharing the workspace's own collides on the loader's
-        // unhashed cdylib/rlib file names.
+        // (kbuild itself) build once, without a cargo lock shared with the running tests.
         .env(
             "CARGO_TARGET_DIR",
             repo_root().join("target/buildrs-example"),

@@ -330,7 +330,7 @@ fn cdylib() -> PathBuf {
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut c = Command::new(cargo);
-    c.args(["build", "-q", "-p", "kbuild-loader", "--lib"])
+    c.args(["build", "-q", "-p", "kbuild-capi"])
         .current_dir(repo_root());
     if release {
         c.arg("--release");
@@ -352,7 +352,7 @@ fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
         .arg(root.join("examples/c/explain.c"))
         .arg("-L")
         .arg(&libdir)
-        .args(["-lkbuild_loader", "-o"])
+        .args(["-lkbuild_capi", "-o"])
         .arg(&exe)
         .output()
         .expect("gcc");
@@ -448,7 +448,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
         .arg(root.join("examples/c/explain.c"))
         .arg("-L")
         .arg(&libdir)
-        .args(["-lkbuild_loader", "-o"])
+        .args(["-lkbuild_capi", "-o"])
         .arg(&exe)
         .output()
         .expect("gcc");

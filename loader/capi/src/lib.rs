@@ -1,4 +1,4 @@
-//! The C ABI (`include/kbuild_loader.h`): open, explain (text or JSON), get function, launch,
+//! The C ABI of kbuild-loader (`loader/include/kbuild_loader.h`, library `libkbuild_capi.so`): open, explain (text or JSON), get function, launch,
 //! last error. Every function catches panics; failures return NULL / -1 and leave a message
 //! for [`kbuild_last_error`] on the calling thread.
 
@@ -9,11 +9,8 @@ use std::path::Path;
 
 use kbuild_manifest::compat::parse_version;
 
-use crate::detect::DeviceOptions;
-use crate::error::LoaderError;
-use crate::explain::{explain_json, explain_text};
-use crate::launch::{LaunchConfig, Stream};
-use crate::load::{Function, Gpu, Loader};
+use kbuild_loader::explain::{explain_json, explain_text};
+use kbuild_loader::{DeviceOptions, Function, Gpu, LaunchConfig, Loader, LoaderError, Stream};
 
 /// `flags` bit of [`kbuild_loader_open`]: a simulated AMD runtime loads no generic objects.
 pub const KBUILD_NO_GENERIC: c_uint = 1;
@@ -53,6 +50,17 @@ unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, L
         .map_err(|_| LoaderError::Other(format!("{what} is not UTF-8")))
 }
 
+/// A string argument that must be there.
+unsafe fn req_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, LoaderError> {
+    opt_str(p, what)?.ok_or_else(|| LoaderError::Other(format!("{what} is NULL")))
+}
+
+/// A handle argument that must be there.
+unsafe fn live<'a, T>(p: *const T, what: &str) -> Result<&'a T, LoaderError> {
+    p.as_ref()
+        .ok_or_else(|| LoaderError::Other(format!("{what} is NULL")))
+}
+
 /// An open package for one device.
 pub struct KbuildLoader {
     loader: Loader,
@@ -87,8 +95,7 @@ pub unsafe extern "C" fn kbuild_loader_open(
     flags: c_uint,
 ) -> *mut KbuildLoader {
     guard(std::ptr::null_mut(), || {
-        let path =
-            opt_str(path, "path")?.ok_or_else(|| LoaderError::Other("path is NULL".into()))?;
+        let path = req_str(path, "path")?;
         let mut opts = match opt_str(device, "device")? {
             Some(d) => DeviceOptions {
                 device: Some(d.to_string()),
@@ -161,9 +168,7 @@ pub unsafe extern "C" fn kbuild_loader_explain(
     json: c_int,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
-        let l = loader
-            .as_ref()
-            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
+        let l = live(loader, "loader")?;
         let source = l.loader.package().origin().display().to_string();
         let device = l.loader.gpu().device();
         let text = if json != 0 {
@@ -191,11 +196,8 @@ pub unsafe extern "C" fn kbuild_loader_selected_target(
     variant: *const c_char,
 ) -> *mut c_char {
     guard(std::ptr::null_mut(), || {
-        let l = loader
-            .as_ref()
-            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
-        let kernel = opt_str(kernel, "kernel")?
-            .ok_or_else(|| LoaderError::Other("kernel is NULL".into()))?;
+        let l = live(loader, "loader")?;
+        let kernel = req_str(kernel, "kernel")?;
         let variant = opt_str(variant, "variant")?;
         let sel = l.loader.selection();
         let c = sel.require(sel.kernel(kernel, variant)?)?;
@@ -216,13 +218,9 @@ pub unsafe extern "C" fn kbuild_loader_get_function(
     entry: *const c_char,
 ) -> *mut KbuildFunction {
     guard(std::ptr::null_mut(), || {
-        let l = loader
-            .as_ref()
-            .ok_or_else(|| LoaderError::Other("loader is NULL".into()))?;
-        let kernel = opt_str(kernel, "kernel")?
-            .ok_or_else(|| LoaderError::Other("kernel is NULL".into()))?;
-        let entry =
-            opt_str(entry, "entry")?.ok_or_else(|| LoaderError::Other("entry is NULL".into()))?;
+        let l = live(loader, "loader")?;
+        let kernel = req_str(kernel, "kernel")?;
+        let entry = req_str(entry, "entry")?;
         let function = l
             .loader
             .function(kernel, opt_str(variant, "variant")?, entry)?;
@@ -254,12 +252,8 @@ pub unsafe extern "C" fn kbuild_function_launch(
     nargs: c_uint,
 ) -> c_int {
     guard(-1, || {
-        let f = function
-            .as_ref()
-            .ok_or_else(|| LoaderError::Other("function is NULL".into()))?;
-        let c = config
-            .as_ref()
-            .ok_or_else(|| LoaderError::Other("config is NULL".into()))?;
+        let f = live(function, "function")?;
+        let c = live(config, "config")?;
         let cfg = LaunchConfig {
             grid: (c.grid[0], c.grid[1], c.grid[2]),
             block: (c.block[0], c.block[1], c.block[2]),
