@@ -7,12 +7,13 @@ pub type Result<T, E = LoaderError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoaderError {
-    #[error("{path}: {what}")]
+    // The cause is in the message (the C ABI's last error is the message alone), so it is
+    // not also a source that a chain printer would repeat.
+    #[error("{path}: {what}: {cause}")]
     Io {
         path: PathBuf,
         what: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: {source}")]
     Manifest {
@@ -109,7 +110,7 @@ impl LoaderError {
         LoaderError::Io {
             path: path.into(),
             what: what.to_string(),
-            source,
+            cause: source,
         }
     }
 

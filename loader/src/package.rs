@@ -190,6 +190,13 @@ struct BinaryIndex {
 
 impl BinaryIndex {
     fn read_at(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+        // The header's sizes were not checked against the file's: do that before allocating.
+        if range.end > self.file.metadata()?.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the resource record lies past the end of the file",
+            ));
+        }
         let len = usize::try_from(range.end - range.start)
             .map_err(|_| std::io::Error::other("resource record too large"))?;
         let mut buf = vec![0u8; len];
@@ -751,11 +758,17 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
     let mut file = std::fs::File::open(root.join(LOAD_INDEX_FILE)).ok()?;
     let mut header = [0u8; HEADER_LEN];
     file.read_exact(&mut header).ok()?;
-    let head_len = usize::try_from(head_len(&header).ok()?).ok()?;
-    let mut bytes = Vec::with_capacity(head_len);
+    let head_len = head_len(&header).ok()?;
+    // What the file holds, not what its header claims, bounds the allocation.
+    let mut bytes = Vec::with_capacity(usize::try_from(head_len.min(1 << 20)).ok()?);
     bytes.extend_from_slice(&header);
-    bytes.resize(head_len, 0);
-    file.read_exact(bytes.get_mut(HEADER_LEN..)?).ok()?;
+    (&mut file)
+        .take(head_len.saturating_sub(HEADER_LEN as u64))
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 != head_len {
+        return None;
+    }
     let ix = LoadIndex::parse(&bytes).ok()?;
     let stamp = ix.stamp();
     if !stamp.same_file(&std::fs::metadata(manifest_path).ok()?)
@@ -997,8 +1010,20 @@ mod load_index_tests {
         write_index(dir.path(), &m);
         let ix = dir.path().join(LOAD_INDEX_FILE);
         let bytes = std::fs::read(&ix).unwrap();
-        std::fs::write(&ix, &bytes[..bytes.len() / 2]).unwrap();
+        std::fs::write(&ix, &bytes[..HEADER_LEN + 10]).unwrap();
         assert!(!Package::open(dir.path()).unwrap().has_load_index());
+        // Cut inside the resource blobs: the head is whole, so the index opens, and loading
+        // an object whose record is missing names the file.
+        let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
+        std::fs::write(&ix, &bytes[..head + 1]).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(p.has_load_index());
+        let last = p.objects().len() - 1;
+        let e = p.record(last).unwrap_err().to_string();
+        assert!(
+            e.contains(LOAD_INDEX_FILE) && e.contains("past the end"),
+            "{e}"
+        );
         std::fs::write(&ix, b"garbage").unwrap();
         let p = Package::open(dir.path()).unwrap();
         assert!(!p.has_load_index());

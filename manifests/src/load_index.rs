@@ -5,9 +5,9 @@
 //! modification time and blake3 in it: it is a cache of the manifest. A loader uses it at once
 //! while the manifest has that length and mtime (any rewrite changes them); when only the mtime
 //! differs (a copy that does not keep mtimes), after checking the manifest's blake3; else it
-//! reads the JSON. Opening is on the load path of every process: reading this file costs one
-//! small read and no allocation per object, where scanning a 140 kB JSON manifest costs
-//! hundreds of microseconds.
+//! reads the JSON. Opening is on the load path of every process: a loader reads the header and
+//! the head (everything but the resource blobs, which it reads one object at a time), with no
+//! allocation per object, where scanning a 140 kB JSON manifest costs hundreds of microseconds.
 //!
 //! Layout (little-endian). A span is `(u32 offset, u32 length)` into the string or blob
 //! section; an absent optional string has offset `u32::MAX`.
@@ -26,8 +26,9 @@
 //! strings, blobs
 //! ```
 //!
-//! The reader is a pure function over `&[u8]`: every span is checked when it is read, and a
-//! damaged file is an error, never a panic.
+//! The reader is a pure function over `&[u8]`: section sizes are checked against the data, the
+//! string section is checked to be UTF-8 once, every span when it is read, and a damaged file
+//! is an error, never a panic.
 
 use std::collections::BTreeMap;
 
@@ -307,49 +308,36 @@ impl<'a> LoadIndex<'a> {
     /// Check the header and section sizes (objects are checked as they are read). `data` is
     /// the whole file, or its head ([`head_len`] bytes: everything but the resource blobs).
     pub fn parse(data: &'a [u8]) -> Result<LoadIndex<'a>, LoadIndexError> {
-        if data.get(..8) != Some(MAGIC.as_slice()) {
-            return Err(LoadIndexError::Magic);
-        }
-        let short =
-            || LoadIndexError::Damaged(format!("{} bytes is shorter than its header", data.len()));
-        let field = |i: usize| u32_at(data, 8 + 4 * i).ok_or_else(short);
-        let version = field(0)?;
-        if version != VERSION {
-            return Err(LoadIndexError::Version(version));
-        }
-        let (kernels, objects, entries, strings_len, blobs_len) =
-            (field(1)?, field(2)?, field(3)?, field(4)?, field(5)?);
-        let stamp = ManifestStamp {
-            len: u64_at(data, 32).ok_or_else(short)?,
-            mtime_ns: u64_at(data, 40).ok_or_else(short)? as i64,
-            blake3: data
-                .get(48..80)
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(short)?,
-        };
-        let sizes = [
-            (kernels as u64) * SPAN as u64,
-            (objects as u64) * OBJECT as u64,
-            (entries as u64) * SPAN as u64,
-            strings_len as u64,
-            blobs_len as u64,
-        ];
-        let head: u64 = HEADER as u64 + sizes[..4].iter().sum::<u64>();
-        let total = head + sizes[4];
+        let (head, total) = LoadIndex::parse_header(data)?;
         if total != data.len() as u64 && head != data.len() as u64 {
             return Err(LoadIndexError::Damaged(format!(
                 "the header describes {total} bytes, the file has {}",
                 data.len()
             )));
         }
-        // `head` fits the slice, so every offset below does too.
-        let objects_at = HEADER + sizes[0] as usize;
-        let entries_at = objects_at + sizes[1] as usize;
-        let strings_at = entries_at + sizes[2] as usize;
-        let blobs_at = strings_at + sizes[3] as usize;
-        let strings = std::str::from_utf8(&data[strings_at..blobs_at]).map_err(|e| {
-            LoadIndexError::Damaged(format!("the string section is not UTF-8: {e}"))
-        })?;
+        // parse_header checked that the header is all there, and `head` fits the slice, so
+        // every read and offset below is in range.
+        let field = |i: usize| u32_at(data, 8 + 4 * i).unwrap_or(0);
+        let (kernels, objects, entries, strings_len, blobs_len) =
+            (field(1), field(2), field(3), field(4), field(5));
+        let range_err = || LoadIndexError::Damaged("section sizes out of range".into());
+        let blake3: [u8; 32] = data
+            .get(48..80)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(range_err)?;
+        let stamp = ManifestStamp {
+            len: u64_at(data, 32).unwrap_or(0),
+            mtime_ns: u64_at(data, 40).unwrap_or(0) as i64,
+            blake3,
+        };
+        let objects_at = HEADER + kernels as usize * SPAN;
+        let entries_at = objects_at + objects as usize * OBJECT;
+        let strings_at = entries_at + entries as usize * SPAN;
+        let blobs_at = strings_at + strings_len as usize;
+        let strings = std::str::from_utf8(data.get(strings_at..blobs_at).ok_or_else(range_err)?)
+            .map_err(|e| {
+                LoadIndexError::Damaged(format!("the string section is not UTF-8: {e}"))
+            })?;
         Ok(LoadIndex {
             data,
             kernels,
@@ -359,7 +347,7 @@ impl<'a> LoadIndex<'a> {
             objects_at,
             entries_at,
             strings,
-            blobs: &data[blobs_at..],
+            blobs: data.get(blobs_at..).ok_or_else(range_err)?,
             blobs_at: blobs_at as u64,
             blobs_len,
         })
