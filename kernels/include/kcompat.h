@@ -81,6 +81,9 @@ KC_DEVICE kc_bf16 kc_float_to_bf16(float f) { return __float2bfloat16_rn(f); }  
 #define KC_LAUNCH_BOUNDS(n) __launch_bounds__(n)
 // Unmangled kernel entry with a max block size: KC_KERNEL(256) void name(args) { ... }
 #define KC_KERNEL(n) KC_EXTERN_C KC_GLOBAL KC_LAUNCH_BOUNDS(n)
+// The same, asking the compiler to fit `blocks` blocks per SM/CU (a register cap), for
+// memory-bound kernels that want more bytes in flight.
+#define KC_KERNEL_OCC(n, blocks) KC_EXTERN_C KC_GLOBAL __launch_bounds__(n, blocks)
 
 #define KC_NEG_INF (kc_uint_as_float(0xff800000u))
 
