@@ -271,6 +271,11 @@ fn serve(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>, log: &M
         }
         Some(Fault::Hold { ms }) => {
             std::thread::sleep(Duration::from_millis(ms));
+            // The rest of the body first: while unread bytes of it sit in the socket, a peek
+            // sees them and not that the client has gone.
+            if !read_body(&mut client, &mut body, head.content_length) {
+                return;
+            }
             // A client killed meanwhile: its request must not reach the registry.
             if client_gone(&client) {
                 return;
@@ -279,12 +284,8 @@ fn serve(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>, log: &M
         _ => {}
     }
     // The whole request body, then forward it.
-    let mut chunk = vec![0u8; 64 << 10];
-    while body.len() < head.content_length {
-        match client.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
+    if !read_body(&mut client, &mut body, head.content_length) {
+        return;
     }
     let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
         return;
@@ -349,6 +350,18 @@ fn serve(mut client: TcpStream, upstream: u16, rules: &Mutex<Vec<Rule>>, log: &M
 }
 
 /// Whether the client closed its end (a killed process).
+/// Read from `client` until `body` holds `len` bytes; false when the client stops first.
+fn read_body(client: &mut TcpStream, body: &mut Vec<u8>, len: usize) -> bool {
+    let mut chunk = vec![0u8; 64 << 10];
+    while body.len() < len {
+        match client.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    true
+}
+
 fn client_gone(client: &TcpStream) -> bool {
     if client.set_nonblocking(true).is_err() {
         return true;
