@@ -220,10 +220,7 @@ pub fn run(
         None => rx.recv().ok(),
     };
     let Some(err_bytes) = received else {
-        let pid = child.id();
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
-            .status();
+        kill_group(&child);
         let _ = child.kill();
         let _ = child.wait();
         let secs = timeout.map(|t| t.as_secs()).unwrap_or(0);
@@ -256,3 +253,21 @@ pub fn run(
         seconds: start.elapsed().as_secs_f64(),
     })
 }
+
+/// SIGKILL the process group the compiler leads (it was spawned with `process_group(0)`), so
+/// whatever it started dies with it. The syscall, not `kill(1)`: procps-ng 4.0.2's
+/// `kill -KILL -PGID` sends the signal to pid -1, every process the user may signal.
+#[cfg(unix)]
+fn kill_group(child: &std::process::Child) {
+    if let Ok(pgid) = libc::pid_t::try_from(child.id()) {
+        if pgid > 1 {
+            // SAFETY: kill(2) with a negative pid signals exactly that process group.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_group(_child: &std::process::Child) {}
