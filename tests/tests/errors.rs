@@ -223,6 +223,16 @@ fn a_hanging_compiler_is_killed_at_the_job_timeout() {
     let hang = s.path().join("hang.sh");
     std::fs::write(&hang, "#!/bin/sh\nsleep 30\n").unwrap();
     kbuild_tests::make_executable(&hang);
+    // A bystander in its own process group: killing the compiler must not touch it (kill(1)
+    // of procps-ng 4.0.2 once turned the group kill into a kill of every process).
+    let mut bystander = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
     let start = std::time::Instant::now();
     let o = std::process::Command::new(kbuild_tests::kbuild_bin())
         .args(["--targets", "sm_89", "--job-timeout", "1"])
@@ -241,4 +251,8 @@ fn a_hanging_compiler_is_killed_at_the_job_timeout() {
         start.elapsed().as_secs() < 20,
         "the hanging compiler was not killed"
     );
+    let alive = bystander.try_wait().unwrap().is_none();
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert!(alive, "killing the compiler's group killed another process");
 }
