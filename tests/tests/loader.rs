@@ -45,8 +45,14 @@ block-size = 256
 }
 
 fn kbuild(args: &[&str], env: &[(&str, &str)]) -> Output {
+    kbuild_in(&std::env::temp_dir(), args, env)
+}
+
+/// `kbuild` run in `cwd` (a pull writes its Kbuild.lock there, not into the source tree).
+fn kbuild_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(kbuild_tests::kbuild_bin());
-    c.args(args)
+    c.current_dir(cwd)
+        .args(args)
         .env("NO_COLOR", "1")
         .env_remove("KBUILD_DEVICE");
     for (k, v) in env {
@@ -471,7 +477,8 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     let o = kbuild(&["publish", &b, "--registry", reg.to_str().unwrap()], &env);
     assert!(o.status.success(), "{}", text(&o));
     let pulled = tmp.path().join("pulled");
-    let o = kbuild(
+    let o = kbuild_in(
+        tmp.path(),
         &[
             "pull",
             "loader-e2e",
