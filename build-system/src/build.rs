@@ -234,13 +234,19 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         containers,
     };
     let manifest_path = out_dir.join("manifest.json");
-    fsutil::write_if_changed(&manifest_path, manifest.to_json().as_bytes()).map_err(|err| {
+    let manifest_json = manifest.to_json();
+    fsutil::write_if_changed(&manifest_path, manifest_json.as_bytes()).map_err(|err| {
         BuildError::Write {
             path: manifest_path.display().to_string(),
             err,
         }
     })?;
-    write_load_index(&manifest, &manifest_path, &out_dir)?;
+    write_load_index(
+        &manifest,
+        manifest_json.as_bytes(),
+        &manifest_path,
+        &out_dir,
+    )?;
     let seconds = start.elapsed().as_secs_f64();
     let remote = remote.map(|r| r.stats());
     reporter.event(&Event::Summary {
@@ -267,6 +273,7 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
 /// so a loader opens the build without parsing JSON.
 fn write_load_index(
     manifest: &Manifest,
+    manifest_json: &[u8],
     manifest_path: &Path,
     out_dir: &Path,
 ) -> Result<(), BuildError> {
@@ -274,9 +281,9 @@ fn write_load_index(
         path: path.display().to_string(),
         err,
     };
+    // The bytes just written (or found equal): no second read of the manifest.
     let meta = std::fs::metadata(manifest_path).map_err(|e| write_err(manifest_path, e))?;
-    let text = std::fs::read(manifest_path).map_err(|e| write_err(manifest_path, e))?;
-    let stamp = load_index::ManifestStamp::of(&meta, &text);
+    let stamp = load_index::ManifestStamp::of(&meta, manifest_json);
     let path = out_dir.join(load_index::LOAD_INDEX_FILE);
     let bytes = load_index::encode(manifest, stamp).map_err(|e| {
         write_err(

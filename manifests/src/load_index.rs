@@ -40,9 +40,8 @@ use crate::target::Version;
 pub const LOAD_INDEX_FILE: &str = "manifest.kbi";
 const MAGIC: &[u8; 8] = b"KBLOADIX";
 const VERSION: u32 = 1;
-const HEADER: usize = 80;
 /// Bytes of the header, which say how long the rest is ([`head_len`]).
-pub const HEADER_LEN: usize = HEADER;
+pub const HEADER_LEN: usize = 80;
 const SPAN: usize = 8;
 const OBJECT: usize = 108;
 const NONE: u32 = u32::MAX;
@@ -145,7 +144,7 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         objects.extend_from_slice(&[0u8; 8]);
     }
     let mut out = Vec::with_capacity(
-        HEADER
+        HEADER_LEN
             + kernels.len() * SPAN
             + objects.len()
             + entries.len() * SPAN
@@ -295,10 +294,10 @@ impl<'a> LoadIndex<'a> {
         if version != u64::from(VERSION) {
             return Err(LoadIndexError::Version(version as u32));
         }
-        if data.len() < HEADER {
+        if data.len() < HEADER_LEN {
             return Err(short());
         }
-        let head = HEADER as u64
+        let head = HEADER_LEN as u64
             + (field(1)? + field(3)?) * SPAN as u64
             + field(2)? * OBJECT as u64
             + field(4)?;
@@ -330,7 +329,7 @@ impl<'a> LoadIndex<'a> {
             mtime_ns: u64_at(data, 40).unwrap_or(0) as i64,
             blake3,
         };
-        let objects_at = HEADER + kernels as usize * SPAN;
+        let objects_at = HEADER_LEN + kernels as usize * SPAN;
         let entries_at = objects_at + objects as usize * OBJECT;
         let strings_at = entries_at + entries as usize * SPAN;
         let blobs_at = strings_at + strings_len as usize;
@@ -398,7 +397,7 @@ impl<'a> LoadIndex<'a> {
                 "kernel {i} is out of range"
             )));
         }
-        self.string(HEADER + i * SPAN, &|| format!("kernel {i} name"))
+        self.string(HEADER_LEN + i * SPAN, &|| format!("kernel {i} name"))
     }
 
     /// Object `i` (manifest order).
@@ -691,7 +690,7 @@ mod tests {
         assert!(e.contains("the header describes"), "{e}");
         // A span pointing past the strings.
         let mut v = bytes.clone();
-        let at = HEADER + 2 * SPAN + 24;
+        let at = HEADER_LEN + 2 * SPAN + 24;
         v[at..at + 4].copy_from_slice(&u32::MAX.wrapping_sub(1).to_le_bytes());
         let ix = LoadIndex::parse(&v).unwrap();
         let e = ix.object(0).unwrap_err().to_string();
