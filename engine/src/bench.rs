@@ -3,6 +3,8 @@
 //!
 //! * forward unfused / fused for each T (state traffic: one read of every layer's S), per
 //!   layer (the model's shape) and with one launch per kernel for the whole stack;
+//! * the recurrence alone (gdn_step_verify over the forward's q, k, v, g, β), per layer and
+//!   as a stack: the same work as FLA's fused_recurrent_gated_delta_rule without final state;
 //! * commit per-layer / batched for each n (state traffic: read + write of every S);
 //! * a device-to-device copy of the same bytes as the state in the same run (traffic: read +
 //!   write), the bandwidth the commit is compared with.
@@ -38,7 +40,8 @@ impl Default for BenchOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     /// `forward unfused`, `forward fused`, `fwd unfused stack`, `fwd fused stack`,
-    /// `commit per-layer`, `commit batched`, `d2d copy`.
+    /// `fwd fused serial` (the fused forward without the programmatic overlap of layers),
+    /// `recurrence`, `recurrence stack`, `commit per-layer`, `commit batched`, `d2d copy`.
     pub op: String,
     /// T of a forward, n of a commit; 0 for the copy.
     pub tokens: usize,
@@ -170,12 +173,44 @@ pub fn run(
                 &mut rows,
             );
         }
+        // The fused forward without the programmatic overlap of layer l + 1 with layer l (where
+        // the engine uses it), to show what the overlap buys.
+        if e.layer_overlap() {
+            e.set_layer_overlap(false);
+            let graph = e.capture(|e| e.launch_forward(t, Path::Fused));
+            e.set_layer_overlap(true);
+            let times = time_graph(e, &graph?, opts)?;
+            add(
+                "fwd fused serial".into(),
+                t,
+                times,
+                state_bytes,
+                g.layers,
+                &mut rows,
+            );
+        }
         // The same kernels with one launch covering every layer (FLA's layers-as-batch shape).
         for (path, name, launches) in [
             (Path::Unfused, "fwd unfused stack", 4),
             (Path::Fused, "fwd fused stack", 1),
         ] {
             let graph = e.capture(|e| e.launch_forward_stack(t, path))?;
+            let times = time_graph(e, &graph, opts)?;
+            add(name.into(), t, times, state_bytes, launches, &mut rows);
+        }
+        // The recurrence alone over the q, k, v, g, β the forwards above left: the work of
+        // FLA's fused_recurrent_gated_delta_rule (no final state), per layer and as a stack.
+        for (stack, name, launches) in [
+            (false, "recurrence", g.layers),
+            (true, "recurrence stack", 1),
+        ] {
+            let graph = e.capture(|e| {
+                if stack {
+                    e.launch_recurrence_stack(t)
+                } else {
+                    e.launch_recurrence(t)
+                }
+            })?;
             let times = time_graph(e, &graph, opts)?;
             add(name.into(), t, times, state_bytes, launches, &mut rows);
         }

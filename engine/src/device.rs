@@ -145,6 +145,28 @@ impl Cuda {
         .map_err(cuda_err("cuMemcpyDtoDAsync"))
     }
 
+    /// Blocks of `f` (with `block` threads, no dynamic shared memory) that the whole device
+    /// holds at once: the grid of a kernel that walks its work (gdn_step_commit).
+    pub fn resident_blocks(&self, f: &kbuild_loader::Function, block: u32) -> Result<u32> {
+        self.bind()?;
+        let Some(raw) = f.cuda_function() else {
+            return Err(EngineError::Unsupported(format!(
+                "`{}` is not a CUDA function",
+                f.entry()
+            )));
+        };
+        let sms = self
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_err("cuDeviceGetAttribute"))?;
+        let block = i32::try_from(block).unwrap_or(i32::MAX);
+        // SAFETY: a function of a module loaded in this context.
+        let per_sm =
+            unsafe { result::occupancy::max_active_block_per_multiprocessor(raw, block, 0) }
+                .map_err(cuda_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))?;
+        Ok(u32::try_from(sms.max(1).saturating_mul(per_sm.max(1))).unwrap_or(1))
+    }
+
     /// Wait for the stream.
     pub fn sync(&self) -> Result<()> {
         self.bind()?;

@@ -16,6 +16,7 @@
 use std::ffi::c_void;
 
 use kbuild_loader::{DevicePtr, Function, LaunchConfig, Loader};
+use kbuild_manifest::target::Target;
 
 use crate::device::{Buffer, Cuda, Graph};
 use crate::error::{EngineError, Result};
@@ -29,11 +30,16 @@ use crate::plan;
 /// part, so each 32-lane group of a kernel reads 128 contiguous bytes per row step.
 pub fn state_offset(g: &Geometry, i: usize, j: usize) -> usize {
     let rows = g.dk / STATE_PARTS;
-    ((j / 8 * rows + i % rows) * STATE_PARTS + i / rows) * 8 + j % 8
+    ((j / STATE_COLS_PER_GROUP * rows + i % rows) * STATE_PARTS + i / rows) * STATE_COLS_PER_GROUP
+        + j % STATE_COLS_PER_GROUP
 }
 
-/// Lanes sharing a state column (`GDN_PARTS`).
+/// Lanes sharing a state column (`GDN_PARTS` of kernels/gdn/gdn_common.h).
 pub const STATE_PARTS: usize = 4;
+/// State columns of one 32-lane group (`GDN_COLS_PER_GROUP`).
+const STATE_COLS_PER_GROUP: usize = 32 / STATE_PARTS;
+/// Threads of a gdn_step / gdn_fused_verify block: 32 state columns × [`STATE_PARTS`].
+const STEP_THREADS: u32 = 32 * STATE_PARTS as u32;
 
 /// Host [Hv][dk][dv] → device tiled layout ([`state_offset`]).
 pub fn tile_state(g: &Geometry, s: &[f32]) -> Vec<f32> {
@@ -90,6 +96,8 @@ struct Kernels {
     /// Index T − 1.
     step_verify: Vec<Function>,
     step_commit: Vec<Function>,
+    /// The grid of each gdn_step_commit: the blocks the device holds at once.
+    commit_blocks: Vec<u32>,
     fused: Vec<Function>,
 }
 
@@ -130,6 +138,12 @@ pub struct GdnEngine {
     staged: usize,
     /// Tokens the last forward verified (what commit may take), `None` before any.
     verified: Option<usize>,
+    /// Launch the fused forward of layer l + 1 programmatically ([`GdnEngine::layer_overlap`]).
+    overlap_layers: bool,
+    /// Whether every fused object has the dependency wait compiled in (sm_90+).
+    overlap_supported: bool,
+    /// The batched commit's grid instead of the resident blocks (tests).
+    commit_grid: Option<u32>,
 }
 
 fn load(loader: &Loader, kernel: &str, variant: Option<&str>, entry: &str) -> Result<Function> {
@@ -172,12 +186,26 @@ impl GdnEngine {
             step_commit.push(load(loader, plan::STEP, Some(&v), plan::STEP_COMMIT)?);
             fused.push(load(loader, plan::FUSED, Some(&v), plan::FUSED_VERIFY)?);
         }
+        // A programmatic launch needs the kernel's kc_grid_dependency_wait: objects for sm_90+.
+        let overlap_supported = fused.iter().all(|f| {
+            f.record()
+                .target
+                .parse::<Target>()
+                .ok()
+                .and_then(|t| t.processor.sm())
+                .is_some_and(|sm| sm >= 90)
+        });
+        let commit_blocks = step_commit
+            .iter()
+            .map(|f| cuda.resident_blocks(f, STEP_THREADS))
+            .collect::<Result<Vec<u32>>>()?;
         let kernels = Kernels {
             conv: load(loader, plan::CONV, None, plan::CONV)?,
             gates: load(loader, plan::GATES, None, plan::GATES)?,
             norm: load(loader, plan::NORM, None, plan::NORM)?,
             step_verify,
             step_commit,
+            commit_blocks,
             fused,
         };
         let g = geometry;
@@ -210,7 +238,31 @@ impl GdnEngine {
             device: loader.gpu().device().describe(),
             staged: 0,
             verified: None,
+            overlap_layers: overlap_supported,
+            overlap_supported,
+            commit_grid: None,
         })
+    }
+
+    /// Whether the fused forward launches layer l + 1 as a programmatic dependent launch: its
+    /// blocks start while layer l runs and load their state and weights, then wait for layer
+    /// l before they read the layer's inputs. On by default where the objects support it
+    /// (sm_90+); the results are bitwise the same either way.
+    pub fn layer_overlap(&self) -> bool {
+        self.overlap_layers
+    }
+
+    /// The grid of gdn_step_commit: `None` (the default) is the blocks the device holds at
+    /// once; any other count gives the same bits (each block walks its share of the tiles), for
+    /// tests of that walk.
+    pub fn set_commit_grid(&mut self, blocks: Option<u32>) {
+        self.commit_grid = blocks.map(|b| b.max(1));
+    }
+
+    /// Turn [`Self::layer_overlap`] on or off; on only where supported. Returns the setting.
+    pub fn set_layer_overlap(&mut self, on: bool) -> bool {
+        self.overlap_layers = on && self.overlap_supported;
+        self.overlap_layers
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -354,7 +406,9 @@ impl GdnEngine {
             )));
         }
         for l in 0..self.geometry.layers {
-            self.launch_forward_layer(l, t, path)?;
+            // Layer 0 follows whatever came before (a commit writes the state): a plain launch.
+            let overlap = self.overlap_layers && path == Path::Fused && l > 0;
+            self.launch_forward_layers(l, 1, t, path, overlap)?;
         }
         self.verified = Some(t);
         Ok(())
@@ -366,6 +420,7 @@ impl GdnEngine {
             block: (block, 1, 1),
             shared_bytes: 0,
             stream: self.cuda.stream(),
+            programmatic: false,
         }
     }
 
@@ -428,7 +483,7 @@ impl GdnEngine {
 
     /// One layer's forward of `t` staged tokens.
     pub fn launch_forward_layer(&self, layer: usize, t: usize, path: Path) -> Result<()> {
-        self.launch_forward_layers(layer, 1, t, path)
+        self.launch_forward_layers(layer, 1, t, path, false)
     }
 
     /// Every layer's forward of `t` staged tokens with one launch per kernel (the grid covers
@@ -443,9 +498,76 @@ impl GdnEngine {
                 self.staged
             )));
         }
-        self.launch_forward_layers(0, self.geometry.layers, t, path)?;
+        self.launch_forward_layers(0, self.geometry.layers, t, path, false)?;
         self.verified = Some(t);
         Ok(())
+    }
+
+    /// The delta-rule recurrence alone (gdn_step_verify: staged q, k, v, g, β → o, the state
+    /// untouched) of `t` tokens, one launch per layer: the work of FLA's
+    /// `fused_recurrent_gated_delta_rule` without a final state, for benchmarks. Reads the
+    /// qkv, g and β scratch of the last forward of at least `t` tokens.
+    pub fn launch_recurrence(&self, t: usize) -> Result<()> {
+        self.check_recurrence(t)?;
+        for l in 0..self.geometry.layers {
+            self.launch_step_verify_layers(l, 1, t)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::launch_recurrence`] with one launch for every layer.
+    pub fn launch_recurrence_stack(&self, t: usize) -> Result<()> {
+        self.check_recurrence(t)?;
+        self.launch_step_verify_layers(0, self.geometry.layers, t)
+    }
+
+    fn check_recurrence(&self, t: usize) -> Result<()> {
+        self.geometry.check_tokens(t)?;
+        match self.verified {
+            Some(v) if v >= t => Ok(()),
+            _ => Err(EngineError::Other(format!(
+                "recurrence of {t} token(s) needs the q, k, v, g, β of a forward of at least {t} \
+                 token(s); hint: run forward first"
+            ))),
+        }
+    }
+
+    fn launch_step_verify_layers(&self, layer: usize, layers: usize, t: usize) -> Result<()> {
+        let g = self.geometry;
+        let (tw, hk, hv, l0) = (
+            i32_of(g.window, "window")?,
+            i32_of(g.hk, "hk")?,
+            i32_of(g.hv, "hv")?,
+            i32_of(layer, "layer")?,
+        );
+        let f = t
+            .checked_sub(1)
+            .and_then(|i| self.kernels.step_verify.get(i))
+            .ok_or_else(|| EngineError::Other(format!("no step kernel for {t} tokens")))?;
+        let nz = u32::try_from(layers).unwrap_or(u32::MAX);
+        let hv32 = u32::try_from(g.hv).unwrap_or(u32::MAX);
+        let cols = u32::try_from(g.dv / 32).unwrap_or(u32::MAX);
+        let cfg = self.cfg((cols, hv32, nz), STEP_THREADS);
+        let b = &self.buf;
+        // SAFETY: gdn_step_verify's arguments (kernels/gdn/gdn_step.cu); every buffer is sized
+        // for the whole stack.
+        unsafe {
+            f.launch(
+                &cfg,
+                &(
+                    b.qkv.at(0),
+                    b.g.at(0),
+                    b.beta.at(0),
+                    b.state.at(0),
+                    b.o.at(0),
+                    tw,
+                    hk,
+                    hv,
+                    l0,
+                ),
+            )
+        }
+        .map_err(GdnEngine::launch_err(plan::STEP_VERIFY))
     }
 
     fn launch_forward_layers(
@@ -454,6 +576,7 @@ impl GdnEngine {
         layers: usize,
         t: usize,
         path: Path,
+        programmatic: bool,
     ) -> Result<()> {
         let nz = u32::try_from(layers).unwrap_or(u32::MAX);
         let g = self.geometry;
@@ -504,29 +627,7 @@ impl GdnEngine {
                     )
                 }
                 .map_err(GdnEngine::launch_err(plan::GATES))?;
-                let f =
-                    self.kernels.step_verify.get(idx).ok_or_else(|| {
-                        EngineError::Other(format!("no step kernel for {t} tokens"))
-                    })?;
-                let cfg = self.cfg(((g.dv / 32) as u32, hv32, nz), 128);
-                // SAFETY: gdn_step_verify's arguments (kernels/gdn/gdn_step.cu).
-                unsafe {
-                    f.launch(
-                        &cfg,
-                        &(
-                            b.qkv.at(0),
-                            b.g.at(0),
-                            b.beta.at(0),
-                            b.state.at(0),
-                            b.o.at(0),
-                            tw,
-                            hk,
-                            hv,
-                            l0,
-                        ),
-                    )
-                }
-                .map_err(GdnEngine::launch_err(plan::STEP_VERIFY))?;
+                self.launch_step_verify_layers(layer, layers, t)?;
                 let cfg = self.cfg((hv32, u32::try_from(t).unwrap_or(u32::MAX), nz), 128);
                 // SAFETY: gdn_norm's arguments (kernels/gdn/gdn_norm.cu).
                 unsafe {
@@ -553,7 +654,9 @@ impl GdnEngine {
                         EngineError::Other(format!("no fused kernel for {t} tokens"))
                     })?;
                 let cols = u32::try_from(g.dv / 32).unwrap_or(u32::MAX);
-                let cfg = self.cfg((cols, hv32, nz), 128);
+                let cfg = self
+                    .cfg((cols, hv32, nz), STEP_THREADS)
+                    .programmatic(programmatic);
                 let mut ptrs = [
                     b.x.at(0),
                     b.z.at(0),
@@ -617,16 +720,17 @@ impl GdnEngine {
             i32_of(g.hv, "hv")?,
         );
         let b = &self.buf;
-        let hv32 = u32::try_from(g.hv).unwrap_or(u32::MAX);
+        let resident = self
+            .commit_grid
+            .or_else(|| self.kernels.commit_blocks.get(n - 1).copied())
+            .unwrap_or(1);
         let launch = |layer0: usize, layers: usize| -> Result<()> {
-            let cfg = self.cfg(
-                (
-                    (g.dv / 32) as u32,
-                    hv32,
-                    u32::try_from(layers).unwrap_or(u32::MAX),
-                ),
-                128,
-            );
+            // The kernel walks the launch's tiles: any grid is right, the resident one fastest.
+            let blocks = u32::try_from(layers * g.hv * (g.dv / 32))
+                .unwrap_or(u32::MAX)
+                .min(resident);
+            let cfg = self.cfg((blocks.max(1), 1, 1), STEP_THREADS);
+            let nl = i32_of(layers, "layers")?;
             let l0 = i32_of(layer0, "layer")?;
             // SAFETY: gdn_step_commit's arguments (kernels/gdn/gdn_step.cu).
             unsafe {
@@ -643,6 +747,7 @@ impl GdnEngine {
                         hk,
                         hv,
                         l0,
+                        nl,
                     ),
                 )
             }
@@ -775,8 +880,15 @@ mod tests {
         let rows = g.dk / STATE_PARTS;
         for (cg, p, c, r) in [(0, 0, 0, 0), (3, 2, 5, 7), (15, 3, 7, rows - 1)] {
             assert_eq!(
-                state_offset(&g, p * rows + r, cg * 8 + c),
-                cg * g.dk * 8 + p * 8 + c + r * 32
+                state_offset(
+                    &g,
+                    p * rows + r,
+                    cg * STATE_COLS_PER_GROUP + c % STATE_COLS_PER_GROUP
+                ),
+                cg * g.dk * STATE_COLS_PER_GROUP
+                    + p * STATE_COLS_PER_GROUP
+                    + c % STATE_COLS_PER_GROUP
+                    + r * 32
             );
         }
         let s: Vec<f32> = (0..2 * hs).map(|v| v as f32).collect();

@@ -4,8 +4,10 @@
 //! * per seed and T: verify y and o vs the reference (rel-L2), committed S vs the reference;
 //!   the conv state after commit is exactly the last raw inputs;
 //! * fused vs unfused forward: y, o, qkv, g, β bitwise;
-//! * batched vs per-layer commit: S and conv state bitwise; gdn_conv's optional conv-state
-//!   output vs the commit's, bitwise;
+//! * batched vs per-layer commit: S and conv state bitwise, also with the batched commit on
+//!   a 7-block grid (each block walks many tiles); gdn_conv's optional conv-state output vs
+//!   the commit's, bitwise;
+//! * the fused forward with layers launched programmatically vs serially: y, o bitwise;
 //! * multi-token T vs T chained single-token forward+commit: every y and the final S bitwise;
 //! * a decode trajectory (forward 1, commit 1) within a looser rel-L2 of the reference at every
 //!   step.
@@ -336,6 +338,23 @@ pub fn run(
                     &mut checks,
                 );
             }
+            // The fused forward with layer l + 1 launched programmatically (the default where
+            // supported) vs one launch after the other, bitwise.
+            if si == 0 && e.layer_overlap() {
+                e.set_layer_overlap(false);
+                e.poison_outputs()?;
+                let serial = e
+                    .launch_forward(t, Path::Fused)
+                    .and_then(|()| read_outputs(e, t));
+                e.set_layer_overlap(true);
+                let serial = serial?;
+                for (what, a, b) in [("y", &serial.y, &fu.y), ("o", &serial.o, &fu.o)] {
+                    push(
+                        Check::bitwise(format!("{tag} fused serial vs overlapped {what}"), a, b),
+                        &mut checks,
+                    );
+                }
+            }
             // Batched vs per-layer commit, bitwise (from the fused forward's scratch).
             e.commit(t, CommitMode::Batched)?;
             let (s_batch, c_batch) = read_states(e)?;
@@ -355,6 +374,31 @@ pub fn run(
                 ),
                 &mut checks,
             );
+            // The batched commit on a grid of 7 blocks, each walking ~1000 tiles through its
+            // copy pipeline, vs per-layer (one tile per block), bitwise.
+            if si == 0 {
+                reset(e, &c)?;
+                e.forward(&tokens, Path::Fused)?;
+                e.set_commit_grid(Some(7));
+                let small = e
+                    .commit(t, CommitMode::Batched)
+                    .and_then(|()| read_states(e));
+                e.set_commit_grid(None);
+                let (s_small, c_small) = small?;
+                for (what, a, b) in [
+                    ("S", &s_small, &s_layer),
+                    ("conv state", &c_small, &c_layer),
+                ] {
+                    push(
+                        Check::bitwise(
+                            format!("{tag} batched commit on 7 blocks vs per-layer {what}"),
+                            a,
+                            b,
+                        ),
+                        &mut checks,
+                    );
+                }
+            }
             // T tokens at once vs T chained single-token forward + commit.
             if t > 1 {
                 reset(e, &c)?;

@@ -7,6 +7,11 @@
 //   kc_block_sum<BLOCK> / kc_block_max<BLOCK>   full-block reductions (result in every thread)
 //   kc_bf16, kc_bf16_to_float, kc_float_to_bf16 (round-to-nearest-even), kc_bf16x2_lo/hi
 //   KC_EXTERN_C, KC_GLOBAL, KC_LAUNCH_BOUNDS(n), KC_KERNEL(n), KC_DEVICE, KC_RESTRICT
+//   kc_copy_async16 / kc_copy_async4, kc_copy_async_commit, kc_copy_async_wait<N>
+//                            global -> shared copies that run while the block computes
+//                            (cp.async on sm_80+; a plain copy elsewhere, the waits no-ops)
+//   kc_grid_dependency_wait, kc_launch_dependents
+//                            programmatic dependent launch (sm_90+; no-ops elsewhere)
 #ifndef KBUILD_KCOMPAT_H
 #define KBUILD_KCOMPAT_H
 
@@ -86,6 +91,54 @@ KC_DEVICE kc_bf16 kc_float_to_bf16(float f) { return __float2bfloat16_rn(f); }  
 #define KC_KERNEL_OCC(n, blocks) KC_EXTERN_C KC_GLOBAL __launch_bounds__(n, blocks)
 
 #define KC_NEG_INF (kc_uint_as_float(0xff800000u))
+
+// ------------------------------------------------------- programmatic dependent launch
+// A kernel launched with programmatic stream serialisation (kbuild-loader's
+// LaunchConfig::programmatic) may start while the previous kernel in the stream still runs:
+// it may read what that kernel does not write (weights, a state the kernel before it
+// committed), then kc_grid_dependency_wait() returns once the previous kernel has finished and
+// its writes are visible. kc_launch_dependents() lets the next such kernel start early. Both
+// are no-ops without sm_90 (and a plain launch makes the wait return at once).
+#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+KC_DEVICE void kc_grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+KC_DEVICE void kc_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+#else
+KC_DEVICE void kc_grid_dependency_wait() {}
+KC_DEVICE void kc_launch_dependents() {}
+#endif
+
+// ------------------------------------------------------------------- asynchronous copies
+// Global -> shared copies whose latency overlaps the block's compute: issue, commit the group,
+// compute on something else, then kc_copy_async_wait<N>() (at most N newer groups still in
+// flight) and __syncthreads() before any thread reads the copied bytes. The 16-byte form needs
+// both addresses 16-byte aligned. Without cp.async (HIP, sm < 80) each copy completes at once.
+#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define KC_HAS_COPY_ASYNC 1
+KC_DEVICE void kc_copy_async16(void* smem, const void* gmem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+KC_DEVICE void kc_copy_async4(void* smem, const void* gmem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+KC_DEVICE void kc_copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+KC_DEVICE void kc_copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#else
+#define KC_HAS_COPY_ASYNC 0
+KC_DEVICE void kc_copy_async16(void* smem, const void* gmem) {
+  *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
+}
+KC_DEVICE void kc_copy_async4(void* smem, const void* gmem) {
+  *reinterpret_cast<float*>(smem) = *reinterpret_cast<const float*>(gmem);
+}
+KC_DEVICE void kc_copy_async_commit() {}
+template <int N>
+KC_DEVICE void kc_copy_async_wait() {}
+#endif
 
 static_assert(sizeof(kc_bf16) == 2, "kc_bf16 must be 2 bytes");
 

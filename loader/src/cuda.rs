@@ -230,7 +230,8 @@ pub unsafe fn attributes(f: sys::CUfunction) -> Result<FuncAttributes> {
     })
 }
 
-/// `cuLaunchKernel`.
+/// `cuLaunchKernel`, or with `programmatic` `cuLaunchKernelEx` with programmatic stream
+/// serialisation allowed (the kernel may overlap the previous one in the stream).
 ///
 /// # Safety
 /// `f` must be live; `params` must point at values matching the kernel's parameters.
@@ -241,8 +242,35 @@ pub unsafe fn launch(
     shared_bytes: u32,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
+    programmatic: bool,
 ) -> Result<()> {
-    guarded("cuLaunchKernel", || {
-        result::launch_kernel(f, grid, block, shared_bytes, stream, params)
+    if !programmatic {
+        return guarded("cuLaunchKernel", || {
+            result::launch_kernel(f, grid, block, shared_bytes, stream, params)
+        });
+    }
+    guarded("cuLaunchKernelEx", || {
+        // SAFETY: a zeroed attribute value is valid (plain integers); the one attribute and
+        // the config live across the call.
+        let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared_bytes,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result()
     })
 }

@@ -41,6 +41,11 @@ pub struct LaunchConfig {
     /// Dynamic shared memory (LDS) bytes.
     pub shared_bytes: u32,
     pub stream: Stream,
+    /// CUDA programmatic dependent launch (sm_90+): the kernel may start while the previous
+    /// kernel in the stream still runs, and must wait (`griddepcontrol.wait`,
+    /// kcompat.h's `kc_grid_dependency_wait`) before it touches anything that kernel writes.
+    /// Ignored on HIP, where launches on one stream stay serialised.
+    pub programmatic: bool,
 }
 
 impl LaunchConfig {
@@ -51,11 +56,18 @@ impl LaunchConfig {
             block: (block, 1, 1),
             shared_bytes: 0,
             stream: Stream::DEFAULT,
+            programmatic: false,
         }
     }
 
     pub fn on(mut self, stream: Stream) -> LaunchConfig {
         self.stream = stream;
+        self
+    }
+
+    /// The same launch as a programmatic dependent launch ([`LaunchConfig::programmatic`]).
+    pub fn programmatic(mut self, on: bool) -> LaunchConfig {
+        self.programmatic = on;
         self
     }
 

@@ -491,6 +491,7 @@ impl Function {
                 cfg.shared_bytes,
                 cfg.stream.raw().cast(),
                 params,
+                cfg.programmatic,
             ),
             (RawFunction::Hip(f), ModuleInner::Hip { rt, .. }) => rt.launch(
                 *f,

@@ -259,6 +259,7 @@ pub unsafe extern "C" fn kbuild_function_launch(
             block: (c.block[0], c.block[1], c.block[2]),
             shared_bytes: c.shared_bytes,
             stream: Stream::from_raw(c.stream),
+            programmatic: false,
         };
         let params: &mut [*mut c_void] = if nargs == 0 || args.is_null() {
             &mut []
