@@ -35,7 +35,9 @@
 #define FUSED_BLOCKS_PER_HEAD (DV / FUSED_COLS)
 static_assert(DK <= FUSED_THREADS, "one thread per q/k channel");
 
-#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// GDN_NO_CLUSTER forces the portable path on sm_90, so that a CUDA GPU checks what HIP and
+// older GPUs run (scripts/device/gdn-h200.sh).
+#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GDN_NO_CLUSTER)
 #define FUSED_CLUSTER 1
 #include <cooperative_groups.h>
 #define FUSED_CLUSTER_DIMS __cluster_dims__(FUSED_BLOCKS_PER_HEAD, 1, 1)

@@ -112,7 +112,8 @@ KC_DEVICE void kc_launch_dependents() {}
 // compute on something else, then kc_copy_async_wait<N>() (at most N newer groups still in
 // flight) and __syncthreads() before any thread reads the copied bytes. The 16-byte form needs
 // both addresses 16-byte aligned. Without cp.async (HIP, sm < 80) each copy completes at once.
-#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// KC_NO_COPY_ASYNC forces the plain copies (to test that path on a CUDA GPU).
+#if defined(KC_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(KC_NO_COPY_ASYNC)
 #define KC_HAS_COPY_ASYNC 1
 KC_DEVICE void kc_copy_async16(void* smem, const void* gmem) {
   const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);

@@ -6,7 +6,8 @@
 #   scripts/device/gdn-h200.sh build       # here: release kbuild (stripped) + the sm_90 kernels
 #                                          #   -> .device/gdn/{kbuild,kernels/}; checks .whl/fla_core-0.6*
 #   scripts/device/gdn-h200.sh run [OUT]   # on the GPU machine (carry .device/gdn and .whl):
-#                                          #   $OUT/{bench.txt,fla.json,fla.txt,check.txt,env.txt}
+#                                          #   $OUT/{bench.txt,fla.json,fla.txt,check.txt,env.txt,
+#                                          #   check-portable.txt}
 #
 # Device call (from the repository root, one run):
 #   run(carry=[".device/gdn", ".whl"], command="scripts/device/gdn-h200.sh run")
@@ -24,6 +25,15 @@ build)
     mkdir -p "$DEV"
     rm -rf "$DEV/kernels"
     target/release/kbuild --targets sm_90 --out "$DEV/kernels"
+    # The portable paths (the fused norm without clusters, the commit without cp.async: what
+    # HIP and sm < 80 run) forced on sm_90, so that the H200 checks them too.
+    src=$(mktemp -d)
+    cp -r kernels "$src/kernels"
+    sed -i 's|cuda = \["--fmad=false"\]|cuda = ["--fmad=false", "-DGDN_NO_CLUSTER", "-DKC_NO_COPY_ASYNC"]|' "$src/kernels/Kbuild.toml"
+    grep -q GDN_NO_CLUSTER "$src/kernels/Kbuild.toml" || { echo "error: could not set the portable defines" >&2; exit 1; }
+    rm -rf "$DEV/portable"
+    target/release/kbuild --manifest-path "$src/kernels/Kbuild.toml" --targets sm_90 --out "$PWD/$DEV/portable"
+    rm -rf "$src"
     # The release binary carries line tables (74 MB): strip the copy to fit the carry limit.
     strip -o "$DEV/kbuild" target/release/kbuild
     ls .whl/fla_core-0.6*.whl >/dev/null 2>&1 || {
@@ -55,7 +65,17 @@ run)
     set -e
     grep -c PASS "$out/check.txt" | sed 's/^/PASS lines: /'
     grep FAIL "$out/check.txt" | head -20 || true
-    exit "$rc"
+    # 4. The portable paths on the same GPU (one seed, a shorter trajectory).
+    prc=0
+    if [ -d "$DEV/portable" ]; then
+        timeout "${CHECK_TIMEOUT:-200}" "$DEV/kbuild" run gdn --bundle "$DEV/portable" --tokens "$TOKENS" \
+            --seeds 1 --trajectory 32 --check > "$out/check-portable.txt" 2>&1
+        prc=$?
+        tail -1 "$out/check-portable.txt"
+        grep FAIL "$out/check-portable.txt" | head -20 || true
+    fi
+    [ "$rc" -ne 0 ] && exit "$rc"
+    exit "$prc"
     ;;
 *)
     sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
