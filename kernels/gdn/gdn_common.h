@@ -142,23 +142,29 @@ KC_DEVICE size_t gdn_state_lane(int l, int hv, int h, int cg, int p, int c) {
 }
 #define GDN_STATE_STEP 32  // between a lane's consecutive state rows (GDN_PARTS * columns)
 
+// sum_i S[i][j] x[i] over the key dimension, every part lane gets it (S^T k of the update, the
+// readout o = S^T q): a sequential fmaf chain over the lane's rows, then gdn_sum_parts.
+// x: the lane's rows (gdn_kchunk).
+KC_DEVICE float gdn_dot(const float (&s)[GDN_ROWS], const float4* x) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int m = 0; m < GDN_ROWS / 4; ++m) {
+    const float4 xv = x[m];
+    acc = fmaf(s[4 * m + 0], xv.x, acc);
+    acc = fmaf(s[4 * m + 1], xv.y, acc);
+    acc = fmaf(s[4 * m + 2], xv.z, acc);
+    acc = fmaf(s[4 * m + 3], xv.w, acc);
+  }
+  return gdn_sum_parts(acc);
+}
+
 // One token of the delta rule on the lane's slice of state column j:
 //   S <- e^g S;  u_j = v_j - sum_i S[i][j] k[i];  S[i][j] <- S[i][j] + k[i] * (beta * u_j)
 // k: the lane's rows of the token's staged key (gdn_kchunk).
 KC_DEVICE void gdn_token(float (&s)[GDN_ROWS], const float4* k, float v, float eg, float beta) {
 #pragma unroll
   for (int r = 0; r < GDN_ROWS; ++r) s[r] = s[r] * eg;
-  float acc = 0.0f;
-#pragma unroll
-  for (int m = 0; m < GDN_ROWS / 4; ++m) {
-    const float4 kv = k[m];
-    acc = fmaf(s[4 * m + 0], kv.x, acc);
-    acc = fmaf(s[4 * m + 1], kv.y, acc);
-    acc = fmaf(s[4 * m + 2], kv.z, acc);
-    acc = fmaf(s[4 * m + 3], kv.w, acc);
-  }
-  acc = gdn_sum_parts(acc);
-  const float bu = beta * (v - acc);
+  const float bu = beta * (v - gdn_dot(s, k));
 #pragma unroll
   for (int m = 0; m < GDN_ROWS / 4; ++m) {
     const float4 kv = k[m];
@@ -167,20 +173,6 @@ KC_DEVICE void gdn_token(float (&s)[GDN_ROWS], const float4* k, float v, float e
     s[4 * m + 2] = fmaf(kv.z, bu, s[4 * m + 2]);
     s[4 * m + 3] = fmaf(kv.w, bu, s[4 * m + 3]);
   }
-}
-
-// o_j = sum_i S[i][j] q[i] (every part lane gets it); q: the lane's rows (gdn_kchunk).
-KC_DEVICE float gdn_readout(const float (&s)[GDN_ROWS], const float4* q) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int m = 0; m < GDN_ROWS / 4; ++m) {
-    const float4 qv = q[m];
-    acc = fmaf(s[4 * m + 0], qv.x, acc);
-    acc = fmaf(s[4 * m + 1], qv.y, acc);
-    acc = fmaf(s[4 * m + 2], qv.z, acc);
-    acc = fmaf(s[4 * m + 3], qv.w, acc);
-  }
-  return gdn_sum_parts(acc);
 }
 
 // The gated RMSNorm of one element given the head's sum of squares of o:

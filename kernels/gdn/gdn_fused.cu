@@ -224,7 +224,7 @@ void gdn_fused_verify(const float* KC_RESTRICT x, const float* KC_RESTRICT z,
 #pragma unroll
   for (int t = 0; t < TOKENS; ++t) {
     gdn_token(s, gdn_kchunk(k_s + t * GDN_KPAD, p), v_s[t][lcol], eg_s[t], beta_s[t]);
-    const float ot = gdn_readout(s, gdn_kchunk(q_s + t * GDN_KPAD, p));
+    const float ot = gdn_dot(s, gdn_kchunk(q_s + t * GDN_KPAD, p));
     if (p == 0) {
       o_s[t][lcol] = ot;
       o[gdn_tok(l, tw, t) * (size_t)(hv * DV) + (size_t)h * DV + (size_t)bx * FUSED_COLS + lcol] = ot;

@@ -98,7 +98,7 @@ void gdn_step_verify(const float* KC_RESTRICT qkv, const float* KC_RESTRICT g,
 #pragma unroll
   for (int t = 0; t < TOKENS; ++t) {
     gdn_token(s, gdn_kchunk(k_s + t * GDN_KPAD, ln.p), v[t], eg_s[t], beta_s[t]);
-    const float ot = gdn_readout(s, gdn_kchunk(q_s + t * GDN_KPAD, ln.p));
+    const float ot = gdn_dot(s, gdn_kchunk(q_s + t * GDN_KPAD, ln.p));
     if (ln.p == 0) o[gdn_tok(l, tw, t) * (size_t)(hv * DV) + (size_t)h * DV + ln.col] = ot;
   }
 }
