@@ -1,20 +1,40 @@
 //! The committed resource baseline (`kbuild.resources/v1`, default `resources.json` next to
 //! `Kbuild.toml`, i.e. `kernels/resources.json`): `kbuild build --check-baseline` fails when a
-//! build's resources drift from it and prints the diff; `kbuild baseline update` rewrites it.
+//! build's resources drift from it; `kbuild baseline update` rewrites it. This module compares
+//! and rewrites; the caller renders.
 //!
 //! A check compares only the targets the build built (a `--targets` subset checks that subset).
 
-use std::io::IsTerminal;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
-use kbuild_manifest::diff::{self, Diff, Snapshot};
+use kbuild_bundle::archive::Limits;
+use kbuild_report::demangle::demangle;
+use kbuild_report::diff::{load_side, Diff, SideError, Snapshot, SnapshotError};
 
-use crate::build::{build, BuildOptions};
+use crate::build::{build, BuildError, BuildOptions};
 use crate::config::Project;
-use crate::diff_cmd::{color_for, demangle_names, load_side};
-use crate::fsutil;
+use crate::events::Observer;
+use kbuild_base::fs as fsutil;
+
+/// Why a baseline could not be checked or written.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("no resource baseline at {0}; create it with `kbuild baseline update` and commit it")]
+    Missing(String),
+    #[error("reading {path}: {err}")]
+    Io { path: String, err: std::io::Error },
+    #[error("writing {path}: {err}")]
+    Write { path: String, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Snapshot { path: String, err: SnapshotError },
+    #[error(transparent)]
+    Side(#[from] SideError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error("{failed} job(s) failed; {path} was not updated")]
+    JobsFailed { failed: usize, path: String },
+}
 
 /// The baseline's file name, next to `Kbuild.toml`.
 pub const FILE_NAME: &str = "resources.json";
@@ -36,73 +56,65 @@ fn shown(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-fn read_baseline(path: &Path) -> Result<Snapshot> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-            "no resource baseline at {}; create it with `kbuild baseline update` and commit it",
-            shown(path)
-        ),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    Snapshot::from_json(&data).with_context(|| shown(path))
+fn snapshot_at(path: &Path, shown_as: String) -> Result<Snapshot, BaselineError> {
+    let data = std::fs::read(path).map_err(|err| BaselineError::Io {
+        path: path.display().to_string(),
+        err,
+    })?;
+    Snapshot::from_json(&data).map_err(|err| BaselineError::Snapshot {
+        path: shown_as,
+        err,
+    })
 }
 
-/// Compare the build whose manifest is `manifest` with the baseline `path`. Drift (any
-/// changed resource or size, any added or removed kernel or target) prints the diff on stderr
-/// (with `json`: one `{"event": "baseline", ...}` line on stdout) and exits 1.
-pub fn check(manifest: &Path, path: &Path, json: bool) -> Result<ExitCode> {
-    let data =
-        std::fs::read(manifest).with_context(|| format!("reading {}", manifest.display()))?;
-    let head = Snapshot::from_json(&data).with_context(|| manifest.display().to_string())?;
+fn read_baseline(path: &Path) -> Result<Snapshot, BaselineError> {
+    if !path.exists() {
+        return Err(BaselineError::Missing(shown(path)));
+    }
+    snapshot_at(path, shown(path))
+}
+
+/// A build compared with the baseline.
+#[derive(Debug)]
+pub struct BaselineCheck {
+    /// The baseline as the user sees its path.
+    pub label: String,
+    /// Baseline (restricted to the built targets) → this build.
+    pub diff: Diff,
+    /// Any changed resource or size, any added or removed kernel or target.
+    pub drift: bool,
+    /// Targets of the baseline this build did not build.
+    pub skipped_targets: usize,
+    pub objects: usize,
+    pub targets: usize,
+    /// Set when the toolchains differ: `(baseline's, this build's)`.
+    pub toolchains: Option<(BTreeMap<String, String>, BTreeMap<String, String>)>,
+}
+
+/// Compare the build whose manifest is `manifest` with the baseline `path`.
+pub fn check(manifest: &Path, path: &Path) -> Result<BaselineCheck, BaselineError> {
+    let head = snapshot_at(manifest, manifest.display().to_string())?;
     let baseline = read_baseline(path)?;
     let base = baseline.restricted_to(&head.targets);
-    let names = demangle_names(&[&base, &head]);
-    let label = shown(path);
-    let d = Diff::new(&base, &head, &label, "this build", &names);
-    let drift = d.differs();
-    let skipped = baseline.targets.len() - base.targets.len();
-    if json {
-        let report: serde_json::Value =
-            serde_json::from_str(&diff::to_json(&d, None)).unwrap_or_default();
-        println!(
-            "{}",
-            serde_json::json!({"event": "baseline", "path": label, "drift": drift, "diff": report})
-        );
-    }
-    if !drift {
-        if !json {
-            let mut msg = format!(
-                "baseline {label}: up to date ({} objects, {} targets)",
-                head.objects.len(),
-                head.targets.len()
-            );
-            if skipped > 0 {
-                msg.push_str(&format!("; {skipped} more targets in it were not built"));
-            }
-            eprintln!("{msg}");
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    if !json {
-        eprint!(
-            "{}",
-            diff::text(&d, None, color_for(std::io::stderr().is_terminal()))
-        );
-    }
-    let toolchain_note = if baseline.toolchains != head.toolchains && !head.toolchains.is_empty() {
-        format!(
-            " (the baseline was made with other toolchains: {:?}, this build: {:?})",
-            baseline.toolchains, head.toolchains
-        )
-    } else {
-        String::new()
-    };
-    eprintln!(
-        "error: kernel resources drifted from {label}{toolchain_note}; if the change is \
-         intended, run `kbuild baseline update` and commit {label}"
+    let names = demangle(
+        [&base, &head]
+            .iter()
+            .flat_map(|s| s.objects.iter())
+            .flat_map(|o| o.resources.keys()),
     );
-    Ok(ExitCode::from(1))
+    let label = shown(path);
+    let diff = Diff::new(&base, &head, &label, "this build", &names);
+    let toolchains = (baseline.toolchains != head.toolchains && !head.toolchains.is_empty())
+        .then(|| (baseline.toolchains.clone(), head.toolchains.clone()));
+    Ok(BaselineCheck {
+        drift: diff.differs(),
+        skipped_targets: baseline.targets.len() - base.targets.len(),
+        objects: head.objects.len(),
+        targets: head.targets.len(),
+        label,
+        diff,
+        toolchains,
+    })
 }
 
 /// What `kbuild baseline update` was asked.
@@ -116,26 +128,42 @@ pub struct UpdateRequest {
     pub from: Option<PathBuf>,
 }
 
+/// What an update did.
+#[derive(Debug)]
+pub struct UpdateOutcome {
+    /// The baseline as the user sees its path.
+    pub label: String,
+    /// False when the file already held exactly this.
+    pub wrote: bool,
+    pub objects: usize,
+    pub targets: usize,
+    /// Targets kept from the previous baseline (a partial update).
+    pub kept_targets: usize,
+}
+
 /// Rewrite the baseline from a build (atomically: temp file + rename). A partial build
 /// (`--targets`, `--from`) replaces its targets and keeps the baseline's others (for kernels
 /// the project still has).
-pub fn update(project: &Project, req: &UpdateRequest) -> Result<ExitCode> {
+pub fn update(
+    project: &Project,
+    req: &UpdateRequest,
+    observer: &dyn Observer,
+) -> Result<UpdateOutcome, BaselineError> {
     let path = req.path.clone().unwrap_or_else(|| default_path(project));
     let fresh = match &req.from {
-        Some(from) => load_side(from, "--from")?,
+        Some(from) => load_side(from, "--from", Limits::from_env(&req.build.env))?,
         None => {
-            let report = build(project, &req.build)?;
+            let report = build(project, &req.build, observer)?;
             if !report.failures.is_empty() {
-                bail!(
-                    "{} job(s) failed; {} was not updated",
-                    report.failures.len(),
-                    shown(&path)
-                );
+                return Err(BaselineError::JobsFailed {
+                    failed: report.failures.len(),
+                    path: shown(&path),
+                });
             }
-            let data = std::fs::read(&report.manifest_path)
-                .with_context(|| format!("reading {}", report.manifest_path.display()))?;
-            Snapshot::from_json(&data)
-                .with_context(|| report.manifest_path.display().to_string())?
+            snapshot_at(
+                &report.manifest_path,
+                report.manifest_path.display().to_string(),
+            )?
         }
     };
     let mut next = fresh.clone();
@@ -168,20 +196,17 @@ pub fn update(project: &Project, req: &UpdateRequest) -> Result<ExitCode> {
         );
     }
     let text = next.to_baseline_json();
-    let wrote = fsutil::write_if_changed(&path, text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
-    let mut msg = format!(
-        "{} {}: {} objects, {} targets",
-        if wrote { "wrote" } else { "unchanged" },
-        shown(&path),
-        next.objects.len(),
-        next.targets.len()
-    );
-    if kept > 0 {
-        msg.push_str(&format!(
-            " ({kept} targets kept from the previous baseline)"
-        ));
-    }
-    eprintln!("{msg}");
-    Ok(ExitCode::SUCCESS)
+    let wrote = fsutil::write_if_changed(&path, text.as_bytes()).map_err(|err| {
+        BaselineError::Write {
+            path: path.display().to_string(),
+            err,
+        }
+    })?;
+    Ok(UpdateOutcome {
+        label: shown(&path),
+        wrote,
+        objects: next.objects.len(),
+        targets: next.targets.len(),
+        kept_targets: kept,
+    })
 }

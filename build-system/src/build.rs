@@ -15,8 +15,10 @@ use kbuild_manifest::target::{ObjectKind, Target, Vendor};
 use crate::cache::{Cache, Dep};
 use crate::config::Project;
 use crate::driver::{self, CompileCommand, CompileError};
-use crate::events::{Event, JobStatus, Reporter};
-use crate::fsutil;
+use crate::events::{Event, JobStatus, Observer};
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::Env;
+use kbuild_base::fs as fsutil;
 use crate::plan::{plan, Job};
 use crate::remote_cache::{Fetch, RemoteCache, RemoteMode, RemoteStats};
 use crate::toolchain::{ToolchainError, Toolchains};
@@ -30,7 +32,6 @@ pub struct BuildOptions {
     pub jobs: Option<usize>,
     pub keep_going: bool,
     pub fat: bool,
-    pub json: bool,
     /// Per-compile timeout in seconds (overrides Kbuild.toml `job-timeout`).
     pub job_timeout: Option<u64>,
     pub cache_dir: Option<PathBuf>,
@@ -40,6 +41,9 @@ pub struct BuildOptions {
     pub remote_cache_mode: Option<RemoteMode>,
     /// Talk to the remote cache over http://.
     pub plain_http: bool,
+    /// The environment the build sees: toolchain variables (CUDA_HOME, ROCM_PATH, PATH),
+    /// kbuild's directories, `KBUILD_LAUNCHER`, registry credentials for the remote cache.
+    pub env: Env,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +92,9 @@ struct Ctx<'a> {
     cache: &'a Cache,
     out_dir: &'a Path,
     timeout: Option<Duration>,
-    reporter: &'a Reporter,
+    reporter: &'a dyn Observer,
     remote: Option<&'a RemoteCache>,
+    env: &'a Env,
 }
 
 /// The targets, cache directory and toolchains of a build; every target's toolchain checked
@@ -105,8 +110,11 @@ fn prepare(
     if targets.is_empty() {
         return Err(BuildError::NoTargets(project.file.display().to_string()));
     }
-    let cache_dir = opts.cache_dir.clone().unwrap_or_else(fsutil::cache_dir);
-    let tcs = Toolchains::discover(&project.toolchain, &cache_dir);
+    let cache_dir = opts
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| Dirs::from_env(&opts.env).cache);
+    let tcs = Toolchains::discover(&project.toolchain, &cache_dir, &opts.env);
     let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
     if !problems.is_empty() {
         return Err(BuildError::Toolchain(problems));
@@ -123,13 +131,17 @@ pub fn commands(
     let (targets, _, tcs) = prepare(project, opts)?;
     Ok(plan(project, &targets)
         .into_iter()
-        .filter_map(|j| driver::command(project, &j, &tcs).map(|c| (j, c)))
+        .filter_map(|j| driver::command(project, &j, &tcs, &opts.env).map(|c| (j, c)))
         .collect())
 }
 
 /// Run a build. Job failures are in the report (the caller exits 1); setup problems (no
 /// targets, missing toolchains) are errors before anything runs.
-pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+pub fn build(
+    project: &Project,
+    opts: &BuildOptions,
+    reporter: &dyn Observer,
+) -> Result<BuildReport, BuildError> {
     let start = Instant::now();
     let (targets, cache_dir, tcs) = prepare(project, opts)?;
     let cache = Cache::open(&cache_dir);
@@ -141,7 +153,7 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
     let mut jobs = plan(project, &targets);
     order_longest_first(&mut jobs, &cache_dir);
 
-    let reporter = Reporter::new(opts.json, jobs.len());
+    reporter.planned(jobs.len());
     let timeout = opts
         .job_timeout
         .or(project.job_timeout)
@@ -152,8 +164,9 @@ pub fn build(project: &Project, opts: &BuildOptions) -> Result<BuildReport, Buil
         cache: &cache,
         out_dir: &out_dir,
         timeout,
-        reporter: &reporter,
+        reporter,
         remote: remote.as_ref(),
+        env: &opts.env,
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -307,9 +320,30 @@ fn open_remote(project: &Project, opts: &BuildOptions) -> Result<Option<RemoteCa
         })?,
         (None, None) => RemoteMode::Read,
     };
-    RemoteCache::open(url, mode, opts.plain_http)
+    open_remote_client(url, mode, opts)
+}
+
+#[cfg(feature = "remote-cache")]
+fn open_remote_client(
+    url: &str,
+    mode: RemoteMode,
+    opts: &BuildOptions,
+) -> Result<Option<RemoteCache>, BuildError> {
+    RemoteCache::open(url, mode, opts.plain_http, &opts.env)
         .map(Some)
         .map_err(BuildError::RemoteCache)
+}
+
+#[cfg(not(feature = "remote-cache"))]
+fn open_remote_client(
+    url: &str,
+    _: RemoteMode,
+    _: &BuildOptions,
+) -> Result<Option<RemoteCache>, BuildError> {
+    tracing::warn!(
+        "remote cache {url}: this build of kbuild has no remote-cache feature; compiling locally"
+    );
+    Ok(None)
 }
 
 fn round3(x: f64) -> f64 {
@@ -346,7 +380,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }),
         seconds: start.elapsed().as_secs_f64(),
     };
-    let Some(cmd) = driver::command(ctx.project, job, ctx.tcs) else {
+    let Some(cmd) = driver::command(ctx.project, job, ctx.tcs, ctx.env) else {
         return fail(
             format!("no {} toolchain", job.target.vendor().toolchain()),
             None,
@@ -445,7 +479,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
             .unwrap_or_default(),
         target: target_name,
         path: job.out_rel.display().to_string(),
-        sha256: fsutil::sha256_hex(&entry.object),
+        sha256: kbuild_base::digest::sha256_hex(&entry.object),
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
         entries: ident.entries,

@@ -4,7 +4,7 @@
 //! ```no_run
 //! // build.rs
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     kbuild::Build::from_manifest("kernels/Kbuild.toml")
+//!     kbuild_build::Build::from_manifest("kernels/Kbuild.toml")
 //!         .targets(["sm_89", "gfx1100"])
 //!         .run()?;
 //!     Ok(())
@@ -28,9 +28,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use kbuild_manifest::target::{parse_target_list, Target};
-use kbuild_registry::Bundle;
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::{names, Env};
+use kbuild_bundle::Bundle;
+use kbuild_manifest::target::TargetError;
 
 use crate::build::{build, BuildOptions};
+use crate::events::{Event, Observer};
 use crate::cache::Cache;
 use crate::config::{self, Project};
 
@@ -39,13 +43,14 @@ pub const MODULE_FILE: &str = "kbuild_kernels.rs";
 
 /// Environment variables that change what a build produces or where it looks.
 const ENV_INPUTS: &[&str] = &[
-    "KBUILD_CACHE_DIR",
-    "KBUILD_LAUNCHER",
-    "KBUILD_DATA_DIR",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "ROCM_PATH",
-    "HIP_PATH",
+    names::KBUILD_CACHE_DIR,
+    names::KBUILD_LAUNCHER,
+    names::KBUILD_DATA_DIR,
+    names::CUDA_HOME,
+    names::CUDA_PATH,
+    names::ROCM_PATH,
+    names::HIP_PATH,
+    names::SOURCE_DATE_EPOCH,
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +58,7 @@ pub enum BuildRsError {
     #[error("{0}")]
     Config(#[from] config::ConfigError),
     #[error("targets `{list}`: {err}")]
-    Targets { list: String, err: String },
+    Targets { list: String, err: TargetError },
     #[error(
         "no output directory: call .out_dir(...) or run from a build script (OUT_DIR is unset)"
     )]
@@ -63,7 +68,7 @@ pub enum BuildRsError {
     #[error("{count} kernel job(s) failed:\n{details}")]
     Jobs { count: usize, details: String },
     #[error("packaging the kernels: {0}")]
-    Bundle(#[from] kbuild_registry::BundleError),
+    Bundle(#[from] kbuild_bundle::BundleError),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
 }
@@ -78,6 +83,7 @@ pub struct Build {
     jobs: Option<usize>,
     remote_cache: Option<String>,
     cargo: bool,
+    env: Env,
 }
 
 /// What [`Build::run`] wrote.
@@ -107,6 +113,8 @@ impl Build {
             jobs: None,
             remote_cache: None,
             cargo: true,
+            // The build script's environment, read once (cargo sets OUT_DIR there).
+            env: Env::from_process(),
         }
     }
 
@@ -146,6 +154,12 @@ impl Build {
     }
 
     /// Whether to print `cargo:` directives (default true; off for use outside build scripts).
+    /// The environment the build sees (default: the build script's own).
+    pub fn env(mut self, env: Env) -> Build {
+        self.env = env;
+        self
+    }
+
     pub fn cargo_directives(mut self, on: bool) -> Build {
         self.cargo = on;
         self
@@ -158,7 +172,7 @@ impl Build {
         let out = match self
             .out_dir
             .clone()
-            .or_else(|| std::env::var_os("OUT_DIR").map(PathBuf::from))
+            .or_else(|| self.env.path(names::OUT_DIR))
         {
             Some(d) => d,
             None => return Err(BuildRsError::NoOutDir),
@@ -167,18 +181,19 @@ impl Build {
         let cache_dir = self
             .cache_dir
             .clone()
-            .unwrap_or_else(crate::fsutil::cache_dir);
+            .unwrap_or_else(|| Dirs::from_env(&self.env).cache);
         let opts = BuildOptions {
             targets,
             out_dir: Some(build_dir.clone()),
             jobs: self.jobs,
             cache_dir: Some(cache_dir.clone()),
             remote_cache: self.remote_cache.clone(),
+            env: self.env.clone(),
             ..BuildOptions::default()
         };
         // Watch the inputs even when the build fails, so fixing a header reruns it.
         let early = project_inputs(&project, None, &[]);
-        let report = match build(&project, &opts) {
+        let report = match build(&project, &opts, &CargoLines) {
             Ok(r) => r,
             Err(e) => {
                 self.print_inputs(&early);
@@ -200,7 +215,10 @@ impl Build {
         }
         let bundle = Bundle::from_build_dir(&build_dir, None)?;
         let bundle_path = out.join(bundle.file_name());
-        write(&bundle_path, &bundle.to_bytes()?)?;
+        write(
+            &bundle_path,
+            &bundle.to_bytes(self.env.source_date_epoch())?,
+        )?;
 
         let cache = Cache::open(&cache_dir);
         let keys: Vec<String> = bundle
@@ -235,7 +253,7 @@ impl Build {
         for item in &self.targets {
             let list = parse_target_list(item).map_err(|e| BuildRsError::Targets {
                 list: item.clone(),
-                err: e.to_string(),
+                err: e,
             })?;
             for t in list {
                 if !all.contains(&t) {
@@ -259,8 +277,24 @@ impl Build {
     }
 }
 
+/// A build script's progress: failures and notes as plain lines on stderr, which cargo shows
+/// when the script fails.
+struct CargoLines;
+
+impl Observer for CargoLines {
+    fn event(&self, e: &Event) {
+        if let (Event::Job { error: Some(_), .. }, Some(line)) = (e, e.line()) {
+            eprintln!("{line}");
+        }
+    }
+
+    fn note(&self, text: &str) {
+        eprintln!("{text}");
+    }
+}
+
 fn write(path: &Path, bytes: &[u8]) -> Result<(), BuildRsError> {
-    crate::fsutil::write_if_changed(path, bytes)
+    kbuild_base::fs::write_if_changed(path, bytes)
         .map(|_| ())
         .map_err(|err| BuildRsError::Write {
             path: path.display().to_string(),

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil;
+use kbuild_base::fs as fsutil;
 
 /// Bumped when the entry layout or key derivation changes.
 const VERSION: &str = "kbuild-cache-v1";
@@ -116,7 +116,7 @@ impl Cache {
                 return h.clone();
             }
         }
-        let h = fsutil::hash_file(&path).ok();
+        let h = kbuild_base::digest::blake3_file(&path).ok();
         if let Ok(mut map) = self.hashes.lock() {
             map.insert(path, h.clone());
         }

@@ -1,5 +1,6 @@
 //! Compiler drivers: the exact device-only command for a job, and running it.
 
+use kbuild_base::env::{names, Env};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,7 +64,13 @@ fn output_args(tmp: &Path) -> Vec<String> {
 }
 
 /// Build the command for `job`. The toolchain must have been checked for its target.
-pub fn command(project: &Project, job: &Job, tcs: &Toolchains) -> Option<CompileCommand> {
+/// `env` gives `KBUILD_LAUNCHER`, used when the project sets no launcher.
+pub fn command(
+    project: &Project,
+    job: &Job,
+    tcs: &Toolchains,
+    env: &Env,
+) -> Option<CompileCommand> {
     let k = &project.kernels[job.kernel];
     let t = &job.target;
     let mut args: Vec<String> = Vec::new();
@@ -122,11 +129,10 @@ pub fn command(project: &Project, job: &Job, tcs: &Toolchains) -> Option<Compile
     Some(CompileCommand {
         program,
         key_args: args,
-        launcher: project.launcher.clone().or_else(|| {
-            std::env::var("KBUILD_LAUNCHER")
-                .ok()
-                .filter(|s| !s.is_empty())
-        }),
+        launcher: project
+            .launcher
+            .clone()
+            .or_else(|| env.str(names::KBUILD_LAUNCHER).map(String::from)),
         identity,
     })
 }

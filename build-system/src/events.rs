@@ -1,8 +1,4 @@
-//! Build events and the three ways of reporting them: a progress bar on a TTY, plain lines
-//! otherwise, and `--json` (one JSON object per line).
-
-use std::io::{IsTerminal, Write};
-use std::time::Duration;
+//! Build events and the [`Observer`] a build reports them to.
 
 use serde::Serialize;
 
@@ -41,79 +37,31 @@ pub enum Event {
     },
 }
 
-/// Where events go.
-pub enum Reporter {
-    Json,
-    Plain,
-    Bar(indicatif::ProgressBar),
+/// Where a build's progress goes. The library only reports; the `kbuild` binary draws a
+/// progress bar, plain lines or JSON, the build.rs API prints plain lines for cargo.
+pub trait Observer: Sync {
+    /// The build planned `jobs` jobs (before any starts).
+    fn planned(&self, _jobs: usize) {}
+    /// A job started compiling (`label` is `kernel[.variant] for target`).
+    fn started(&self, _label: &str) {}
+    /// A job finished, or the build did.
+    fn event(&self, e: &Event);
+    /// Free text for people (failure details, remote-cache notes).
+    fn note(&self, text: &str);
 }
 
-impl Reporter {
-    pub fn new(json: bool, total: usize) -> Reporter {
-        if json {
-            return Reporter::Json;
-        }
-        if std::io::stderr().is_terminal() && std::env::var_os("CI").is_none() {
-            let bar = indicatif::ProgressBar::new(total as u64);
-            let style = indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {wide_msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-            bar.set_style(style);
-            bar.enable_steady_tick(Duration::from_millis(200));
-            return Reporter::Bar(bar);
-        }
-        Reporter::Plain
-    }
+/// Sees nothing (tests, callers that only want the report).
+pub struct Quiet;
 
-    /// A job started (bar shows current jobs).
-    pub fn started(&self, label: &str) {
-        if let Reporter::Bar(b) = self {
-            b.set_message(format!("compiling {label}"));
-        }
-    }
+impl Observer for Quiet {
+    fn event(&self, _: &Event) {}
+    fn note(&self, _: &str) {}
+}
 
-    pub fn event(&self, e: &Event) {
-        match self {
-            Reporter::Json => {
-                if let Ok(line) = serde_json::to_string(e) {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{line}");
-                }
-            }
-            Reporter::Plain => {
-                if let Some(line) = plain_line(e) {
-                    eprintln!("{line}");
-                }
-            }
-            Reporter::Bar(b) => match e {
-                Event::Job {
-                    status: JobStatus::Failed,
-                    ..
-                } => {
-                    if let Some(line) = plain_line(e) {
-                        b.println(line);
-                    }
-                    b.inc(1);
-                }
-                Event::Job { .. } => b.inc(1),
-                Event::Summary { .. } => {
-                    b.finish_and_clear();
-                    if let Some(line) = plain_line(e) {
-                        eprintln!("{line}");
-                    }
-                }
-            },
-        }
-    }
-
-    /// Free text for humans (failure details); goes to stderr except in JSON mode, where it
-    /// still goes to stderr so stdout stays one JSON object per line.
-    pub fn note(&self, text: &str) {
-        match self {
-            Reporter::Bar(b) => b.println(text),
-            _ => eprintln!("{text}"),
-        }
+impl Event {
+    /// The event as one line for people (`  compiled k for sm_89 (0.42 s)`).
+    pub fn line(&self) -> Option<String> {
+        plain_line(self)
     }
 }
 

@@ -10,7 +10,7 @@ use kbuild_manifest::manifest::{ContainerRecord, ObjectRecord};
 use kbuild_manifest::target::{Target, Vendor};
 
 use crate::cache::Cache;
-use crate::fsutil;
+use kbuild_base::fs as fsutil;
 use crate::toolchain::Toolchains;
 
 type WriteError = (String, std::io::Error);
@@ -92,7 +92,7 @@ pub fn write_containers(
             variant,
             format: format.to_string(),
             path: rel.display().to_string(),
-            sha256: fsutil::sha256_hex(&bytes),
+            sha256: kbuild_base::digest::sha256_hex(&bytes),
             size: bytes.len() as u64,
             targets: members.iter().map(|m| m.target.clone()).collect(),
         });

@@ -35,19 +35,31 @@
 //! can write a consistent entry, so give push rights (read-write mode) to CI only, and
 //! developers read-only credentials.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::Duration;
+#[cfg(feature = "remote-cache")]
+use std::{
+    collections::BTreeMap,
+    sync::atomic::{AtomicUsize, Ordering},
+    sync::Mutex,
+    time::Duration,
+};
 
+#[cfg(feature = "remote-cache")]
+use kbuild_base::env::{names, Env};
+
+#[cfg(feature = "remote-cache")]
 use kbuild_registry::oci::{
     parse_reference, Descriptor, ImageManifest, OciClient, OciError, OciOptions, IMAGE_MANIFEST,
 };
+#[cfg(feature = "remote-cache")]
 use kbuild_registry::progress::Silent;
-use serde::{Deserialize, Serialize};
+#[cfg(feature = "remote-cache")]
+use serde::Deserialize;
+use serde::Serialize;
 
-use crate::cache::{Cache, Dep, Entry, EntryMeta};
+use crate::cache::{Cache, Entry};
+#[cfg(feature = "remote-cache")]
+use crate::cache::{Dep, EntryMeta};
 
 /// `artifactType` and config media type of an action's dep-set record.
 pub const DEPS_TYPE: &str = "application/vnd.kbuild.cache.deps.v1+json";
@@ -56,6 +68,7 @@ pub const ENTRY_TYPE: &str = "application/vnd.kbuild.cache.entry.v1+json";
 pub const OBJECT_TYPE: &str = "application/vnd.kbuild.cache.object.v1";
 pub const LOG_TYPE: &str = "application/vnd.kbuild.cache.log.v1+text";
 /// Dependency sets kept per action on the remote (newest first), as the local cache does.
+#[cfg(feature = "remote-cache")]
 const MAX_DEP_SETS: usize = 8;
 
 /// Whether a build only reads the remote or also uploads what it compiled.
@@ -105,11 +118,13 @@ pub struct RemoteStats {
     pub unavailable: Option<String>,
 }
 
+#[cfg(feature = "remote-cache")]
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct DepSets {
     sets: Vec<Vec<Dep>>,
 }
 
+#[cfg(feature = "remote-cache")]
 /// A remote cache for one build, shared by the worker threads.
 #[derive(Debug)]
 pub struct RemoteCache {
@@ -122,18 +137,25 @@ pub struct RemoteCache {
     refused: AtomicUsize,
 }
 
+#[cfg(feature = "remote-cache")]
 impl RemoteCache {
     /// `oci://HOST[:PORT]/REPO`. Credentials as for `kbuild publish` (KBUILD_REGISTRY_USER /
     /// KBUILD_REGISTRY_PASSWORD, or docker's config.json).
-    pub fn open(url: &str, mode: RemoteMode, plain_http: bool) -> Result<RemoteCache, String> {
+    /// `env` gives the credentials, CA file and `KBUILD_REMOTE_CACHE_TIMEOUT`.
+    pub fn open(
+        url: &str,
+        mode: RemoteMode,
+        plain_http: bool,
+        env: &Env,
+    ) -> Result<RemoteCache, String> {
         let (host, repo) = parse_reference(url).map_err(|e| format!("--remote-cache: {e}"))?;
         if repo.is_empty() {
             return Err(format!(
                 "--remote-cache `{url}`: name a repository, e.g. oci://{host}/kbuild-cache"
             ));
         }
-        let timeout = std::env::var("KBUILD_REMOTE_CACHE_TIMEOUT")
-            .ok()
+        let timeout = env
+            .str(names::KBUILD_REMOTE_CACHE_TIMEOUT)
             .and_then(|s| s.parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
             .map(Duration::from_secs_f64)
@@ -143,7 +165,7 @@ impl RemoteCache {
             retries: 1,
             backoff: Duration::from_millis(200),
             timeout,
-            ..OciOptions::default()
+            ..OciOptions::from_env(env)
         };
         Ok(RemoteCache {
             client: OciClient::new(&host, &repo, opts),
@@ -373,7 +395,7 @@ impl RemoteCache {
             .map_err(|e| self.problem(e))?;
         Ok(Descriptor {
             media_type: media_type.to_string(),
-            digest: kbuild_registry::digest::oci_digest(bytes),
+            digest: kbuild_base::digest::oci_digest(bytes),
             size: bytes.len() as u64,
             artifact_type: None,
             annotations: [(
@@ -417,6 +439,7 @@ impl RemoteCache {
     }
 }
 
+#[cfg(feature = "remote-cache")]
 enum Problem {
     /// This record is unusable (corrupt, tampered, not ours): skip it.
     Refused(String),
@@ -426,6 +449,7 @@ enum Problem {
 
 /// An entry fetched for result `key` and dependency set `set` must describe exactly that set
 /// and hold the object its meta names.
+#[cfg(feature = "remote-cache")]
 fn verify(key: &str, set: &[Dep], meta: &EntryMeta, object: &[u8]) -> Result<(), Problem> {
     if meta.deps != set {
         return Err(Problem::Refused(format!(
@@ -444,7 +468,7 @@ fn verify(key: &str, set: &[Dep], meta: &EntryMeta, object: &[u8]) -> Result<(),
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "remote-cache"))]
 mod tests {
     use super::*;
 
@@ -479,7 +503,32 @@ mod tests {
 
     #[test]
     fn a_url_without_repository_is_an_error() {
-        assert!(RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true).is_err());
-        assert!(RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true).is_ok());
+        assert!(RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true, &Env::empty()).is_err());
+        assert!(RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true, &Env::empty()).is_ok());
+    }
+}
+
+/// Without the `remote-cache` feature there is no client, so no value of this type exists: a
+/// build that names a remote cache says so once and compiles locally.
+#[cfg(not(feature = "remote-cache"))]
+#[derive(Debug)]
+pub enum RemoteCache {}
+
+#[cfg(not(feature = "remote-cache"))]
+impl RemoteCache {
+    pub fn url(&self) -> &str {
+        match *self {}
+    }
+
+    pub fn stats(&self) -> RemoteStats {
+        match *self {}
+    }
+
+    pub fn fetch(&self, _: &Cache, _: &str, _: &Path) -> Fetch {
+        match *self {}
+    }
+
+    pub fn upload(&self, _: &str, _: &Entry) -> Option<String> {
+        match *self {}
     }
 }

@@ -9,7 +9,9 @@ use std::process::Command;
 use kbuild_manifest::target::{ProcessorKind, Target, Vendor, Version, PROCESSORS};
 
 use crate::config::ToolchainConfig;
-use crate::fsutil;
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::{names, Env};
+use kbuild_base::fs as fsutil;
 
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.
 pub const CUDA_VERSION: &str = "13.5.37";
@@ -107,15 +109,19 @@ impl HipToolchain {
 pub struct Toolchains {
     pub cuda: Option<CudaToolchain>,
     pub hip: Option<HipToolchain>,
+    /// Where `kbuild toolchain install` puts toolchains (named in "missing" errors).
+    pub managed: PathBuf,
 }
 
 impl Toolchains {
     /// Discover both toolchains. Identities are memoised in `cache_dir` by file metadata so
     /// a no-op build hashes no compiler binary.
-    pub fn discover(config: &ToolchainConfig, cache_dir: &Path) -> Toolchains {
+    /// `env` gives CUDA_HOME/CUDA_PATH, ROCM_PATH/HIP_PATH, PATH and the data dir.
+    pub fn discover(config: &ToolchainConfig, cache_dir: &Path, env: &Env) -> Toolchains {
         Toolchains {
-            cuda: discover_cuda(config, cache_dir),
-            hip: discover_hip(config, cache_dir),
+            cuda: discover_cuda(config, cache_dir, env),
+            hip: discover_hip(config, cache_dir, env),
+            managed: managed_dir(env),
         }
     }
 
@@ -128,7 +134,7 @@ impl Toolchains {
                     .cuda
                     .as_ref()
                     .ok_or_else(|| ToolchainError::CudaMissing {
-                        managed: managed_dir().display().to_string(),
+                        managed: self.managed.display().to_string(),
                     })?;
                 if tc.version < needed {
                     return Err(too_old(
@@ -146,7 +152,7 @@ impl Toolchains {
                     .hip
                     .as_ref()
                     .ok_or_else(|| ToolchainError::HipMissing {
-                        managed: managed_dir().display().to_string(),
+                        managed: self.managed.display().to_string(),
                     })?;
                 if tc.version < needed {
                     return Err(too_old(
@@ -193,39 +199,33 @@ fn too_old(
 }
 
 /// Directory kbuild installs toolchains into.
-pub fn managed_dir() -> PathBuf {
-    fsutil::data_dir().join("toolchains")
+pub fn managed_dir(env: &Env) -> PathBuf {
+    Dirs::from_env(env).data.join("toolchains")
 }
 
-fn managed_cuda_dir() -> PathBuf {
-    managed_dir().join(format!("cuda-{CUDA_VERSION}"))
+fn managed_cuda_dir(env: &Env) -> PathBuf {
+    managed_dir(env).join(format!("cuda-{CUDA_VERSION}"))
 }
 
-fn managed_devlibs_dir(llvm_major: u32) -> PathBuf {
-    managed_dir().join(format!("hip-device-libs-llvm{llvm_major}"))
-}
-
-fn env_path(var: &str) -> Option<PathBuf> {
-    std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+fn managed_devlibs_dir(env: &Env, llvm_major: u32) -> PathBuf {
+    managed_dir(env).join(format!("hip-device-libs-llvm{llvm_major}"))
 }
 
 /// Search `PATH` for an executable.
-pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
+pub fn which(name: &str, env: &Env) -> Option<PathBuf> {
+    let path = env.get(names::PATH)?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-fn discover_cuda(config: &ToolchainConfig, cache_dir: &Path) -> Option<CudaToolchain> {
+fn discover_cuda(config: &ToolchainConfig, cache_dir: &Path, env: &Env) -> Option<CudaToolchain> {
     let mut candidates: Vec<(PathBuf, &'static str)> = Vec::new();
     if let Some(root) = &config.cuda {
         candidates.push((root.clone(), "Kbuild.toml [toolchain] cuda"));
     }
     for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Some(root) = env_path(var) {
+        if let Some(root) = env.path(var) {
             candidates.push((
                 root,
                 if var == "CUDA_HOME" {
@@ -237,8 +237,8 @@ fn discover_cuda(config: &ToolchainConfig, cache_dir: &Path) -> Option<CudaToolc
         }
     }
     candidates.push((PathBuf::from("/usr/local/cuda"), "/usr/local/cuda"));
-    candidates.push((managed_cuda_dir().join("nvidia/cu13"), "kbuild-managed"));
-    if let Some(nvcc) = which("nvcc") {
+    candidates.push((managed_cuda_dir(env).join("nvidia/cu13"), "kbuild-managed"));
+    if let Some(nvcc) = which("nvcc", env) {
         if let Some(root) = nvcc.parent().and_then(Path::parent) {
             candidates.push((root.to_path_buf(), "PATH"));
         }
@@ -266,7 +266,7 @@ fn discover_cuda(config: &ToolchainConfig, cache_dir: &Path) -> Option<CudaToolc
     })
 }
 
-fn discover_hip(config: &ToolchainConfig, cache_dir: &Path) -> Option<HipToolchain> {
+fn discover_hip(config: &ToolchainConfig, cache_dir: &Path, env: &Env) -> Option<HipToolchain> {
     // (clang, rocm path, device libs, found by)
     let mut candidates: Vec<(PathBuf, PathBuf, Option<PathBuf>, &'static str)> = Vec::new();
     if let Some(clang) = &config.hip_clang {
@@ -278,7 +278,7 @@ fn discover_hip(config: &ToolchainConfig, cache_dir: &Path) -> Option<HipToolcha
         ));
     }
     for var in ["ROCM_PATH", "HIP_PATH"] {
-        if let Some(root) = env_path(var) {
+        if let Some(root) = env.path(var) {
             candidates.push((
                 root.join("llvm/bin/clang++"),
                 root.clone(),
@@ -303,7 +303,7 @@ fn discover_hip(config: &ToolchainConfig, cache_dir: &Path) -> Option<HipToolcha
         candidates.push((
             clang,
             PathBuf::from("/usr"),
-            Some(managed_devlibs_dir(major)),
+            Some(managed_devlibs_dir(env, major)),
             "kbuild-managed",
         ));
         candidates.push((
@@ -313,7 +313,7 @@ fn discover_hip(config: &ToolchainConfig, cache_dir: &Path) -> Option<HipToolcha
             "Debian clang + rocm-device-libs",
         ));
     }
-    if let Some(clang) = which("clang++") {
+    if let Some(clang) = which("clang++", env) {
         candidates.push((clang, PathBuf::from("/usr"), None, "PATH"));
     }
     candidates
@@ -439,7 +439,7 @@ fn identity(
     let mut h = blake3::Hasher::new();
     h.update(version_text.as_bytes());
     for b in binaries {
-        if let Ok(hash) = fsutil::hash_file(b) {
+        if let Ok(hash) = kbuild_base::digest::blake3_file(b) {
             h.update(
                 b.file_name()
                     .map(|n| n.as_encoded_bytes())
@@ -487,8 +487,8 @@ pub fn buildable_targets(tcs: &Toolchains, vendor: Vendor) -> Vec<String> {
 
 /// `kbuild toolchain install cuda`: NVIDIA's pinned PyPI wheels into the data dir.
 /// Idempotent: an existing install is kept. Returns a line saying what happened.
-pub fn install_cuda() -> Result<String, ToolchainError> {
-    let dest = managed_cuda_dir();
+pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
+    let dest = managed_cuda_dir(env);
     if dest.join("nvidia/cu13/bin/nvcc").is_file()
         && dest.join("nvidia/cu13/nvvm/bin/cicc").is_file()
     {
@@ -497,10 +497,10 @@ pub fn install_cuda() -> Result<String, ToolchainError> {
             dest.display()
         ));
     }
-    let parent = managed_dir();
+    let parent = managed_dir(env);
     let tmp = fsutil::tempdir_in(&parent, "cuda")
         .map_err(|e| ToolchainError::Install(format!("creating {}: {e}", parent.display())))?;
-    let python = which("python3").unwrap_or_else(|| PathBuf::from("python3"));
+    let python = which("python3", env).unwrap_or_else(|| PathBuf::from("python3"));
     let mut cmd = Command::new(&python);
     cmd.args([
         "-m",
@@ -537,7 +537,7 @@ pub fn install_cuda() -> Result<String, ToolchainError> {
 /// `kbuild toolchain install hip`: Debian's clang-19 + device libs (apt, when missing), then
 /// the ISA-version bitcode Debian's ROCm 5.2 device libs lack, generated with llvm-as into a
 /// kbuild-managed device-library directory. Idempotent.
-pub fn install_hip() -> Result<Vec<String>, ToolchainError> {
+pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
     let mut said = Vec::new();
     let llvm = Path::new("/usr/lib/llvm-19/bin");
     let have_packages = llvm.join("clang++").is_file()
@@ -549,10 +549,10 @@ pub fn install_hip() -> Result<Vec<String>, ToolchainError> {
     if have_packages {
         said.push("Debian HIP packages already installed".to_string());
     } else {
-        apt_install(HIP_PACKAGES)?;
+        apt_install(HIP_PACKAGES, env)?;
         said.push(format!("installed {}", HIP_PACKAGES.join(" ")));
     }
-    let dest = managed_devlibs_dir(19);
+    let dest = managed_devlibs_dir(env, 19);
     let mut wanted: Vec<(String, String)> = Vec::new(); // (file, IR)
     let layout = datalayout(&llvm.join("clang++"))?;
     for p in PROCESSORS
@@ -591,7 +591,7 @@ pub fn install_hip() -> Result<Vec<String>, ToolchainError> {
         ));
         return Ok(said);
     }
-    let parent = managed_dir();
+    let parent = managed_dir(env);
     let tmp = fsutil::tempdir_in(&parent, "devlibs")
         .map_err(|e| ToolchainError::Install(e.to_string()))?;
     let fail = |msg: String| {
@@ -671,7 +671,7 @@ fn datalayout(clang: &Path) -> Result<String, ToolchainError> {
         })
 }
 
-fn apt_install(packages: &[&str]) -> Result<(), ToolchainError> {
+fn apt_install(packages: &[&str], env: &Env) -> Result<(), ToolchainError> {
     let is_root = Command::new("id")
         .arg("-u")
         .output()
@@ -679,7 +679,7 @@ fn apt_install(packages: &[&str]) -> Result<(), ToolchainError> {
         .unwrap_or(false);
     let mut prefix: Vec<String> = Vec::new();
     if !is_root {
-        if which("sudo").is_none() {
+        if which("sudo", env).is_none() {
             return Err(ToolchainError::Install(format!(
                 "HIP needs Debian packages; run as root: apt-get install -y {}",
                 packages.join(" ")

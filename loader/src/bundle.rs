@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kbuild_registry::bundle::Bundle;
-use kbuild_registry::cache::{Cache, CachedRef};
+use kbuild_bundle::bundle::Bundle;
+use kbuild_bundle::cache::{Cache, CachedRef};
 
 use crate::error::{LoaderError, Result};
 use crate::package::{ObjectSource, Package};
@@ -63,7 +63,7 @@ impl Package {
     /// A bundle file's bytes held in memory (e.g. `include_bytes!` of a bundle a build script
     /// wrote), verified like a file; `origin` names it in messages.
     pub fn from_bundle_bytes(bytes: &[u8], origin: &str) -> Result<Package> {
-        let bundle = Bundle::from_bytes(bytes, kbuild_registry::archive::Limits::from_env())
+        let bundle = Bundle::from_bytes(bytes, kbuild_bundle::archive::Limits::default())
             .map_err(|e| LoaderError::Package {
                 path: PathBuf::from(origin),
                 what: e.to_string(),

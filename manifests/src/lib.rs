@@ -2,11 +2,11 @@
 //! schema, and pure readers of GPU code objects (`&[u8]` in, typed records out, never I/O).
 
 pub mod compat;
-pub mod diff;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod load_index;
 pub mod manifest;
 pub mod occupancy;
 pub mod read;
-pub mod report;
 pub mod resources;
 pub mod target;

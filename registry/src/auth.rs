@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use kbuild_base::env::{names, Env};
 
 /// A user name and password (or identity token).
 #[derive(Clone, PartialEq, Eq)]
@@ -36,20 +37,63 @@ impl Credentials {
         )
     }
 
-    /// Credentials for `host` (`host[:port]`), from the environment or a docker config file.
-    pub fn find(host: &str) -> Option<Credentials> {
-        if let (Ok(user), Ok(password)) = (
-            std::env::var("KBUILD_REGISTRY_USER"),
-            std::env::var("KBUILD_REGISTRY_PASSWORD"),
+}
+
+/// Where credentials come from: a user/password pair (`KBUILD_REGISTRY_USER` and
+/// `KBUILD_REGISTRY_PASSWORD`), then docker-style config files in order.
+#[derive(Clone, Default)]
+pub struct AuthConfig {
+    pub user_password: Option<(String, String)>,
+    pub files: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("user_password", &self.user_password.as_ref().map(|_| "<set>"))
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// `KBUILD_REGISTRY_USER`/`PASSWORD`, then `KBUILD_REGISTRY_AUTH_FILE`,
+    /// `REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json`, `~/.docker/config.json`.
+    pub fn from_env(env: &Env) -> AuthConfig {
+        let user_password = match (
+            env.str(names::KBUILD_REGISTRY_USER),
+            env.str(names::KBUILD_REGISTRY_PASSWORD),
         ) {
+            (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
+            _ => None,
+        };
+        let mut files = Vec::new();
+        for var in [names::KBUILD_REGISTRY_AUTH_FILE, names::REGISTRY_AUTH_FILE] {
+            files.extend(env.path(var));
+        }
+        if let Some(d) = env.path(names::DOCKER_CONFIG) {
+            files.push(d.join("config.json"));
+        }
+        if let Some(h) = env.path(names::HOME) {
+            files.push(h.join(".docker/config.json"));
+        }
+        AuthConfig {
+            user_password,
+            files,
+        }
+    }
+
+    /// Credentials for `host` (`host[:port]`).
+    pub fn find(&self, host: &str) -> Option<Credentials> {
+        if let Some((user, password)) = &self.user_password {
             return Some(Credentials {
-                user,
-                password,
+                user: user.clone(),
+                password: password.clone(),
                 source: "KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD".into(),
             });
         }
-        for path in config_files() {
-            let Ok(text) = std::fs::read_to_string(&path) else {
+        for path in &self.files {
+            let Ok(text) = std::fs::read_to_string(path) else {
                 continue;
             };
             if let Some(c) = from_docker_config(&text, host, &path.display().to_string()) {
@@ -58,22 +102,6 @@ impl Credentials {
         }
         None
     }
-}
-
-fn config_files() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for var in ["KBUILD_REGISTRY_AUTH_FILE", "REGISTRY_AUTH_FILE"] {
-        if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
-            v.push(PathBuf::from(p));
-        }
-    }
-    if let Some(d) = std::env::var_os("DOCKER_CONFIG").filter(|p| !p.is_empty()) {
-        v.push(PathBuf::from(d).join("config.json"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        v.push(PathBuf::from(h).join(".docker/config.json"));
-    }
-    v
 }
 
 /// Look `host` up in a docker `config.json` (`auths` keys may carry a scheme and a path).

@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::Bundle;
-use crate::digest;
-use crate::fsx;
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::bundle::Bundle;
+use kbuild_base::digest;
+use kbuild_base::fs as fsx;
 use crate::oci::PublishOutcome;
-use crate::sign::SignatureFile;
+use kbuild_bundle::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DirError {
@@ -83,13 +84,25 @@ pub fn check_name(name: &str) -> Result<(), String> {
 
 pub struct DirStore {
     root: PathBuf,
+    limits: Limits,
 }
 
 impl DirStore {
     pub fn new(root: &Path) -> DirStore {
+        DirStore::with_limits(root, Limits::default())
+    }
+
+    /// A store whose bundles are read within `limits`.
+    pub fn with_limits(root: &Path, limits: Limits) -> DirStore {
         DirStore {
             root: root.to_path_buf(),
+            limits,
         }
+    }
+
+    /// What a bundle read from this store may unpack to.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub fn root(&self) -> &Path {
@@ -222,7 +235,7 @@ impl DirStore {
             let Ok(bytes) = std::fs::read(&p) else {
                 continue;
             };
-            let Ok(b) = Bundle::from_bytes(&bytes, crate::archive::Limits::from_env()) else {
+            let Ok(b) = Bundle::from_bytes(&bytes, self.limits) else {
                 continue;
             };
             index.versions.insert(
@@ -295,9 +308,9 @@ mod tests {
     fn publish_is_atomic_immutable_and_idempotent() {
         let d = tempfile::tempdir().unwrap();
         let store = DirStore::new(d.path());
-        let (m, o) = crate::bundle::tests::sample(&["sm_89"]);
+        let (m, o) = kbuild_manifest::fixtures::bundle_parts(&["sm_89"]);
         let b = Bundle::from_parts(m, o, None).unwrap();
-        let bytes = b.to_bytes().unwrap();
+        let bytes = b.to_bytes(0).unwrap();
         assert!(matches!(
             store.publish(&b, &bytes, None).unwrap(),
             PublishOutcome::Published { .. }

@@ -1,66 +1,15 @@
-//! kbuild bundles and the stores they are published to: a local directory and OCI registries,
-//! the pull cache, the lockfile, and signatures. A library: it prints nothing (progress goes
-//! through [`progress::Progress`]) and knows nothing about compilers.
-//!
-//! For a loader: [`bundle::Bundle::open`] reads and verifies a bundle file (every object's
-//! sha256, nothing missing, nothing extra), [`sign::Trust::load`] + [`sign::Trust::check`]
-//! apply the user's signature policy, and [`verify_bundle_file`] does both.
+//! kbuild registries: where bundles are published and pulled from. A local directory store
+//! ([`dir`]) and OCI distribution ([`oci`]: auth, TLS, retries, one layer per target), behind
+//! one [`store::Registry`]; [`pull`] verifies what it fetches and installs it into the bundle
+//! cache; [`lock`] is `Kbuild.lock`. The only crate with HTTP and TLS. A library: it prints
+//! nothing (progress goes through [`progress::Progress`]) and knows nothing about compilers.
 
-pub mod archive;
 pub mod auth;
-pub mod bundle;
-pub mod cache;
-pub mod digest;
 pub mod dir;
-mod fsx;
 pub mod lock;
 pub mod oci;
 pub mod progress;
 pub mod pull;
-pub mod sign;
 pub mod store;
 
-pub use bundle::{Bundle, BundleError};
 pub use semver;
-
-use std::path::{Path, PathBuf};
-
-/// The signature file beside a bundle: `NAME-VERSION.kbundle.sig`.
-pub fn signature_path(bundle: &Path) -> PathBuf {
-    let mut s = bundle.as_os_str().to_owned();
-    s.push(".sig");
-    PathBuf::from(s)
-}
-
-/// Why a bundle file was refused on load.
-#[derive(Debug, thiserror::Error)]
-pub enum VerifyError {
-    #[error("{path}: {err}")]
-    Bundle { path: String, err: BundleError },
-    #[error(transparent)]
-    Signature(#[from] sign::SignError),
-}
-
-/// Open a bundle file and check it against `trust` using the `.sig` file beside it: what a
-/// loader calls before loading any object.
-pub fn verify_bundle_file(
-    path: &Path,
-    trust: &sign::Trust,
-) -> Result<(Bundle, sign::Verdict), VerifyError> {
-    let bundle = Bundle::open(path).map_err(|err| VerifyError::Bundle {
-        path: path.display().to_string(),
-        err,
-    })?;
-    let sig_path = signature_path(path);
-    let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(sign::SignatureFile::from_json(&b)?),
-        Err(_) => None,
-    };
-    let verdict = trust.check(
-        bundle.name(),
-        bundle.version(),
-        bundle.manifest_digest(),
-        sigs.as_ref(),
-    )?;
-    Ok((bundle, verdict))
-}

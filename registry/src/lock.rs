@@ -19,7 +19,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsx;
+use kbuild_base::fs as fsx;
 
 pub const FILE_NAME: &str = "Kbuild.lock";
 pub const LOCK_VERSION: u32 = 1;

@@ -7,11 +7,11 @@ use std::path::Path;
 
 use kbuild_manifest::manifest::Manifest;
 
-use crate::bundle::Bundle;
-use crate::cache::{Cache, CacheError};
+use kbuild_bundle::bundle::Bundle;
+use kbuild_bundle::cache::{Cache, CacheError};
 use crate::lock::{self, LockError, LockedPackage};
 use crate::progress::Progress;
-use crate::sign::{SignError, Trust, Verdict};
+use kbuild_bundle::sign::{SignError, Trust, Verdict};
 use crate::store::{Registry, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +45,7 @@ pub fn parse_spec(spec: &str) -> Result<(String, Want), String> {
     };
     crate::dir::check_name(name)?;
     if req.starts_with("sha256:") {
-        if crate::digest::oci_hex(req).is_none() {
+        if kbuild_base::digest::oci_hex(req).is_none() {
             return Err(format!("`{req}` is not a sha256 digest (sha256:<64 hex>)"));
         }
         return Ok((name.into(), Want::Digest(req.into())));
@@ -86,7 +86,7 @@ pub struct Pulled {
     pub layer_bytes: u64,
     pub from_cache: bool,
     /// The signatures the registry (or the cache) had for it.
-    pub signatures: Option<crate::sign::SignatureFile>,
+    pub signatures: Option<kbuild_bundle::sign::SignatureFile>,
     /// The lockfile entry for what was pulled.
     pub lock: LockedPackage,
 }
@@ -166,7 +166,7 @@ pub fn pull(
         lock::check(e, &entry, l.path)?;
     }
     // Signatures before any object is fetched or cached: a refused bundle leaves nothing.
-    let sigs = if req.trust.policy == crate::sign::Policy::Off {
+    let sigs = if req.trust.policy == kbuild_bundle::sign::Policy::Off {
         None
     } else {
         req.registry.signatures(&resolved, req.progress)?

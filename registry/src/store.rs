@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use kbuild_manifest::manifest::Manifest;
 
-use crate::archive::{self, Limits};
-use crate::bundle::{Bundle, BundleError};
-use crate::digest;
+use kbuild_bundle::archive::{self, Limits};
+use kbuild_bundle::bundle::{Bundle, BundleError};
+use kbuild_base::digest;
 use crate::dir::{DirError, DirStore};
 use crate::oci::{self, OciClient, OciError, OciOptions, PublishOutcome};
 use crate::progress::Progress;
-use crate::sign::SignatureFile;
+use kbuild_bundle::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -69,7 +69,8 @@ impl Resolved {
         let mut out = BTreeMap::new();
         for t in targets {
             let d = match &self.source {
-                Source::Dir(b) => digest::oci_digest(&oci::target_layer(b, t)?),
+                // The canonical layer (mtime 0): a directory registry has no layers of its own.
+                Source::Dir(b) => digest::oci_digest(&oci::target_layer(b, t, 0)?),
                 Source::Oci { layers, .. } => layers
                     .get(t)
                     .map(|d| d.digest.clone())
@@ -115,7 +116,15 @@ impl Registry {
         }
         let path = spec.strip_prefix("file://").unwrap_or(spec);
         let path = std::path::absolute(Path::new(path)).unwrap_or_else(|_| PathBuf::from(path));
-        Ok(Registry::Dir(DirStore::new(&path)))
+        Ok(Registry::Dir(DirStore::with_limits(&path, opts.limits)))
+    }
+
+    /// What a bundle or layer read from this registry may unpack to.
+    pub fn limits(&self) -> Limits {
+        match self {
+            Registry::Dir(d) => d.limits(),
+            Registry::Oci { opts, .. } => opts.limits,
+        }
     }
 
     /// The canonical spelling, as recorded in lockfiles and the cache.
@@ -167,9 +176,9 @@ impl Registry {
     ) -> Result<PublishOutcome, StoreError> {
         match self {
             Registry::Dir(d) => Ok(d.publish(bundle, bytes, sigs)?),
-            Registry::Oci { .. } => {
+            Registry::Oci { opts, .. } => {
                 let client = self.client(bundle.name())?;
-                let art = oci::Artifact::from_bundle(bundle)?;
+                let art = oci::Artifact::from_bundle(bundle, opts.source_date_epoch)?;
                 let outcome = client.publish_signed(&art, bundle.version(), sigs, progress)?;
                 Ok(outcome)
             }
@@ -207,7 +216,7 @@ impl Registry {
                 let bytes = d.read(name, &version)?.ok_or_else(|| {
                     StoreError::NotFound(format!("{name} {version} in {}", self.describe()))
                 })?;
-                let bundle = Bundle::from_bytes(&bytes, Limits::from_env())?;
+                let bundle = Bundle::from_bytes(&bytes, d.limits())?;
                 Resolved {
                     name: name.into(),
                     version: bundle.version().into(),
@@ -225,11 +234,11 @@ impl Registry {
                     .get_manifest(reference, progress)?
                     .ok_or_else(|| StoreError::NotFound(shown.clone()))?;
                 let art = oci::parse_kbuild_artifact(&fetched, &shown)?;
-                if art.manifest.config.size > crate::bundle::MAX_MANIFEST_BYTES {
+                if art.manifest.config.size > kbuild_bundle::bundle::MAX_MANIFEST_BYTES {
                     return Err(StoreError::Invalid(format!(
                         "{shown}: its config (the kbuild manifest) declares {} bytes, over kbuild's limit of {} bytes; refusing an oversize manifest",
                         art.manifest.config.size,
-                        crate::bundle::MAX_MANIFEST_BYTES
+                        kbuild_bundle::bundle::MAX_MANIFEST_BYTES
                     )));
                 }
                 let config = client.get_blob(&art.manifest.config, progress)?;
@@ -295,7 +304,7 @@ impl Registry {
                     })?;
                     let blob = client.get_blob(desc, progress)?;
                     bytes += blob.len() as u64;
-                    let entries = archive::read(&blob, Limits::from_env()).map_err(|e| {
+                    let entries = archive::read(&blob, self.limits()).map_err(|e| {
                         StoreError::Invalid(format!("layer for {t} ({}): {e}", desc.digest))
                     })?;
                     for e in entries {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{FetchedManifest, OciError};
-use crate::archive::{self, Entry};
-use crate::bundle::Bundle;
-use crate::digest;
+use kbuild_bundle::archive::{self, Entry};
+use kbuild_bundle::bundle::Bundle;
+use kbuild_base::digest;
 
 pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const IMAGE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -63,7 +63,7 @@ pub struct Artifact {
 }
 
 /// The deterministic per-target layer: tar+zstd of that target's objects.
-pub fn target_layer(bundle: &Bundle, target: &str) -> Result<Vec<u8>, OciError> {
+pub fn target_layer(bundle: &Bundle, target: &str, mtime: u64) -> Result<Vec<u8>, OciError> {
     let entries: Vec<Entry> = bundle
         .target_objects(target)
         .into_iter()
@@ -72,12 +72,14 @@ pub fn target_layer(bundle: &Bundle, target: &str) -> Result<Vec<u8>, OciError> 
             data,
         })
         .collect();
-    archive::write(&entries).map_err(|e| OciError::Invalid(e.to_string()))
+    archive::write(&entries, mtime).map_err(|e| OciError::Invalid(e.to_string()))
 }
 
 impl Artifact {
     /// The OCI form of a full bundle.
-    pub fn from_bundle(bundle: &Bundle) -> Result<Artifact, OciError> {
+    /// `source_date_epoch` (0: unset) is every layer header's mtime and, when set, the
+    /// `created` annotation.
+    pub fn from_bundle(bundle: &Bundle, source_date_epoch: u64) -> Result<Artifact, OciError> {
         if bundle.is_subset() {
             return Err(OciError::Invalid(format!(
                 "{} holds only some targets ({}); publish the full bundle",
@@ -88,7 +90,7 @@ impl Artifact {
         let config = bundle.manifest_json().to_vec();
         let mut layers = Vec::new();
         for t in bundle.targets() {
-            let bytes = target_layer(bundle, &t)?;
+            let bytes = target_layer(bundle, &t, source_date_epoch)?;
             let desc = Descriptor {
                 media_type: LAYER_MEDIA_TYPE.into(),
                 digest: digest::oci_digest(&bytes),
@@ -107,10 +109,11 @@ impl Artifact {
             (VERSION_ANNOTATION.to_string(), bundle.version().to_string()),
         ]
         .into();
-        if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {
-            if let Ok(secs) = epoch.trim().parse::<i64>() {
-                annotations.insert("org.opencontainers.image.created".into(), rfc3339_utc(secs));
-            }
+        if source_date_epoch > 0 {
+            annotations.insert(
+                "org.opencontainers.image.created".into(),
+                kbuild_base::time::rfc3339_utc(source_date_epoch as i64),
+            );
         }
         let m = ImageManifest {
             schema_version: 2,
@@ -137,26 +140,6 @@ impl Artifact {
     }
 }
 
-fn rfc3339_utc(secs: i64) -> String {
-    // Civil-from-days (Howard Hinnant's algorithm), no time zone database needed.
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
 
 /// How to talk to a registry.
 pub fn signature_tag(digest: &str) -> Result<String, OciError> {
@@ -237,10 +220,10 @@ mod tests {
 
     #[test]
     fn artifact_is_deterministic_and_parses_back() {
-        let (m, o) = crate::bundle::tests::sample(&["sm_89", "gfx1100"]);
+        let (m, o) = kbuild_manifest::fixtures::bundle_parts(&["sm_89", "gfx1100"]);
         let b = Bundle::from_parts(m, o, None).unwrap();
-        let a = Artifact::from_bundle(&b).unwrap();
-        assert_eq!(a.digest, Artifact::from_bundle(&b).unwrap().digest);
+        let a = Artifact::from_bundle(&b, 0).unwrap();
+        assert_eq!(a.digest, Artifact::from_bundle(&b, 0).unwrap().digest);
         let f = FetchedManifest {
             digest: a.digest.clone(),
             bytes: a.manifest.clone(),
@@ -249,7 +232,7 @@ mod tests {
         let k = parse_kbuild_artifact(&f, "r").unwrap();
         assert_eq!(k.layers.len(), 2);
         assert_eq!(k.manifest.config.digest, b.manifest_digest());
-        assert!(Artifact::from_bundle(&b.restrict(&["sm_89".into()]).unwrap()).is_err());
+        assert!(Artifact::from_bundle(&b.restrict(&["sm_89".into()]).unwrap(), 0).is_err());
         let foreign = FetchedManifest {
             digest: String::new(),
             bytes: br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.unknown.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#.to_vec(),
@@ -264,9 +247,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn rfc3339_of_epochs() {
-        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339_utc(1_700_000_000), "2023-11-14T22:13:20Z");
-    }
 }

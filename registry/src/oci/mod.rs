@@ -40,8 +40,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::auth::{self, Credentials};
-use crate::digest;
+use crate::auth::{self, AuthConfig, Credentials};
+use kbuild_base::env::{names, Env};
+use kbuild_bundle::archive::Limits;
+use kbuild_base::digest;
 use crate::progress::Progress;
 
 /// Largest manifest or config read into memory.
@@ -52,7 +54,7 @@ const MAX_DOCUMENT: u64 = 64 << 20;
 pub const MAX_MANIFEST: u64 = 4 << 20;
 
 /// The environment variable naming extra CA certificates (PEM) for registry TLS.
-pub const CA_FILE_ENV: &str = "KBUILD_REGISTRY_CA_FILE";
+pub const CA_FILE_ENV: &str = names::KBUILD_REGISTRY_CA_FILE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -125,6 +127,27 @@ pub struct OciOptions {
     /// private or self-signed certificate). Default: `KBUILD_REGISTRY_CA_FILE`. TLS
     /// verification itself is never turned off; `plain_http` is a different thing.
     pub ca_file: Option<PathBuf>,
+    /// Where credentials come from.
+    pub auth: AuthConfig,
+    /// What a fetched layer may unpack to.
+    pub limits: Limits,
+    /// `SOURCE_DATE_EPOCH` of the publisher: the `created` annotation and every archive
+    /// header's mtime (0: no annotation, mtime 0).
+    pub source_date_epoch: u64,
+}
+
+impl OciOptions {
+    /// The defaults with the user's environment: `KBUILD_REGISTRY_CA_FILE`, credentials,
+    /// `KBUILD_MAX_UNPACKED_BYTES`, `SOURCE_DATE_EPOCH`.
+    pub fn from_env(env: &Env) -> OciOptions {
+        OciOptions {
+            ca_file: env.path(names::KBUILD_REGISTRY_CA_FILE),
+            auth: AuthConfig::from_env(env),
+            limits: Limits::from_env(env),
+            source_date_epoch: env.source_date_epoch(),
+            ..OciOptions::default()
+        }
+    }
 }
 
 impl Default for OciOptions {
@@ -135,9 +158,10 @@ impl Default for OciOptions {
             retries: 4,
             backoff: Duration::from_millis(250),
             timeout: Duration::from_secs(60),
-            ca_file: std::env::var_os(CA_FILE_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            ca_file: None,
+            auth: AuthConfig::default(),
+            limits: Limits::default(),
+            source_date_epoch: 0,
         }
     }
 }
@@ -230,7 +254,7 @@ impl OciClient {
             base: format!("{scheme}://{host}"),
             host: host.to_string(),
             repo: repo.to_string(),
-            creds: Credentials::find(host),
+            creds: opts.auth.find(host),
             authorization: Mutex::new(None),
             setup_error,
             opts,
@@ -732,10 +756,10 @@ impl OciClient {
         &self,
         art: &Artifact,
         tag: &str,
-        sigs: Option<&crate::sign::SignatureFile>,
+        sigs: Option<&kbuild_bundle::sign::SignatureFile>,
         progress: &dyn Progress,
     ) -> Result<PublishOutcome, OciError> {
-        let attach = |sigs: &crate::sign::SignatureFile| -> Result<(), OciError> {
+        let attach = |sigs: &kbuild_bundle::sign::SignatureFile| -> Result<(), OciError> {
             let subject = FetchedManifest {
                 digest: art.digest.clone(),
                 bytes: art.manifest.clone(),
@@ -797,7 +821,7 @@ impl OciClient {
         &self,
         subject: &str,
         progress: &dyn Progress,
-    ) -> Result<Option<crate::sign::SignatureFile>, OciError> {
+    ) -> Result<Option<kbuild_bundle::sign::SignatureFile>, OciError> {
         let referrers = self.url(&format!(
             "referrers/{subject}?artifactType={}",
             auth::url_encode(SIGNATURE_ARTIFACT_TYPE)
@@ -848,7 +872,7 @@ impl OciClient {
             .first()
             .ok_or_else(|| OciError::Invalid("signature artifact without a layer".into()))?;
         let bytes = self.get_blob(layer, progress)?;
-        crate::sign::SignatureFile::from_json(&bytes)
+        kbuild_bundle::sign::SignatureFile::from_json(&bytes)
             .map(Some)
             .map_err(|e| OciError::Invalid(e.to_string()))
     }
@@ -857,7 +881,7 @@ impl OciClient {
     pub fn put_signatures(
         &self,
         subject: &FetchedManifest,
-        sigs: &crate::sign::SignatureFile,
+        sigs: &kbuild_bundle::sign::SignatureFile,
         progress: &dyn Progress,
     ) -> Result<String, OciError> {
         let body = sigs.to_json();

@@ -1,7 +1,7 @@
 //! The compared fields of a resource record: their manifest names, the report column they
 //! belong to, which direction is better, and the unit their deltas are written in.
 
-use crate::resources::Resources;
+use kbuild_manifest::resources::Resources;
 
 /// A field's value on one side.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,7 +204,7 @@ pub fn value(r: &Resources, name: &str) -> Value {
 }
 
 /// The occupancy record of `r`, if any.
-pub fn occupancy(r: &Resources) -> Option<&crate::occupancy::Occupancy> {
+pub fn occupancy(r: &Resources) -> Option<&kbuild_manifest::occupancy::Occupancy> {
     match r {
         Resources::Amd(a) => a.occupancy.as_ref(),
         Resources::Cuda(c) => c.occupancy.as_ref(),
@@ -259,8 +259,8 @@ pub fn delta_text(field: &Field, delta: i64, r: &Resources) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::occupancy::Occupancy;
-    use crate::resources::AmdResources;
+    use kbuild_manifest::occupancy::Occupancy;
+    use kbuild_manifest::resources::AmdResources;
 
     fn amd() -> Resources {
         Resources::Amd(AmdResources {

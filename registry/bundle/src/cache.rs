@@ -1,5 +1,5 @@
-//! The local content-addressed cache of pulled bundles (`$KBUILD_CACHE_DIR/registry`, else
-//! `$XDG_CACHE_HOME/kbuild/registry`). Layout:
+//! The local content-addressed cache of pulled bundles (`kbuild_base::dirs::Dirs::registry_cache`,
+//! i.e. `<kbuild cache dir>/registry`). Layout:
 //!
 //! ```text
 //! blobs/sha256/<hex>                        manifests, objects and signature files, by content
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bundle::{Bundle, BundleError};
 use crate::digest;
-use crate::fsx;
+use kbuild_base::fs as fsx;
 use crate::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]
@@ -50,24 +50,6 @@ pub struct CachedRef {
 
 pub struct Cache {
     root: PathBuf,
-}
-
-/// `$KBUILD_CACHE_DIR/registry`, else `$XDG_CACHE_HOME/kbuild/registry` (kbuild's cache dir).
-pub fn default_root() -> PathBuf {
-    let base = match std::env::var_os("KBUILD_CACHE_DIR").filter(|v| !v.is_empty()) {
-        Some(v) => PathBuf::from(v),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from("/tmp"))
-                    .join(".cache")
-            })
-            .join("kbuild"),
-    };
-    base.join("registry")
 }
 
 /// A directory name for a registry string: readable part + hash, so two never collide.

@@ -9,19 +9,23 @@
 //! occupancy), an improvement when the judged fields only got better, and "changed" when only
 //! unjudged fields (kernarg size, PTX ISA, ...) moved.
 
+pub mod allow;
 pub mod fields;
 pub mod gate;
 mod json;
 mod render;
+pub mod sides;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use json::to_json;
 pub use render::{markdown, text};
+pub use allow::{load_allowlist, parse_allowlist, AllowError};
+pub use sides::{load_side, SideError};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
-use crate::resources::Resources;
+use kbuild_manifest::resources::Resources;
 use fields::{Better, Column, Field, Value};
 
 /// The schema tag of the JSON report.

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::manifest::{self, Manifest, ManifestError};
-use crate::resources::Resources;
+use kbuild_manifest::manifest::{self, Manifest, ManifestError};
+use kbuild_manifest::resources::Resources;
 
 /// The schema tag of a baseline file.
 pub const BASELINE_SCHEMA: &str = "kbuild.resources/v1";
@@ -158,7 +158,7 @@ fn sort(objects: &mut [SnapshotObject]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::PtxResources;
+    use kbuild_manifest::resources::PtxResources;
 
     pub(crate) fn obj(target: &str, kernel: &str, size: u64) -> SnapshotObject {
         SnapshotObject {

@@ -118,61 +118,8 @@ pub fn parse_rules(list: &str) -> Result<Vec<Rule>, String> {
         .collect()
 }
 
-/// A calendar date (UTC), as allowlist expiries are written: `YYYY-MM-DD`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Date {
-    pub year: i32,
-    pub month: u32,
-    pub day: u32,
-}
-
-impl Date {
-    /// Parse `YYYY-MM-DD` (a real calendar date).
-    pub fn parse(s: &str) -> Option<Date> {
-        let mut it = s.split('-');
-        let (y, m, d) = (it.next()?, it.next()?, it.next()?);
-        if it.next().is_some() || y.len() != 4 || m.len() != 2 || d.len() != 2 {
-            return None;
-        }
-        let date = Date {
-            year: y.parse().ok()?,
-            month: m.parse().ok()?,
-            day: d.parse().ok()?,
-        };
-        (date.month >= 1 && date.month <= 12 && date.day >= 1 && date.day <= date.month_days())
-            .then_some(date)
-    }
-
-    fn month_days(&self) -> u32 {
-        let leap = (self.year % 4 == 0 && self.year % 100 != 0) || self.year % 400 == 0;
-        match self.month {
-            2 if leap => 29,
-            2 => 28,
-            4 | 6 | 9 | 11 => 30,
-            _ => 31,
-        }
-    }
-
-    /// The UTC date of a Unix time (Howard Hinnant's `civil_from_days`).
-    pub fn from_unix_seconds(secs: i64) -> Date {
-        let z = secs.div_euclid(86_400) + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
-        Date { year, month, day }
-    }
-}
-
-impl fmt::Display for Date {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
-    }
-}
+/// A calendar date (UTC), as allowlist expiries are written.
+pub use kbuild_base::time::Date;
 
 /// One allowlist entry (validated by whoever read the file).
 #[derive(Debug, Clone, PartialEq)]

@@ -15,6 +15,8 @@ use std::cell::Cell;
 use std::io::{Read, Write};
 use std::rc::Rc;
 
+use kbuild_base::env::{names, Env};
+
 /// zstd level of every archive kbuild writes. Changing it changes every bundle's bytes.
 pub const ZSTD_LEVEL: i32 = 12;
 
@@ -41,12 +43,9 @@ impl Default for Limits {
 
 impl Limits {
     /// The default limits, with `KBUILD_MAX_UNPACKED_BYTES` overriding the size cap.
-    pub fn from_env() -> Limits {
+    pub fn from_env(env: &Env) -> Limits {
         let mut l = Limits::default();
-        if let Some(n) = std::env::var("KBUILD_MAX_UNPACKED_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
+        if let Some(n) = env.u64(names::KBUILD_MAX_UNPACKED_BYTES) {
             l.max_unpacked = n;
         }
         l
@@ -85,26 +84,18 @@ pub struct Entry {
     pub data: Vec<u8>,
 }
 
-/// The mtime written into every header: `SOURCE_DATE_EPOCH` when set to an integer, else 0.
-pub fn header_mtime() -> u64 {
-    std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0)
-}
-
-/// tar+zstd of `entries` in the given order, one zstd frame.
-pub fn write(entries: &[Entry]) -> Result<Vec<u8>, ArchiveError> {
-    write_groups(&[entries])
+/// tar+zstd of `entries` in the given order, one zstd frame; every header carries `mtime`
+/// (the caller's `SOURCE_DATE_EPOCH`, 0 when unset).
+pub fn write(entries: &[Entry], mtime: u64) -> Result<Vec<u8>, ArchiveError> {
+    write_groups(&[entries], mtime)
 }
 
 /// tar+zstd of the groups' entries in order, each group compressed as its own zstd frame
 /// (the tar stream runs on across frames; concatenated frames are one zstd stream to any
 /// reader). A bundle puts each target's objects in their own frame, so the bundle is the sum
 /// of its per-target layers and what one device pulls is its share.
-pub fn write_groups(groups: &[&[Entry]]) -> Result<Vec<u8>, ArchiveError> {
+pub fn write_groups(groups: &[&[Entry]], mtime: u64) -> Result<Vec<u8>, ArchiveError> {
     let werr = |e: std::io::Error| ArchiveError::Write(e.to_string());
-    let mtime = header_mtime();
     let mut tar = tar::Builder::new(Vec::new());
     tar.mode(tar::HeaderMode::Deterministic);
     let mut cuts = Vec::new();
@@ -303,8 +294,8 @@ mod tests {
     #[test]
     fn round_trip_is_deterministic() {
         let entries = vec![e("manifest.json", b"{}"), e("targets.json", b"[]")];
-        let a = write(&entries).unwrap();
-        let b = write(&entries).unwrap();
+        let a = write(&entries, 0).unwrap();
+        let b = write(&entries, 0).unwrap();
         assert_eq!(a, b);
         assert_eq!(read(&a, Limits::default()).unwrap(), entries);
     }
@@ -352,7 +343,7 @@ mod tests {
     fn refuses_bombs_by_frame_header_declared_size_and_stream() {
         let big = vec![0u8; 4 << 20];
         let entries = vec![e("manifest.json", &big)];
-        let bytes = write(&entries).unwrap();
+        let bytes = write(&entries, 0).unwrap();
         assert!(bytes.len() < 4096, "zeros compress: {}", bytes.len());
         let small = Limits {
             max_unpacked: 1 << 20,
@@ -392,7 +383,7 @@ mod tests {
     #[test]
     fn refuses_truncation_and_garbage() {
         let entries = vec![e("manifest.json", &[7u8; 10000])];
-        let bytes = write(&entries).unwrap();
+        let bytes = write(&entries, 0).unwrap();
         for cut in [5, bytes.len() / 2, bytes.len() - 1] {
             let err = read(&bytes[..cut], Limits::default()).unwrap_err();
             assert!(

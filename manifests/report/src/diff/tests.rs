@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use super::gate::{evaluate, parse_rules, AllowEntry, Date};
 use super::*;
-use crate::occupancy::Occupancy;
-use crate::resources::{AmdResources, CudaResources};
+use kbuild_manifest::occupancy::Occupancy;
+use kbuild_manifest::resources::{AmdResources, CudaResources};
 
 pub(crate) fn amd(vgprs: u32, vgpr_spills: u32, lds: u64, waves: u32) -> Resources {
     Resources::Amd(AmdResources {

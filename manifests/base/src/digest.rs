@@ -36,6 +36,18 @@ pub fn oci_hex(digest: &str) -> Option<&str> {
     digest.strip_prefix("sha256:").filter(|h| is_sha256_hex(h))
 }
 
+/// blake3 of `bytes`, lowercase hex (the per-object load-time check and the compile cache).
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// blake3 of a file's bytes, hex, read in a stream.
+pub fn blake3_file(path: &std::path::Path) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(path)?)?;
+    Ok(h.finalize().to_hex().to_string())
+}
+
 /// A streaming sha256 (for blobs read from the network).
 #[derive(Default)]
 pub struct Hasher(Sha256);

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use super::fields;
 use super::gate::GateReport;
 use super::{Class, Diff, Entry, FieldChange, Row, TargetDiff, TargetStatus};
-use crate::resources::Resources;
+use kbuild_manifest::resources::Resources;
 
 /// How a cell moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::resources::{InspectedObject, Resources};
+use kbuild_manifest::resources::{InspectedObject, Resources};
 
-fn occupancy_cell(o: &Option<crate::occupancy::Occupancy>) -> String {
+fn occupancy_cell(o: &Option<kbuild_manifest::occupancy::Occupancy>) -> String {
     match o {
         Some(o) => format!("{}/{} {} ({})", o.value, o.max, o.unit, o.limiter),
         None => "-".into(),

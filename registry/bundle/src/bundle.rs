@@ -83,12 +83,12 @@ struct TargetsFile {
 
 impl Bundle {
     /// Read and verify a bundle file.
-    pub fn open(path: &Path) -> Result<Bundle, BundleError> {
+    pub fn open(path: &Path, limits: Limits) -> Result<Bundle, BundleError> {
         let bytes = std::fs::read(path).map_err(|err| BundleError::Io {
             path: path.display().to_string(),
             err,
         })?;
-        Bundle::from_bytes(&bytes, Limits::from_env())
+        Bundle::from_bytes(&bytes, limits)
     }
 
     /// Verify a bundle held in memory.
@@ -260,8 +260,9 @@ impl Bundle {
 
     /// The deterministic archive bytes: a first zstd frame with manifest.json (and
     /// targets.json), then one frame per target (manifest order) with its objects sorted by
-    /// sha256; an object two targets share is stored once, with the first.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, BundleError> {
+    /// sha256; an object two targets share is stored once, with the first. Every header
+    /// carries `mtime` (the builder's `SOURCE_DATE_EPOCH`, 0 when unset).
+    pub fn to_bytes(&self, mtime: u64) -> Result<Vec<u8>, BundleError> {
         let mut head = vec![Entry {
             name: "manifest.json".into(),
             data: self.manifest_json.clone(),
@@ -289,7 +290,7 @@ impl Bundle {
             groups.push(g);
         }
         let refs: Vec<&[Entry]> = groups.iter().map(Vec::as_slice).collect();
-        Ok(archive::write_groups(&refs)?)
+        Ok(archive::write_groups(&refs, mtime)?)
     }
 
     /// The same bundle with only `targets`' objects (a subset bundle, unless that is all).
@@ -408,56 +409,14 @@ fn record_label(o: &kbuild_manifest::manifest::ObjectRecord) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use kbuild_manifest::manifest::{ObjectRecord, Package, Provenance, SCHEMA};
 
-    /// A manifest with `targets`, one object per target whose bytes are `target` repeated.
-    pub(crate) fn sample(targets: &[&str]) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
-        let mut objects = BTreeMap::new();
-        let mut records = Vec::new();
-        for t in targets {
-            let data = t.repeat(100).into_bytes();
-            let sha = digest::sha256_hex(&data);
-            records.push(ObjectRecord {
-                kernel: "k".into(),
-                variant: None,
-                defines: BTreeMap::new(),
-                target: t.to_string(),
-                path: format!("{t}/k.cubin"),
-                sha256: sha.clone(),
-                size: data.len() as u64,
-                format: "cubin".into(),
-                entries: vec!["k".into()],
-                resources: BTreeMap::new(),
-                cache_key: "x".into(),
-            });
-            objects.insert(sha, data);
-        }
-        let m = Manifest {
-            schema: SCHEMA.into(),
-            package: Package {
-                name: "pkg".into(),
-                version: "1.2.3".into(),
-            },
-            provenance: Provenance {
-                git_commit: None,
-                git_dirty: None,
-                toolchains: vec![],
-                flags: BTreeMap::new(),
-                host: "linux-x86_64".into(),
-            },
-            targets: targets.iter().map(|t| t.to_string()).collect(),
-            kernels: vec!["k".into()],
-            objects: records,
-            containers: vec![],
-        };
-        (m.to_json().into_bytes(), objects)
-    }
+    pub(crate) use kbuild_manifest::fixtures::bundle_parts as sample;
 
     #[test]
     fn round_trip_subset_and_names() {
         let (m, o) = sample(&["sm_89", "gfx1100"]);
         let b = Bundle::from_parts(m, o, None).unwrap();
-        let bytes = b.to_bytes().unwrap();
+        let bytes = b.to_bytes(0).unwrap();
         let back = Bundle::from_bytes(&bytes, Limits::default()).unwrap();
         assert_eq!(back, b);
         assert_eq!(b.file_name(), "pkg-1.2.3.kbundle");
@@ -465,7 +424,7 @@ pub(crate) mod tests {
         assert_eq!(s.file_name(), "pkg-1.2.3.gfx1100.kbundle");
         assert_eq!(s.objects().len(), 1);
         assert_eq!(s.manifest_digest(), b.manifest_digest());
-        let sb = Bundle::from_bytes(&s.to_bytes().unwrap(), Limits::default()).unwrap();
+        let sb = Bundle::from_bytes(&s.to_bytes(0).unwrap(), Limits::default()).unwrap();
         assert_eq!(sb.targets(), vec!["gfx1100".to_string()]);
         assert!(b.restrict(&["sm_90".to_string()]).is_err());
     }
@@ -495,7 +454,7 @@ pub(crate) mod tests {
         let bytes = archive::write(&[Entry {
             name: "targets.json".into(),
             data: b"{\"targets\":[]}".to_vec(),
-        }])
+        }], 0)
         .unwrap();
         let e = Bundle::from_bytes(&bytes, Limits::default()).unwrap_err();
         assert!(e.to_string().contains("starts with manifest.json"), "{e}");

@@ -7,14 +7,16 @@
 //! Signatures live in a [`SignatureFile`]: `NAME-VERSION.kbundle.sig` beside a bundle, and in
 //! OCI registries as an artifact tagged `sha256-<manifest hex>.sig` (see `oci.rs`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use crate::digest;
+use kbuild_base::digest;
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::{names, Env};
 
 pub const PAYLOAD_SCHEMA: &str = "kbuild.signature-payload/v1";
 pub const FILE_SCHEMA: &str = "kbuild.signatures/v1";
@@ -276,28 +278,12 @@ struct SignaturesConfig {
 }
 
 impl Trust {
-    /// kbuild's user config file: `KBUILD_CONFIG`, else `$XDG_CONFIG_HOME/kbuild/config.toml`.
-    pub fn config_path() -> PathBuf {
-        if let Some(p) = std::env::var_os("KBUILD_CONFIG").filter(|v| !v.is_empty()) {
-            return PathBuf::from(p);
-        }
-        let base = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from("/tmp"))
-                    .join(".config")
-            });
-        base.join("kbuild/config.toml")
-    }
-
     /// Read `[signatures] policy` and `trusted-keys` (key text or paths to `.pub` files,
     /// relative to the config file) from the config file, if it exists; then
-    /// `KBUILD_SIGNATURE_POLICY` overrides the policy.
-    pub fn load() -> Result<Trust, SignError> {
-        let path = Trust::config_path();
+    /// `KBUILD_SIGNATURE_POLICY` overrides the policy. The config file is
+    /// [`kbuild_base::dirs::Dirs::config_file`] of `env`.
+    pub fn load(env: &Env) -> Result<Trust, SignError> {
+        let path = Dirs::from_env(env).config_file;
         let mut trust = match std::fs::read_to_string(&path) {
             Ok(text) => Trust::from_config(&text, &path)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Trust::default(),
@@ -308,7 +294,7 @@ impl Trust {
                 })
             }
         };
-        if let Ok(p) = std::env::var("KBUILD_SIGNATURE_POLICY") {
+        if let Some(p) = env.str(names::KBUILD_SIGNATURE_POLICY) {
             trust.policy = p
                 .parse()
                 .map_err(|e| SignError::Config(format!("KBUILD_SIGNATURE_POLICY: {e}")))?;

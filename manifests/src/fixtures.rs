@@ -1,0 +1,72 @@
+//! Manifests for tests, in one place (feature `fixtures`): every crate's tests build their
+//! sample manifests from these instead of spelling out a whole [`Manifest`] again.
+
+use std::collections::BTreeMap;
+
+use crate::manifest::{Manifest, ObjectRecord, Package, Provenance, SCHEMA};
+
+/// A manifest of `objects`: kernels in first-seen order, targets as the objects list them.
+pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manifest {
+    let mut kernels: Vec<String> = Vec::new();
+    let mut targets: Vec<String> = Vec::new();
+    for o in &objects {
+        if !kernels.contains(&o.kernel) {
+            kernels.push(o.kernel.clone());
+        }
+        if !targets.contains(&o.target) {
+            targets.push(o.target.clone());
+        }
+    }
+    Manifest {
+        schema: SCHEMA.into(),
+        package: Package {
+            name: name.into(),
+            version: version.into(),
+        },
+        provenance: Provenance {
+            git_commit: None,
+            git_dirty: None,
+            toolchains: vec![],
+            flags: BTreeMap::new(),
+            host: "linux-x86_64".into(),
+        },
+        targets,
+        kernels,
+        objects,
+        containers: vec![],
+    }
+}
+
+/// An object record of `kernel` for `target` whose file is `bytes` (digests and size from
+/// them), exporting `entries`, with no resource records.
+pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectRecord {
+    ObjectRecord {
+        kernel: kernel.into(),
+        variant: None,
+        defines: BTreeMap::new(),
+        target: target.into(),
+        path: format!("{target}/{kernel}.{format}"),
+        sha256: kbuild_base::digest::sha256_hex(bytes),
+        size: bytes.len() as u64,
+        format: format.into(),
+        entries: vec![kernel.into()],
+        resources: BTreeMap::new(),
+        cache_key: "k".into(),
+    }
+}
+
+/// The parts of a bundle of package `pkg` 1.2.3: a manifest with `targets`, one object of
+/// kernel `k` per target whose bytes are the target name repeated, and those objects by sha256.
+pub fn bundle_parts(targets: &[&str]) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
+    let mut objects = BTreeMap::new();
+    let mut records = Vec::new();
+    for t in targets {
+        let data = t.repeat(100).into_bytes();
+        let mut o = object("k", t, "cubin", &data);
+        o.path = format!("{t}/k.cubin");
+        objects.insert(o.sha256.clone(), data);
+        records.push(o);
+    }
+    let m = manifest("pkg", "1.2.3", records);
+    (m.to_json().into_bytes(), objects)
+}
