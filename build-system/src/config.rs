@@ -215,6 +215,25 @@ pub struct Project {
 
 /// Find `Kbuild.toml` from `start` upwards: `Kbuild.toml`, then `kernels/Kbuild.toml`, in
 /// each directory.
+/// The project file: `manifest_path` when given, else [`find`] from the current directory.
+pub fn locate(manifest_path: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    match manifest_path {
+        Some(p) => Ok(p.to_path_buf()),
+        None => {
+            let cwd = std::env::current_dir().map_err(|e| ConfigError::File {
+                path: ".".into(),
+                message: format!("cannot read the current directory: {e}"),
+            })?;
+            find(&cwd)
+        }
+    }
+}
+
+/// [`locate`] then [`load`]: what every command that works on "the project" opens.
+pub fn open(manifest_path: Option<&Path>) -> Result<Project, ConfigError> {
+    load(&locate(manifest_path)?)
+}
+
 pub fn find(start: &Path) -> Result<PathBuf, ConfigError> {
     for dir in start.ancestors() {
         for candidate in [dir.join(FILE_NAME), dir.join("kernels").join(FILE_NAME)] {

@@ -18,5 +18,6 @@ pub mod git;
 pub mod plan;
 pub mod remote_cache;
 pub mod toolchain;
+pub mod worktree;
 
 pub use buildrs::Build;

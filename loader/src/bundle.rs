@@ -41,7 +41,7 @@ pub fn looks_like_bundle(bytes: &[u8]) -> bool {
 impl Package {
     /// Open a bundle file, verified by the registry's reader.
     pub fn open_bundle(path: &Path) -> Result<Package> {
-        let bundle = Bundle::open(path).map_err(|e| LoaderError::Package {
+        let bundle = Bundle::open(path, kbuild_bundle::archive::Limits::default()).map_err(|e| LoaderError::Package {
             path: path.to_path_buf(),
             what: e.to_string(),
         })?;
@@ -117,7 +117,7 @@ mod tests {
             objects.insert(o.sha256.clone(), bytes);
         }
         let bundle = Bundle::from_parts(m.to_json().into_bytes(), objects, None).unwrap();
-        let bytes = bundle.to_bytes().unwrap();
+        let bytes = bundle.to_bytes(0).unwrap();
         let p = Package::from_bundle_bytes(&bytes, "embedded").unwrap();
         assert_eq!(p.kernels(), ["k"]);
         let dev = Device::parse("sm_90", Some(NEWEST_DRIVER), true).unwrap();

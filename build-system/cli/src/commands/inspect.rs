@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kbuild_manifest::report::inspect_table;
+use kbuild_report::inspect::inspect_table;
 use kbuild_manifest::resources::{inspect, InspectReport, InspectedObject, INSPECT_SCHEMA};
 
 /// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.

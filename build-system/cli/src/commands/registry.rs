@@ -3,136 +3,61 @@
 //! module parses nothing itself beyond its flags and draws the progress bars.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::Env;
+use kbuild_base::fs as fsutil;
+use kbuild_build::build::{build, BuildOptions};
+use kbuild_build::config;
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::cache::Cache;
+use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile, Trust, Verdict};
+use kbuild_bundle::Bundle;
+use kbuild_manifest::target::Target;
 use kbuild_loader::detect::{self, DeviceOptions};
-use kbuild_manifest::compat::{parse_version, Device};
+use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
-use kbuild_manifest::target::{parse_target_list, Version};
-use kbuild_registry::cache::Cache;
-use kbuild_registry::lock::{self, Lockfile};
+use kbuild_registry::lock::Lockfile;
 use kbuild_registry::oci::{OciOptions, PublishOutcome};
-use kbuild_registry::progress::Progress;
 use kbuild_registry::pull::{self, Locked, PullRequest};
-use kbuild_registry::sign::{Payload, Policy, SecretKey, SignatureFile, Trust, Verdict};
 use kbuild_registry::store::Registry;
-use kbuild_registry::Bundle;
 
-use crate::build::{build, BuildOptions};
-use crate::{config, fsutil};
+use crate::cli::{
+    KeygenArgs, LsArgs, PackageArgs, PublishArgs, PullArgs, RegistryArgs, SignArgs, TrustArgs,
+};
+use crate::progress::Bars;
 
-/// Progress bars on stderr (hidden when it is not a terminal or output is JSON); notes as
-/// plain lines.
-struct Bars {
-    show_bars: bool,
-    quiet: bool,
-    bar: Mutex<Option<indicatif::ProgressBar>>,
-}
 
-impl Bars {
-    fn new(json: bool) -> Bars {
-        Bars {
-            show_bars: !json && std::io::stderr().is_terminal(),
-            quiet: json,
-            bar: Mutex::new(None),
-        }
-    }
-}
 
-impl Progress for Bars {
-    fn begin(&self, label: &str, total: u64) {
-        if !self.show_bars {
-            return;
-        }
-        let bar = indicatif::ProgressBar::new(total);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{msg:>16} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        bar.set_message(label.to_string());
-        if let Ok(mut b) = self.bar.lock() {
-            *b = Some(bar);
-        }
-    }
-    fn advance(&self, bytes: u64) {
-        if let Ok(b) = self.bar.lock() {
-            if let Some(b) = b.as_ref() {
-                b.inc(bytes);
-            }
-        }
-    }
-    fn end(&self) {
-        if let Ok(mut b) = self.bar.lock() {
-            if let Some(b) = b.take() {
-                b.finish_and_clear();
-            }
-        }
-    }
-    fn note(&self, text: &str) {
-        if !self.quiet {
-            eprintln!("note: {text}");
-        }
-    }
-}
-
-/// Registry flags shared by publish, pull, ls and sign.
-#[derive(Args, Debug, Default, Clone)]
-pub struct RegistryArgs {
-    /// DIR, file://DIR or oci://HOST[:PORT]/REPO (default: kbuild's local registry in the XDG
-    /// data dir).
-    #[arg(long, value_name = "REG", env = "KBUILD_REGISTRY")]
-    pub registry: Option<String>,
-    /// Talk plain HTTP to an OCI registry (no TLS), as ORAS's --plain-http.
-    #[arg(long)]
-    pub plain_http: bool,
-    /// Upload chunk size in bytes (OCI).
-    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20, hide = true)]
-    pub chunk_size: usize,
-    /// Retries on 5xx/429/timeouts (OCI), with exponential backoff.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub retries: u32,
-}
 
 impl RegistryArgs {
-    fn open(&self) -> Result<Registry> {
+    fn open(&self, env: &Env) -> Result<Registry> {
         let spec = match &self.registry {
             Some(r) => r.clone(),
-            None => fsutil::data_dir().join("registry").display().to_string(),
+            None => Dirs::from_env(env)
+                .data
+                .join("registry")
+                .display()
+                .to_string(),
         };
         let opts = OciOptions {
             plain_http: self.plain_http,
             chunk_size: self.chunk_size.max(1),
             retries: self.retries,
-            ..OciOptions::default()
+            ..OciOptions::from_env(env)
         };
         Ok(Registry::parse(&spec, opts)?)
     }
 }
 
-/// Signature flags shared by pull and publish.
-#[derive(Args, Debug, Default, Clone)]
-pub struct TrustArgs {
-    /// require | warn | off (default: [signatures] policy in the kbuild config, else warn).
-    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = parse_policy)]
-    pub signature_policy: Option<Policy>,
-    /// A trusted public key file (.pub), besides those in the kbuild config. Repeatable.
-    #[arg(long = "trusted-key", value_name = "PATH")]
-    pub trusted_keys: Vec<PathBuf>,
-}
 
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.parse()
-}
 
 impl TrustArgs {
-    fn trust(&self) -> Result<Trust> {
-        let mut t = Trust::load()?;
+    fn trust(&self, env: &Env) -> Result<Trust> {
+        let mut t = Trust::load(env)?;
         if let Some(p) = self.signature_policy {
             t.policy = p;
         }
@@ -143,63 +68,21 @@ impl TrustArgs {
     }
 }
 
-#[derive(Args, Debug)]
-pub struct PackageArgs {
-    /// A build output directory (holding manifest.json). Default: build the project (through
-    /// the cache) first, then package its out-dir.
-    #[arg(value_name = "BUILD_DIR")]
-    pub build_dir: Option<PathBuf>,
-    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax).
-    #[arg(long, value_name = "LIST")]
-    pub targets: Option<String>,
-    /// Where bundles go.
-    #[arg(long, value_name = "DIR", default_value = "dist")]
-    pub out: PathBuf,
-    /// Also write one bundle per target.
-    #[arg(long)]
-    pub split: bool,
-    /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
-    #[arg(long)]
-    pub verify_reproducible: bool,
-    /// Path to Kbuild.toml (default: found from the current directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn load_project(manifest_path: Option<&Path>) -> Result<config::Project> {
-    let file = match manifest_path {
-        Some(p) => p.to_path_buf(),
-        None => config::find(&std::env::current_dir().context("reading the current directory")?)?,
-    };
-    Ok(config::load(&file)?)
-}
-
-fn canonical_targets(list: &str) -> Result<Vec<String>> {
-    Ok(parse_target_list(list)?
-        .iter()
-        .map(|t| t.to_string())
-        .collect())
-}
-
 fn build_into(
     project: &config::Project,
-    targets: Option<&str>,
+    targets: Option<Vec<Target>>,
     out_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    env: &Env,
 ) -> Result<PathBuf> {
-    let targets = match targets {
-        Some(l) => Some(parse_target_list(l)?),
-        None => None,
-    };
     let opts = BuildOptions {
         targets,
         out_dir,
         cache_dir,
+        env: env.clone(),
         ..BuildOptions::default()
     };
-    let report = build(project, &opts)?;
+    let report = build(project, &opts, &crate::progress::BuildProgress::new(false, env))?;
     if !report.failures.is_empty() {
         bail!(
             "{} job(s) failed; nothing was packaged (run `kbuild build` to see them)",
@@ -210,50 +93,52 @@ fn build_into(
 }
 
 /// `kbuild package`.
-pub fn run_package(args: PackageArgs) -> Result<ExitCode> {
-    let filter = match &args.targets {
-        Some(l) => Some(canonical_targets(l)?),
-        None => None,
-    };
+pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
+    let targets = args.targets.map(|t| t.0);
+    let filter: Option<Vec<String>> = targets
+        .as_ref()
+        .map(|ts| ts.iter().map(Target::to_string).collect());
+    let mtime = env.source_date_epoch();
     let build_dir = match &args.build_dir {
         Some(d) => d.clone(),
         None => {
-            let project = load_project(args.manifest_path.as_deref())?;
-            build_into(&project, args.targets.as_deref(), None, None)?
+            let project = config::open(args.manifest_path.as_deref())?;
+            build_into(&project, targets.clone(), None, None, env)?
         }
     };
     let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref())?;
-    let bytes = bundle.to_bytes()?;
+    let bytes = bundle.to_bytes(mtime)?;
     let mut written = vec![write_bundle(&args.out, &bundle.file_name(), &bytes)?];
     if args.split {
         for t in bundle.targets() {
             let part = bundle.restrict(std::slice::from_ref(&t))?;
-            let b = part.to_bytes()?;
+            let b = part.to_bytes(mtime)?;
             written.push(write_bundle(&args.out, &part.file_name(), &b)?);
         }
     }
     let mut reproducible = None;
     if args.verify_reproducible {
-        let project = load_project(args.manifest_path.as_deref())?;
+        let project = config::open(args.manifest_path.as_deref())?;
         let scratch = fsutil::tempdir_in(&std::env::temp_dir(), "kbuild-reproduce")
             .context("creating a scratch directory")?;
-        let list = bundle.manifest().targets.join(",");
+        let list = kbuild_manifest::target::parse_target_list(&bundle.manifest().targets.join(","))?;
         let again = build_into(
             &project,
-            Some(&list),
+            Some(list),
             Some(scratch.join("out")),
             Some(scratch.join("cache")),
+            env,
         );
         let second = again.and_then(|d| Ok(Bundle::from_build_dir(&d, filter.as_deref())?));
         let _ = std::fs::remove_dir_all(&scratch);
         let second = second?;
-        let second_bytes = second.to_bytes()?;
+        let second_bytes = second.to_bytes(mtime)?;
         if second_bytes != bytes {
             let diffs = differing_objects(bundle.manifest(), second.manifest());
             eprintln!(
                 "error: not reproducible: a clean rebuild packages to different bytes ({} vs {})",
-                kbuild_registry::digest::oci_digest(&bytes),
-                kbuild_registry::digest::oci_digest(&second_bytes)
+                kbuild_base::digest::oci_digest(&bytes),
+                kbuild_base::digest::oci_digest(&second_bytes)
             );
             for d in diffs {
                 eprintln!("  {d}");
@@ -314,43 +199,29 @@ fn differing_objects(a: &Manifest, b: &Manifest) -> Vec<String> {
 fn write_bundle(dir: &Path, name: &str, bytes: &[u8]) -> Result<(PathBuf, usize, String)> {
     let p = dir.join(name);
     fsutil::write_if_changed(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
-    Ok((p, bytes.len(), kbuild_registry::digest::oci_digest(bytes)))
-}
-
-#[derive(Args, Debug)]
-pub struct PublishArgs {
-    /// The bundle (default: dist/NAME-VERSION.kbundle of the project here). Its `.sig` file,
-    /// when present, is published too.
-    #[arg(value_name = "BUNDLE")]
-    pub bundle: Option<PathBuf>,
-    #[command(flatten)]
-    pub registry: RegistryArgs,
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
+    Ok((p, bytes.len(), kbuild_base::digest::oci_digest(bytes)))
 }
 
 /// `kbuild publish`.
-pub fn run_publish(args: PublishArgs) -> Result<ExitCode> {
+pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
     let path = match &args.bundle {
         Some(p) => p.clone(),
         None => {
-            let project = load_project(args.manifest_path.as_deref())?;
+            let project = config::open(args.manifest_path.as_deref())?;
             PathBuf::from("dist").join(format!("{}-{}.kbundle", project.name, project.version))
         }
     };
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let bundle = Bundle::from_bytes(&bytes, kbuild_registry::archive::Limits::from_env())
+    let bundle = Bundle::from_bytes(&bytes, Limits::from_env(env))
         .with_context(|| path.display().to_string())?;
-    let sig_path = kbuild_registry::signature_path(&path);
+    let sig_path = kbuild_bundle::signature_path(&path);
     let sigs = match std::fs::read(&sig_path) {
         Ok(b) => {
             Some(SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?)
         }
         Err(_) => None,
     };
-    let registry = args.registry.open()?;
+    let registry = args.registry.open(env)?;
     let progress = Bars::new(args.json);
     let outcome = registry.publish(&bundle, &bytes, sigs.as_ref(), &progress)?;
     let reg = registry.describe();
@@ -385,44 +256,6 @@ pub fn run_publish(args: PublishArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args, Debug)]
-pub struct PullArgs {
-    /// NAME, NAME@1.2.3 (exact), NAME@^1.2 (semver requirement) or NAME@sha256:... (digest).
-    #[arg(value_name = "NAME[@REQ]")]
-    pub spec: String,
-    #[command(flatten)]
-    pub registry: RegistryArgs,
-    /// Fetch only what this device would load: `auto` (detect) or a target to simulate
-    /// (sm_90, 9.0, gfx1151, gfx90a:xnack-). Default: every target.
-    #[arg(long, value_name = "auto|TARGET")]
-    pub device: Option<String>,
-    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
-    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
-    pub driver: Option<Version>,
-    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
-    #[arg(long)]
-    pub no_generic: bool,
-    /// Refuse anything that differs from Kbuild.lock.
-    #[arg(long)]
-    pub locked: bool,
-    /// Serve from the local cache only.
-    #[arg(long)]
-    pub offline: bool,
-    /// The lockfile (default: ./Kbuild.lock).
-    #[arg(long, value_name = "PATH", default_value = lock::FILE_NAME)]
-    pub lockfile: PathBuf,
-    /// Also write the pulled (subset) bundle and its signatures here.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    #[command(flatten)]
-    pub trust: TrustArgs,
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn parse_driver(s: &str) -> Result<Version, String> {
-    parse_version(s).ok_or_else(|| format!("`{s}` is not a CUDA version like 13.0"))
-}
 
 /// The targets a device selects, per kernel, through the loader's selection (the one compat
 /// table); an error naming each kernel that nothing runs on.
@@ -462,11 +295,11 @@ fn device_targets(
 }
 
 /// `kbuild pull`.
-pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
+pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
     let (name, want) = pull::parse_spec(&args.spec).map_err(anyhow::Error::msg)?;
-    let registry = args.registry.open()?;
-    let cache = Cache::new(&fsutil::cache_dir().join("registry"));
-    let trust = args.trust.trust()?;
+    let registry = args.registry.open(env)?;
+    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
+    let trust = args.trust.trust(env)?;
     let progress = Bars::new(args.json);
     let device = match &args.device {
         None => None,
@@ -516,10 +349,10 @@ pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
     let mut out_file = None;
     if let Some(dir) = &args.out {
         let p = dir.join(pulled.bundle.file_name());
-        fsutil::write_if_changed(&p, &pulled.bundle.to_bytes()?)
+        fsutil::write_if_changed(&p, &pulled.bundle.to_bytes(env.source_date_epoch())?)
             .with_context(|| format!("writing {}", p.display()))?;
         if let Some(s) = &pulled.signatures {
-            let sp = kbuild_registry::signature_path(&p);
+            let sp = kbuild_bundle::signature_path(&p);
             fsutil::write_if_changed(&sp, &s.to_json())
                 .with_context(|| format!("writing {}", sp.display()))?;
         }
@@ -572,23 +405,10 @@ pub fn run_pull(args: PullArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args, Debug)]
-pub struct LsArgs {
-    /// A package name (default: every cached package; for a directory registry, all).
-    pub name: Option<String>,
-    #[command(flatten)]
-    pub registry: RegistryArgs,
-    /// Only what is cached locally.
-    #[arg(long)]
-    pub offline: bool,
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// `kbuild ls`: cached versions, and the registry's.
-pub fn run_ls(args: LsArgs) -> Result<ExitCode> {
-    let registry = args.registry.open()?;
-    let cache = Cache::new(&fsutil::cache_dir().join("registry"));
+pub fn run_ls(args: LsArgs, env: &Env) -> Result<ExitCode> {
+    let registry = args.registry.open(env)?;
+    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
     let cached = cache.refs(None, args.name.as_deref());
     let progress = Bars::new(args.json);
     let mut remote: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -656,29 +476,17 @@ pub fn run_ls(args: LsArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args, Debug)]
-pub struct KeygenArgs {
-    /// Directory for NAME.key (secret, mode 0600) and NAME.pub (default: the kbuild config
-    /// dir's keys/).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    #[arg(long, default_value = "kbuild")]
-    pub name: String,
-    /// Replace existing key files.
-    #[arg(long)]
-    pub force: bool,
-}
-
-fn default_key_dir() -> PathBuf {
-    Trust::config_path()
+fn default_key_dir(env: &Env) -> PathBuf {
+    Dirs::from_env(env)
+        .config_file
         .parent()
         .map(|p| p.join("keys"))
         .unwrap_or_else(|| PathBuf::from("keys"))
 }
 
 /// `kbuild keygen`.
-pub fn run_keygen(args: KeygenArgs) -> Result<ExitCode> {
-    let dir = args.out.clone().unwrap_or_else(default_key_dir);
+pub fn run_keygen(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
+    let dir = args.out.clone().unwrap_or_else(|| default_key_dir(env));
     let secret = dir.join(format!("{}.key", args.name));
     let public = dir.join(format!("{}.pub", args.name));
     if !args.force && (secret.exists() || public.exists()) {
@@ -714,35 +522,23 @@ pub fn run_keygen(args: KeygenArgs) -> Result<ExitCode> {
     println!(
         "hint: trust it with `trusted-keys = [\"{}\"]` under [signatures] in {}",
         public.display(),
-        Trust::config_path().display()
+        Dirs::from_env(env).config_file.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args, Debug)]
-pub struct SignArgs {
-    /// A bundle file (writes BUNDLE.sig), or NAME@VERSION in --registry.
-    #[arg(value_name = "BUNDLE|REF")]
-    pub target: String,
-    /// The secret key (default: KBUILD_SIGNING_KEY, else the key `kbuild keygen` made).
-    #[arg(long, value_name = "PATH", env = "KBUILD_SIGNING_KEY")]
-    pub key: Option<PathBuf>,
-    #[command(flatten)]
-    pub registry: RegistryArgs,
-}
-
 /// `kbuild sign`.
-pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
+pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
     let key_path = args
         .key
         .clone()
-        .unwrap_or_else(|| default_key_dir().join("kbuild.key"));
+        .unwrap_or_else(|| default_key_dir(env).join("kbuild.key"));
     let key = SecretKey::load(&key_path)
         .with_context(|| "hint: make a key with `kbuild keygen`, or pass --key".to_string())?;
     let file = Path::new(&args.target);
     if file.is_file() {
-        let bundle = Bundle::open(file)?;
-        let sig_path = kbuild_registry::signature_path(file);
+        let bundle = Bundle::open(file, Limits::from_env(env))?;
+        let sig_path = kbuild_bundle::signature_path(file);
         let mut sigs = match std::fs::read(&sig_path) {
             Ok(b) => SignatureFile::from_json(&b)?,
             Err(_) => SignatureFile::new(),
@@ -773,7 +569,7 @@ pub fn run_sign(args: SignArgs) -> Result<ExitCode> {
     if kbuild_registry::semver::Version::parse(version).is_err() {
         bail!("sign a published bundle by its exact version: NAME@1.2.3");
     }
-    let registry = args.registry.open()?;
+    let registry = args.registry.open(env)?;
     let progress = Bars::new(false);
     let resolved = registry.resolve(name, version, &progress)?;
     let mut sigs = SignatureFile::new();

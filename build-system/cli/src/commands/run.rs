@@ -2,103 +2,27 @@
 //! bundle, through the loader: parity verdicts against the fp64 reference (`--check`, the
 //! default) and the benchmark table (`--bench`); rendering (text, JSON) lives here.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
+use kbuild_base::env::Env;
+
+use crate::cli::{GdnArgs, RunCommand};
 use kbuild_engine::bench::{self, BenchOptions, BenchReport};
 use kbuild_engine::parity::{self, Check, ParityOptions, ParityReport};
 use kbuild_engine::{GdnEngine, Geometry, Inputs};
 use kbuild_loader::{DeviceOptions, Gpu, Loader};
 
-/// `kbuild run WORKLOAD`.
-#[derive(Subcommand, Debug)]
-pub enum RunCommand {
-    /// Gated DeltaNet decode/verify/commit over the GDN kernels: parity against the fp64
-    /// reference (--check, the default) and a benchmark (--bench).
-    Gdn(GdnArgs),
-}
 
-/// Arguments of `kbuild run gdn`.
-#[derive(Args, Debug)]
-pub struct GdnArgs {
-    /// The kernels: a build directory (holding manifest.json) or a manifest. Default: the
-    /// project's out-dir.
-    #[arg(long, value_name = "DIR|MANIFEST")]
-    pub bundle: Option<PathBuf>,
-    /// Layers of the stack (the production geometry has 36).
-    #[arg(long, value_name = "N", default_value_t = 36, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub layers: u32,
-    /// Window sizes T to check and benchmark (each 1..=8).
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        default_value = "1,2,4,8"
-    )]
-    pub tokens: Vec<usize>,
-    /// Parity verdicts against the fp64 reference, and bitwise between paths (exit 1 on a failure).
-    #[arg(long)]
-    pub check: bool,
-    /// The benchmark table: forward unfused/fused per T, commit per-layer/batched per n.
-    #[arg(long)]
-    pub bench: bool,
-    /// One JSON document (`kbuild.run-gdn/v1`) on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Seeds of the generated inputs for --check.
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        default_value = "1,2,3"
-    )]
-    pub seeds: Vec<u64>,
-    /// Inputs from a safetensors file instead of the seeded generator (layout: kbuild-engine's
-    /// inputs module); the trajectory takes its tokens from it too.
-    #[arg(long, value_name = "FILE", conflicts_with = "dump_inputs")]
-    pub inputs: Option<PathBuf>,
-    /// Steps of the --check decode trajectory (forward 1, commit 1); 0 skips it.
-    #[arg(long, value_name = "STEPS", default_value_t = 256)]
-    pub trajectory: usize,
-    /// Commit sizes n for --bench.
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        default_value = "1,2,3,4,5"
-    )]
-    pub commits: Vec<usize>,
-    /// Timed graph replays per --bench row.
-    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Write the first seed's inputs and the fp64 reference of a full window to a safetensors
-    /// file (for a side-by-side run elsewhere) and exit; needs no GPU.
-    #[arg(long, value_name = "FILE")]
-    pub dump_inputs: Option<PathBuf>,
-    /// Manifest path used to find the default out-dir.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
-}
 
 /// `kbuild run ...`
-pub fn run(cmd: RunCommand) -> Result<ExitCode> {
+pub fn run(cmd: RunCommand, _env: &Env) -> Result<ExitCode> {
     match cmd {
         RunCommand::Gdn(args) => run_gdn(args),
     }
 }
 
-fn default_out_dir(manifest_path: Option<&Path>) -> Result<PathBuf> {
-    let file = match manifest_path {
-        Some(p) => p.to_path_buf(),
-        None => {
-            crate::config::find(&std::env::current_dir().context("reading the current directory")?)
-                .context("no --bundle given and no Kbuild.toml here to find the out-dir")?
-        }
-    };
-    Ok(crate::config::load(&file)?.out_dir)
-}
 
 fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
     let geometry = Geometry::with_layers(args.layers as usize);
@@ -145,7 +69,7 @@ fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
     };
     let bundle = match &args.bundle {
         Some(b) => b.clone(),
-        None => default_out_dir(args.manifest_path.as_deref())?,
+        None => super::explain::default_out_dir(args.manifest_path.as_deref())?,
     };
     let gpu = Gpu::open(&DeviceOptions::from_env())?;
     let loader = Loader::open(&bundle, &gpu)?;
@@ -222,10 +146,7 @@ fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    kbuild_base::fs::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `  PASS  name  rel-L2 2.1e-07 ≤ 1e-05` / `  FAIL  name  bitwise: 3 of 10 elements differ`.

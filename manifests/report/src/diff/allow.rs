@@ -129,3 +129,33 @@ pub fn parse_allowlist(file: &str, text: &str) -> Result<Vec<AllowEntry>, AllowE
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowlist_parses_and_errors_name_the_line() {
+        let ok = parse_allowlist(
+            "kbuild-allow.toml",
+            "[[allow]]\nkernel = \"gemv*\"\nrule = \"registers:+8\"\njustification = \"split-K\"\nexpires = 2027-01-31\n\n[[allow]]\nkernel = \"x\"\ntarget = \"gfx11*\"\nrule = \"spills\"\njustification = \"y\"\nexpires = \"2026-02-01\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok[0].rule, "registers");
+        assert_eq!(ok[0].target, "*");
+        assert_eq!(ok[0].expires.to_string(), "2027-01-31");
+        assert_eq!(ok[1].origin, "kbuild-allow.toml:7");
+        for (text, says) in [
+            ("[[allow]]\nkernel = \"k\"\nrule = \"spils\"\njustification = \"j\"\nexpires = 2027-01-01\n", "kbuild-allow.toml:1: allow entry `rule = \"spils\"` is not a gate rule"),
+            ("[[allow]]\nkernel = \"k\"\nrule = \"spills\"\njustification = \" \"\nexpires = 2027-01-01\n", "empty `justification`"),
+            ("[[allow]]\nkernel = \"k\"\nrule = \"spills\"\njustification = \"j\"\nexpires = \"next year\"\n", "`expires` must be a date YYYY-MM-DD"),
+            ("[[allow]]\nkernel = \"k\"\nrule = \"spills\"\njustification = \"j\"\nexpires = 2027-01-01T00:00:00Z\n", "`expires` must be a date"),
+            ("[[allow]]\nkernel = \"k\"\nrule = \"spills\"\njustification = \"j\"\n", "missing field `expires`"),
+            ("[[allow]]\nkernal = \"k\"\n", "kbuild-allow.toml:2: unknown field `kernal`"),
+        ] {
+            let e = parse_allowlist("kbuild-allow.toml", text).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}\n→ {e}");
+        }
+    }
+}

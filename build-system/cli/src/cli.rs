@@ -1,0 +1,498 @@
+//! The command line's types: every subcommand, flag and value parser of `kbuild`, and nothing
+//! else. `main.rs` dispatches each command to its module under `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use kbuild_build::remote_cache::RemoteMode;
+use kbuild_bundle::sign::Policy;
+use kbuild_manifest::compat::{parse_version, Device};
+use kbuild_manifest::target::{parse_target_list, Target, Version};
+use kbuild_report::diff::gate::{self, Rule};
+
+/// Ahead-of-time GPU kernel builds: every kernel, every target, cached.
+#[derive(Parser)]
+#[command(name = "kbuild", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub build: BuildArgs,
+}
+
+
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Build every kernel × variant × target (the default command).
+    Build(BuildArgs),
+    /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
+    /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
+    /// a git revision; `--fail-on` makes it a CI gate (exit 1).
+    Diff(DiffArgs),
+
+    /// The committed resource baseline (kernels/resources.json).
+    #[command(subcommand)]
+    Baseline(BaselineCommand),
+    /// List the GPUs the CUDA driver and the HIP runtime report (none is a normal answer).
+    Devices {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which code object of a build runs on a device (detected or simulated), with the rule
+    /// that accepted or rejected every candidate; exit 1 when a kernel has none.
+    Explain(ExplainArgs),
+    /// Package a build into a deterministic bundle dist/NAME-VERSION.kbundle (tar+zstd,
+    /// manifest.json first, objects once by sha256).
+    Package(PackageArgs),
+    /// Publish a bundle to a registry (a directory or oci://HOST[:PORT]/REPO).
+    Publish(PublishArgs),
+    /// Fetch a version (semver requirement) and only the targets a device runs; verify,
+    /// cache, write Kbuild.lock.
+    Pull(PullArgs),
+    /// List cached and published versions.
+    Ls(LsArgs),
+    /// Make an ed25519 signing key pair.
+    Keygen(KeygenArgs),
+    /// Sign a bundle file or a published version.
+    Sign(SignArgs),
+    /// Run a workload over the project's kernels through the loader (`kbuild run gdn`).
+    #[cfg(feature = "engine")]
+    #[command(subcommand)]
+    Run(RunCommand),
+    /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
+    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
+    Inspect {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List or install toolchains.
+    #[command(subcommand)]
+    Toolchain(ToolchainCommand),
+    /// Remove the build output (and with --cache, the compile cache).
+    Clean {
+        #[arg(long)]
+        manifest_path: Option<PathBuf>,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also empty the content-addressed compile cache.
+        #[arg(long)]
+        cache: bool,
+    },
+}
+
+
+#[derive(Subcommand)]
+pub enum BaselineCommand {
+    /// Rebuild and rewrite the baseline (a --targets subset replaces only those targets).
+    Update(BaselineUpdateArgs),
+
+}
+
+
+#[derive(Subcommand)]
+pub enum ToolchainCommand {
+    /// Show each toolchain's path, version and the catalogue targets it can build.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        manifest_path: Option<PathBuf>,
+    },
+    /// Install a toolchain (both when none is named). Idempotent.
+    Install {
+        #[arg(value_parser = ["cuda", "hip"])]
+        which: Option<String>,
+    },
+}
+
+
+#[derive(Args, Default)]
+pub struct BuildArgs {
+    /// Targets: names (sm_89, gfx1100, gfx90a:xnack-, compute_90), groups (ampere, rdna3, all),
+    /// or TORCH_CUDA_ARCH_LIST syntax (8.0;8.9;9.0+PTX). Default: the project's list.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+    pub targets: Option<TargetList>,
+    /// Path to Kbuild.toml (default: found from the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    /// Output directory (default: the project's out-dir).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Parallel compiles (default: number of cores; a make/cargo jobserver is honoured).
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+    /// Keep building other jobs after a failure.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Also write one fatbin per CUDA kernel and one offload bundle per HIP kernel.
+    #[arg(long)]
+    pub fat: bool,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Kill a compile that runs longer than this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub job_timeout: Option<u64>,
+    /// Print each job's compile command as a JSON line instead of building.
+    #[arg(long)]
+    pub print_commands: bool,
+    /// Prefix every compiler command with this launcher (`sccache`, a wrapper); overrides
+    /// Kbuild.toml `launcher` and KBUILD_LAUNCHER. It is part of no cache key.
+    #[arg(long, value_name = "CMD")]
+    pub launcher: Option<String>,
+    /// Fetch cache entries another machine compiled from this OCI repository
+    /// (oci://HOST[:PORT]/REPO; overrides Kbuild.toml `remote-cache`). Never fails a build.
+    #[arg(long, value_name = "URL")]
+    pub remote_cache: Option<String>,
+    /// `read` (default) or `read-write` (also upload what this build compiles).
+    #[arg(long, value_name = "MODE", value_parser = clap::value_parser!(RemoteMode))]
+    pub remote_cache_mode: Option<RemoteMode>,
+    /// Talk to the remote cache over http:// (a local test registry).
+    #[arg(long)]
+    pub plain_http: bool,
+    /// After building, fail (exit 1, printing the diff) if the resources drifted from the
+    /// committed baseline (default: resources.json next to Kbuild.toml).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    pub check_baseline: Option<Option<PathBuf>>,
+}
+
+/// Arguments of `kbuild explain`.
+#[derive(Args, Debug, Default)]
+pub struct ExplainArgs {
+    /// A build directory (holding manifest.json) or a manifest file. Default: the project's
+    /// out-dir.
+    #[arg(value_name = "BUNDLE|DIR|MANIFEST")]
+    pub path: Option<PathBuf>,
+    /// `auto` (detect) or a target to simulate: sm_90, 9.0, gfx1151, gfx90a:sramecc+:xnack-.
+    #[arg(long, value_name = "auto|TARGET", env = "KBUILD_DEVICE", value_parser = parse_device)]
+    pub device: Option<String>,
+    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
+    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
+    pub driver: Option<Version>,
+    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
+    #[arg(long)]
+    pub no_generic: bool,
+    /// Only this kernel.
+    #[arg(long, value_name = "NAME")]
+    pub kernel: Option<String>,
+    /// `kbuild.explain/v1` JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Manifest path used to find the default out-dir.
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+}
+
+/// Registry flags shared by publish, pull, ls and sign.
+#[derive(Args, Debug, Default, Clone)]
+pub struct RegistryArgs {
+    /// DIR, file://DIR or oci://HOST[:PORT]/REPO (default: kbuild's local registry in the XDG
+    /// data dir).
+    #[arg(long, value_name = "REG", env = "KBUILD_REGISTRY")]
+    pub registry: Option<String>,
+    /// Talk plain HTTP to an OCI registry (no TLS), as ORAS's --plain-http.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Upload chunk size in bytes (OCI).
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20, hide = true)]
+    pub chunk_size: usize,
+    /// Retries on 5xx/429/timeouts (OCI), with exponential backoff.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub retries: u32,
+}
+
+/// Signature flags shared by pull and publish.
+#[derive(Args, Debug, Default, Clone)]
+pub struct TrustArgs {
+    /// require | warn | off (default: [signatures] policy in the kbuild config, else warn).
+    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = parse_policy)]
+    pub signature_policy: Option<Policy>,
+    /// A trusted public key file (.pub), besides those in the kbuild config. Repeatable.
+    #[arg(long = "trusted-key", value_name = "PATH")]
+    pub trusted_keys: Vec<PathBuf>,
+}
+
+
+#[derive(Args, Debug)]
+pub struct PackageArgs {
+    /// A build output directory (holding manifest.json). Default: build the project (through
+    /// the cache) first, then package its out-dir.
+    #[arg(value_name = "BUILD_DIR")]
+    pub build_dir: Option<PathBuf>,
+    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax).
+    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+    pub targets: Option<TargetList>,
+    /// Where bundles go.
+    #[arg(long, value_name = "DIR", default_value = "dist")]
+    pub out: PathBuf,
+    /// Also write one bundle per target.
+    #[arg(long)]
+    pub split: bool,
+    /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
+    #[arg(long)]
+    pub verify_reproducible: bool,
+    /// Path to Kbuild.toml (default: found from the current directory).
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// The bundle (default: dist/NAME-VERSION.kbundle of the project here). Its `.sig` file,
+    /// when present, is published too.
+    #[arg(value_name = "BUNDLE")]
+    pub bundle: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// NAME, NAME@1.2.3 (exact), NAME@^1.2 (semver requirement) or NAME@sha256:... (digest).
+    #[arg(value_name = "NAME[@REQ]")]
+    pub spec: String,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Fetch only what this device would load: `auto` (detect) or a target to simulate
+    /// (sm_90, 9.0, gfx1151, gfx90a:xnack-). Default: every target.
+    #[arg(long, value_name = "auto|TARGET")]
+    pub device: Option<String>,
+    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
+    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
+    pub driver: Option<Version>,
+    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
+    #[arg(long)]
+    pub no_generic: bool,
+    /// Refuse anything that differs from Kbuild.lock.
+    #[arg(long)]
+    pub locked: bool,
+    /// Serve from the local cache only.
+    #[arg(long)]
+    pub offline: bool,
+    /// The lockfile (default: ./Kbuild.lock).
+    #[arg(long, value_name = "PATH", default_value = kbuild_registry::lock::FILE_NAME)]
+    pub lockfile: PathBuf,
+    /// Also write the pulled (subset) bundle and its signatures here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// A package name (default: every cached package; for a directory registry, all).
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Only what is cached locally.
+    #[arg(long)]
+    pub offline: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+
+#[derive(Args, Debug)]
+pub struct KeygenArgs {
+    /// Directory for NAME.key (secret, mode 0600) and NAME.pub (default: the kbuild config
+    /// dir's keys/).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long, default_value = "kbuild")]
+    pub name: String,
+    /// Replace existing key files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+
+#[derive(Args, Debug)]
+pub struct SignArgs {
+    /// A bundle file (writes BUNDLE.sig), or NAME@VERSION in --registry.
+    #[arg(value_name = "BUNDLE|REF")]
+    pub target: String,
+    /// The secret key (default: KBUILD_SIGNING_KEY, else the key `kbuild keygen` made).
+    #[arg(long, value_name = "PATH", env = "KBUILD_SIGNING_KEY")]
+    pub key: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+/// `kbuild run WORKLOAD`.
+#[cfg(feature = "engine")]
+#[derive(Subcommand, Debug)]
+pub enum RunCommand {
+    /// Gated DeltaNet decode/verify/commit over the GDN kernels: parity against the fp64
+    /// reference (--check, the default) and a benchmark (--bench).
+    Gdn(GdnArgs),
+}
+
+#[cfg(feature = "engine")]
+/// Arguments of `kbuild run gdn`.
+#[derive(Args, Debug)]
+pub struct GdnArgs {
+    /// The kernels: a build directory (holding manifest.json) or a manifest. Default: the
+    /// project's out-dir.
+    #[arg(long, value_name = "DIR|MANIFEST")]
+    pub bundle: Option<PathBuf>,
+    /// Layers of the stack (the production geometry has 36).
+    #[arg(long, value_name = "N", default_value_t = 36, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub layers: u32,
+    /// Window sizes T to check and benchmark (each 1..=8).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,4,8"
+    )]
+    pub tokens: Vec<usize>,
+    /// Parity verdicts against the fp64 reference, and bitwise between paths (exit 1 on a failure).
+    #[arg(long)]
+    pub check: bool,
+    /// The benchmark table: forward unfused/fused per T, commit per-layer/batched per n.
+    #[arg(long)]
+    pub bench: bool,
+    /// One JSON document (`kbuild.run-gdn/v1`) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Seeds of the generated inputs for --check.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,3"
+    )]
+    pub seeds: Vec<u64>,
+    /// Inputs from a safetensors file instead of the seeded generator (layout: kbuild-engine's
+    /// inputs module); the trajectory takes its tokens from it too.
+    #[arg(long, value_name = "FILE", conflicts_with = "dump_inputs")]
+    pub inputs: Option<PathBuf>,
+    /// Steps of the --check decode trajectory (forward 1, commit 1); 0 skips it.
+    #[arg(long, value_name = "STEPS", default_value_t = 256)]
+    pub trajectory: usize,
+    /// Commit sizes n for --bench.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5"
+    )]
+    pub commits: Vec<usize>,
+    /// Timed graph replays per --bench row.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Write the first seed's inputs and the fp64 reference of a full window to a safetensors
+    /// file (for a side-by-side run elsewhere) and exit; needs no GPU.
+    #[arg(long, value_name = "FILE")]
+    pub dump_inputs: Option<PathBuf>,
+    /// Manifest path used to find the default out-dir.
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+}
+
+pub fn parse_fail_on(s: &str) -> Result<FailOn, String> {
+    gate::parse_rules(s).map(FailOn)
+}
+
+pub fn parse_targets(s: &str) -> Result<TargetList, String> {
+    parse_target_list(s)
+        .map(TargetList)
+        .map_err(|e| e.to_string())
+}
+
+/// A parsed `--fail-on` value.
+#[derive(Clone)]
+pub struct FailOn(pub Vec<Rule>);
+
+/// A parsed `--targets` value (one argument, many targets).
+#[derive(Clone, Debug)]
+pub struct TargetList(pub Vec<Target>);
+
+pub fn parse_device(s: &str) -> Result<String, String> {
+    if s == "auto" {
+        return Ok(s.to_string());
+    }
+    Device::parse(s, None, true)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+pub fn parse_driver(s: &str) -> Result<Version, String> {
+    parse_version(s).ok_or_else(|| format!("`{s}` is not a CUDA version like 13.0"))
+}
+
+pub fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse()
+}
+
+/// Arguments of `kbuild diff`.
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The base side.
+    #[arg(required_unless_present = "base", conflicts_with = "base")]
+    pub old: Option<PathBuf>,
+    /// The head side.
+    #[arg(required_unless_present = "base", conflicts_with = "base")]
+    pub new: Option<PathBuf>,
+    /// Build this git revision in a temporary worktree and diff it with the working tree.
+    #[arg(long, value_name = "GIT_REV")]
+    pub base: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch.
+    #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
+    pub fail_on: Option<FailOn>,
+    /// Allowlist of known cases (kbuild-allow.toml).
+    #[arg(long, value_name = "FILE")]
+    pub allow: Option<PathBuf>,
+    /// With --base: targets of both builds (default: each side's project list).
+    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+    pub targets: Option<TargetList>,
+    /// With --base: path to Kbuild.toml.
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+}
+
+/// Arguments of `kbuild baseline update`.
+#[derive(Args)]
+pub struct BaselineUpdateArgs {
+    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
+    pub targets: Option<TargetList>,
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    /// The baseline file (default: resources.json next to Kbuild.toml).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Take the resources from this build output dir or manifest instead of building.
+    #[arg(long, value_name = "PATH")]
+    pub from: Option<PathBuf>,
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+}
+
+/// Report format of `kbuild diff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// GitHub markdown (a PR comment).
+    #[value(name = "md", alias = "markdown")]
+    Markdown,
+    Text,
+    Json,
+}
