@@ -1,7 +1,7 @@
 //! Build the crate's kernels for two targets and embed them (see kbuild's `buildrs` module).
 
 fn main() {
-    if let Err(e) = kbuild::Build::from_manifest("kernels/Kbuild.toml")
+    if let Err(e) = kbuild_build::Build::from_manifest("kernels/Kbuild.toml")
         .targets(["sm_89", "gfx1100"])
         .run()
     {

@@ -1,7 +1,7 @@
 #![no_main]
 //! The bundle reader: a `.kbundle`'s bytes (tar+zstd) → entries → a checked `Bundle`.
-use kbuild_registry::archive::Limits;
-use kbuild_registry::Bundle;
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::Bundle;
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: Limits = Limits {
@@ -10,9 +10,9 @@ const LIMITS: Limits = Limits {
 };
 
 fuzz_target!(|data: &[u8]| {
-    let _ = kbuild_registry::archive::read(data, LIMITS);
+    let _ = kbuild_bundle::archive::read(data, LIMITS);
     if let Ok(b) = Bundle::from_bytes(data, LIMITS) {
         let _ = b.targets();
-        let _ = b.to_bytes();
+        let _ = b.to_bytes(0);
     }
 });

@@ -5,6 +5,6 @@ use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = kbuild::config::parse(Path::new("Kbuild.toml"), text);
+        let _ = kbuild_build::config::parse(Path::new("Kbuild.toml"), text);
     }
 });

@@ -2,7 +2,7 @@
 //! OCI manifest parsing: a fetched image manifest → a checked kbuild artifact; and the
 //! signature file attached to it.
 use kbuild_registry::oci::{parse_kbuild_artifact, FetchedManifest, IMAGE_MANIFEST};
-use kbuild_registry::sign::SignatureFile;
+use kbuild_bundle::sign::SignatureFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,7 +9,7 @@ D=.device/loader
 rm -rf "$D" && mkdir -p "$D"
 cargo build --release -p kbuild --bin kbuild
 cargo build --release -p kbuild-capi
-bin=$(cargo test --release -p kbuild-tests --test loader_gpu --no-run --message-format=json \
+bin=$(cargo test --release -p kbuild --test loader_gpu --no-run --message-format=json \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)

@@ -1,4 +1,4 @@
-//! End-to-end test helpers: locate (and if needed build) the kbuild binary, copy the project's
+//! End-to-end test helpers, compiled into every test target: the kbuild binary, copies of the project's
 //! kernels into scratch directories, count real compiler invocations through a launcher.
 
 pub mod fault_proxy;
@@ -6,40 +6,19 @@ pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-/// The repository root.
+/// The repository root (the tests are targets of the `kbuild` package, build-system/cli).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR"));
+    cli.ancestors()
+        .nth(2)
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(".."))
+        .unwrap_or_else(|| PathBuf::from("../.."))
 }
 
-/// The kbuild binary of this workspace, built (once per test process) with the profile the
-/// tests run under, so `cargo test -p kbuild-tests` alone also works.
+/// The kbuild binary cargo built for this test run.
 pub fn kbuild_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> → target/<profile>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile> directory")
-            .to_path_buf();
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "kbuild", "--bin", "kbuild"])
-            .current_dir(repo_root());
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("running cargo build for kbuild");
-        assert!(status.success(), "cargo build -p kbuild failed");
-        profile_dir.join("kbuild")
-    })
+    Path::new(env!("CARGO_BIN_EXE_kbuild"))
 }
 
 /// The cache for tests of the whole default build: `KBUILD_CACHE_DIR` when the test run has

@@ -247,7 +247,7 @@ impl Env {
         self.kb_env(cwd, args, &[])
     }
     pub fn kb_env(&self, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = Command::new(crate::kbuild_bin());
+        let mut c = Command::new(super::kbuild_bin());
         c.args(args)
             .current_dir(cwd)
             .env("KBUILD_CACHE_DIR", self.cache())
@@ -266,7 +266,7 @@ impl Env {
     }
     pub fn ok(&self, cwd: &Path, args: &[&str]) -> String {
         let o = self.kb(cwd, args);
-        assert!(o.status.success(), "kbuild {args:?}\n{}", crate::text(&o));
+        assert!(o.status.success(), "kbuild {args:?}\n{}", super::text(&o));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
     pub fn fails(&self, cwd: &Path, args: &[&str]) -> String {
@@ -275,7 +275,7 @@ impl Env {
             o.status.code(),
             Some(1),
             "kbuild {args:?}\n{}",
-            crate::text(&o)
+            super::text(&o)
         );
         String::from_utf8_lossy(&o.stderr).into_owned()
     }
@@ -312,8 +312,8 @@ pub fn write_project(
 ) -> PathBuf {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("include")).unwrap();
-    crate::copy_dir(
-        &crate::repo_root().join("kernels/include"),
+    super::copy_dir(
+        &super::repo_root().join("kernels/include"),
         &k.join("include"),
     );
     let t: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();

@@ -2,11 +2,15 @@
 //! mtimes, split bundles, SOURCE_DATE_EPOCH, and every bad input of the bundles issue refused
 //! at publish, at pull and at load, leaving no file behind.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use kbuild_registry::sign::{Policy, Trust};
+use kbuild_bundle::sign::{Policy, Trust};
 use kbuild_tests::registry::{files_under, json, write_project, Env, SMALL_A, SMALL_B};
 
 /// Two builds + packages of the same sources in different directories, with different
@@ -101,7 +105,7 @@ fn two_builds_in_different_directories_and_mtimes_package_to_identical_bytes() {
     assert_eq!(s["bundles"].as_array().unwrap().len(), 3, "{s}");
     for t in ["sm_89", "gfx1100"] {
         let p = ka.join(format!("split/kb-repro-0.1.0.{t}.kbundle"));
-        let sub = kbuild_registry::Bundle::open(&p).unwrap();
+        let sub = kbuild_bundle::Bundle::open(&p, kbuild_bundle::archive::Limits::default()).unwrap();
         assert_eq!(sub.targets(), [t]);
         assert_eq!(sub.objects().len(), 2);
     }
@@ -397,13 +401,13 @@ fn every_bad_bundle_is_refused_at_publish_pull_and_load_leaving_nothing() {
 
         // At load.
         let limits = match env_vars.first() {
-            Some(_) => kbuild_registry::archive::Limits {
+            Some(_) => kbuild_bundle::archive::Limits {
                 max_unpacked: 1_000_000,
                 max_entries: 1000,
             },
-            None => kbuild_registry::archive::Limits::default(),
+            None => kbuild_bundle::archive::Limits::default(),
         };
-        let e = kbuild_registry::Bundle::from_bytes(&bytes, limits).unwrap_err();
+        let e = kbuild_bundle::Bundle::from_bytes(&bytes, limits).unwrap_err();
         assert!(e.to_string().contains(want), "{label}: load said {e}");
     }
     assert!(!Path::new("/tmp/kbuild-evil-abs").exists());
@@ -435,7 +439,7 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
     trust
         .add_key(&format!("{keys}/kbuild.pub"), Path::new("."))
         .unwrap();
-    kbuild_registry::verify_bundle_file(&good, &trust).unwrap();
+    kbuild_bundle::verify_bundle_file(&good, &trust, kbuild_bundle::archive::Limits::default()).unwrap();
 
     let mut e = good_entries();
     let m = String::from_utf8(e[0].1.clone()).unwrap();
@@ -445,12 +449,12 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
     std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
     std::fs::write(&bad, raw_bundle(&files(e))).unwrap();
     std::fs::copy(
-        kbuild_registry::signature_path(&good),
-        kbuild_registry::signature_path(&bad),
+        kbuild_bundle::signature_path(&good),
+        kbuild_bundle::signature_path(&bad),
     )
     .unwrap();
-    kbuild_registry::Bundle::open(&bad).expect("objects still match the edited manifest");
-    let err = kbuild_registry::verify_bundle_file(&bad, &trust)
+    kbuild_bundle::Bundle::open(&bad, kbuild_bundle::archive::Limits::default()).expect("objects still match the edited manifest");
+    let err = kbuild_bundle::verify_bundle_file(&bad, &trust, kbuild_bundle::archive::Limits::default())
         .unwrap_err()
         .to_string();
     assert!(err.contains("not this manifest"), "{err}");

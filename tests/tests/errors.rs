@@ -1,6 +1,10 @@
 //! Every way a build can be wrong gets a message naming what and where, a non-zero exit, and no
 //! manifest that lists a broken object.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::path::Path;
 
 use kbuild_tests::{manifest, text, Scratch};

@@ -2,6 +2,10 @@
 //! a real build (nvcc and clang-19), `kbuild devices` with and without the HIP runtime, and
 //! the C ABI example built with gcc.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -493,9 +497,9 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     );
     assert!(o.status.success(), "{}", text(&o));
     let entries =
-        kbuild_registry::cache::Cache::new(&cache.join("registry")).refs(None, Some("loader-e2e"));
+        kbuild_bundle::cache::Cache::new(&cache.join("registry")).refs(None, Some("loader-e2e"));
     assert_eq!(entries.len(), 1, "{entries:?}");
-    let cache = kbuild_registry::cache::Cache::new(&cache.join("registry"));
+    let cache = kbuild_bundle::cache::Cache::new(&cache.join("registry"));
     let package = kbuild_loader::Package::from_cache(&cache, &entries[0]).unwrap();
     let targets: Vec<&str> = package
         .objects()

@@ -1,12 +1,16 @@
 //! Mutation test of the four parsers of outside data besides the code-object readers (those
 //! are in `manifests/tests/mutation.rs`): the bundle reader (`Bundle::from_bytes`), the
-//! manifest parser (`Manifest::from_json`), the Kbuild.toml parser (`kbuild::config::parse`)
+//! manifest parser (`Manifest::from_json`), the Kbuild.toml parser (`kbuild_build::config::parse`)
 //! and OCI manifest parsing (`parse_kbuild_artifact`, and the signature file attached to an
 //! artifact). Seeds are real: a small project built and packaged with the real compilers, its
 //! manifest.json, its OCI artifact manifest, the repository's own Kbuild.toml files. Every
 //! mutant must give `Ok` or `Err`: no panic, at most `HEAP_BOUND` bytes of heap, at most
 //! `TIME_BOUND` per input. Deterministic (seeded PRNG); `KBUILD_MUTATIONS=N` sets the count
 //! per parser (default: 100 000 in release builds, 4 000 in debug builds).
+
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -15,10 +19,10 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use kbuild_registry::archive::{self, Entry, Limits};
+use kbuild_bundle::archive::{self, Entry, Limits};
 use kbuild_registry::oci::{parse_kbuild_artifact, Artifact, FetchedManifest, IMAGE_MANIFEST};
-use kbuild_registry::sign::SignatureFile;
-use kbuild_registry::Bundle;
+use kbuild_bundle::sign::SignatureFile;
+use kbuild_bundle::Bundle;
 use kbuild_tests::registry::{write_project, Env, SMALL_A, SMALL_B};
 
 /// Counts this thread's live and peak heap bytes (each parser call is single-threaded).
@@ -202,10 +206,10 @@ fn seeds() -> &'static Seeds {
         env.ok(&k, &["package", "--out", "dist"]);
         let bundle = std::fs::read(k.join("dist/kb-small-0.1.0.kbundle")).expect("bundle");
         let b = Bundle::from_bytes(&bundle, LIMITS).expect("the seed bundle reads");
-        let art = Artifact::from_bundle(&b).expect("the seed bundle has an OCI form");
+        let art = Artifact::from_bundle(&b, 0).expect("the seed bundle has an OCI form");
         let signatures = format!(
             "{{\"schema\":\"{}\",\"signatures\":[{{\"key_id\":\"0123456789abcdef\",\"public_key\":\"kbuild-ed25519 AAAA\",\"payload\":{{\"schema\":\"kbuild.signature-payload/v1\",\"name\":\"kb-small\",\"version\":\"0.1.0\",\"manifest\":\"{}\"}},\"signature\":\"AAAA\"}}]}}",
-            kbuild_registry::sign::FILE_SCHEMA,
+            kbuild_bundle::sign::FILE_SCHEMA,
             b.manifest_digest()
         )
         .into_bytes();
@@ -287,7 +291,7 @@ fn read_bundle(data: &[u8]) {
     let _ = archive::read(data, LIMITS);
     if let Ok(b) = Bundle::from_bytes(data, LIMITS) {
         let _ = b.targets();
-        let _ = b.to_bytes();
+        let _ = b.to_bytes(0);
     }
 }
 
@@ -318,7 +322,7 @@ fn mutate_bundle_reader() {
                         data: vec![0; rng.below(64)],
                     });
                 }
-                archive::write(&e).unwrap_or_default()
+                archive::write(&e, 0).unwrap_or_default()
             }
         }
     };
@@ -364,7 +368,7 @@ fn mutate_kbuild_toml_parser() {
         &|rng, d| mutate(rng, d),
         &|d| {
             let text = String::from_utf8_lossy(d);
-            let _ = kbuild::config::parse(Path::new("Kbuild.toml"), &text);
+            let _ = kbuild_build::config::parse(Path::new("Kbuild.toml"), &text);
         },
     );
 }

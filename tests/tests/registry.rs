@@ -3,6 +3,10 @@
 //! test on 127.0.0.1), a local directory registry, the `oras` Python client and skopeo.
 //! Real compilers build the bundles.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -710,12 +714,12 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
         "{err}"
     );
     assert!(files_under(&env.cache().join("registry")).is_empty());
-    let mut trust = kbuild_registry::sign::Trust {
-        policy: kbuild_registry::sign::Policy::Require,
+    let mut trust = kbuild_bundle::sign::Trust {
+        policy: kbuild_bundle::sign::Policy::Require,
         keys: vec![],
     };
     trust.add_key(&pubkey, Path::new(".")).unwrap();
-    let e = kbuild_registry::verify_bundle_file(&bundle, &trust).unwrap_err();
+    let e = kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default()).unwrap_err();
     assert!(e.to_string().contains("not signed"), "{e}");
     // `warn` lets it through and says so.
     let o = env.kb(
@@ -776,9 +780,9 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     assert_eq!(p["signature"]["status"], "verified", "{p}");
     // The pulled bundle + .sig verify at load too.
     let (_, v) =
-        kbuild_registry::verify_bundle_file(&work.join("got/kb-small-0.1.0.kbundle"), &trust)
+        kbuild_bundle::verify_bundle_file(&work.join("got/kb-small-0.1.0.kbundle"), &trust, kbuild_bundle::archive::Limits::default())
             .unwrap();
-    assert!(matches!(v, kbuild_registry::sign::Verdict::Verified { .. }));
+    assert!(matches!(v, kbuild_bundle::sign::Verdict::Verified { .. }));
 
     // A bundle file signed locally, published to a directory registry, pulled under require.
     let out = env.ok(env.path(), &["sign", &b, "--key", &key]);
@@ -795,7 +799,7 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     ];
     args.extend_from_slice(&require);
     env.ok(env.path(), &args);
-    kbuild_registry::verify_bundle_file(&bundle, &trust).unwrap();
+    kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default()).unwrap();
     // Another key is not trusted.
     let other = env.path().join("other-keys");
     env.ok(
@@ -997,7 +1001,7 @@ fn device_pull_fetches_only_the_selected_targets() {
     assert_eq!(p["targets"], serde_json::json!(["sm_89"]));
     assert_eq!(p["objects"], 2);
     let b =
-        kbuild_registry::Bundle::open(&env.path().join("o/kb-small-0.1.0.sm_89.kbundle")).unwrap();
+        kbuild_bundle::Bundle::open(&env.path().join("o/kb-small-0.1.0.sm_89.kbundle"), kbuild_bundle::archive::Limits::default()).unwrap();
     assert_eq!(b.targets(), ["sm_89"]);
     assert_eq!(b.objects().len(), 2);
     // Nothing in it runs on an sm_80 or a gfx1030: a clear refusal, nothing cached for it.

@@ -7,6 +7,10 @@
 //! replayed older signed manifest under a newer tag, TLS verification on by default, and an
 //! oversize manifest.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -855,10 +859,10 @@ fn oversize_manifests_are_refused() {
     let mut big = b"{".to_vec();
     big.resize(65 << 20, b' ');
     big.push(b'}');
-    let bytes = kbuild_registry::archive::write(&[kbuild_registry::archive::Entry {
+    let bytes = kbuild_bundle::archive::write(&[kbuild_bundle::archive::Entry {
         name: "manifest.json".into(),
         data: big,
-    }])
+    }], 0)
     .unwrap();
     let f = env.path().join("big-0.1.0.kbundle");
     std::fs::write(&f, &bytes).unwrap();

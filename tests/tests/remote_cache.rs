@@ -3,6 +3,10 @@
 //! elsewhere) builds with zero compiles; a dead or silent remote and a tampered entry never
 //! fail a build, they cost local compiles and say so.
 
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -227,7 +231,7 @@ fn a_tampered_remote_entry_is_refused_and_compiled_locally() {
         .iter_mut()
         .find(|l| l.media_type.contains("object"))
         .expect("object layer");
-    layer.digest = kbuild_registry::digest::oci_digest(&evil);
+    layer.digest = kbuild_base::digest::oci_digest(&evil);
     layer.size = evil.len() as u64;
     let bytes = serde_json::to_vec(&m).expect("JSON");
     client

@@ -1,5 +1,5 @@
 //! A crate that ships GPU kernels: its build script builds them with kbuild
-//! (`kbuild::Build`), and the bundle is embedded in the crate, opened from memory by
+//! (`kbuild_build::Build`), and the bundle is embedded in the crate, opened from memory by
 //! `kbuild-loader`. No file next to the binary, no toolkit at run time.
 
 use kbuild_loader::detect::{resolve, DeviceOptions};
