@@ -145,7 +145,7 @@ pub fn build(
     let start = Instant::now();
     let (targets, cache_dir, tcs) = prepare(project, opts)?;
     let cache = Cache::open(&cache_dir);
-    let remote = open_remote(project, opts)?;
+    let remote = open_remote(project, opts, reporter)?;
     let out_dir = opts
         .out_dir
         .clone()
@@ -309,7 +309,11 @@ fn write_load_index(
 }
 
 /// The remote cache of this build: `--remote-cache` or Kbuild.toml `[build] remote-cache`.
-fn open_remote(project: &Project, opts: &BuildOptions) -> Result<Option<RemoteCache>, BuildError> {
+fn open_remote(
+    project: &Project,
+    opts: &BuildOptions,
+    observer: &dyn Observer,
+) -> Result<Option<RemoteCache>, BuildError> {
     let Some(url) = opts.remote_cache.as_ref().or(project.remote_cache.as_ref()) else {
         return Ok(None);
     };
@@ -320,7 +324,7 @@ fn open_remote(project: &Project, opts: &BuildOptions) -> Result<Option<RemoteCa
         })?,
         (None, None) => RemoteMode::Read,
     };
-    open_remote_client(url, mode, opts)
+    open_remote_client(url, mode, opts, observer)
 }
 
 #[cfg(feature = "remote-cache")]
@@ -328,6 +332,7 @@ fn open_remote_client(
     url: &str,
     mode: RemoteMode,
     opts: &BuildOptions,
+    _: &dyn Observer,
 ) -> Result<Option<RemoteCache>, BuildError> {
     RemoteCache::open(url, mode, opts.plain_http, &opts.env)
         .map(Some)
@@ -339,10 +344,11 @@ fn open_remote_client(
     url: &str,
     _: RemoteMode,
     _: &BuildOptions,
+    observer: &dyn Observer,
 ) -> Result<Option<RemoteCache>, BuildError> {
-    tracing::warn!(
-        "remote cache {url}: this build of kbuild has no remote-cache feature; compiling locally"
-    );
+    observer.note(&format!(
+        "kbuild: remote cache {url}: this build of kbuild has no remote-cache feature; compiling locally"
+    ));
     Ok(None)
 }
 

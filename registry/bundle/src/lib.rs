@@ -9,7 +9,9 @@
 
 pub mod archive;
 pub mod bundle;
+#[cfg(feature = "signatures")]
 pub mod cache;
+#[cfg(feature = "signatures")]
 pub mod sign;
 
 pub use bundle::{Bundle, BundleError};
@@ -25,6 +27,7 @@ pub fn signature_path(bundle: &Path) -> PathBuf {
 }
 
 /// Why a bundle file was refused on load.
+#[cfg(feature = "signatures")]
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     #[error("{path}: {err}")]
@@ -33,6 +36,7 @@ pub enum VerifyError {
     Signature(#[from] sign::SignError),
 }
 
+#[cfg(feature = "signatures")]
 /// Open a bundle file and check it against `trust` using the `.sig` file beside it: what a
 /// loader calls before loading any object.
 pub fn verify_bundle_file(

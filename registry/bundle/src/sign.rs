@@ -15,7 +15,9 @@ use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use kbuild_base::digest;
+#[cfg(feature = "config")]
 use kbuild_base::dirs::Dirs;
+#[cfg(feature = "config")]
 use kbuild_base::env::{names, Env};
 
 pub const PAYLOAD_SCHEMA: &str = "kbuild.signature-payload/v1";
@@ -161,6 +163,7 @@ impl std::fmt::Debug for SecretKey {
 }
 
 impl SecretKey {
+    #[cfg(feature = "keygen")]
     pub fn generate() -> Result<SecretKey, SignError> {
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| SignError::Random(e.to_string()))?;
@@ -262,6 +265,7 @@ pub enum Verdict {
     NotChecked,
 }
 
+#[cfg(feature = "config")]
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 struct ConfigFile {
@@ -269,6 +273,7 @@ struct ConfigFile {
     signatures: SignaturesConfig,
 }
 
+#[cfg(feature = "config")]
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct SignaturesConfig {
@@ -278,6 +283,7 @@ struct SignaturesConfig {
 }
 
 impl Trust {
+    #[cfg(feature = "config")]
     /// Read `[signatures] policy` and `trusted-keys` (key text or paths to `.pub` files,
     /// relative to the config file) from the config file, if it exists; then
     /// `KBUILD_SIGNATURE_POLICY` overrides the policy. The config file is
@@ -302,6 +308,7 @@ impl Trust {
         Ok(trust)
     }
 
+    #[cfg(feature = "config")]
     pub fn from_config(text: &str, path: &Path) -> Result<Trust, SignError> {
         let cfg: ConfigFile = toml::from_str(text)
             .map_err(|e| SignError::Config(format!("{}: {e}", path.display())))?;
