@@ -1,8 +1,10 @@
-//! The coverage audit: an object must be the target's (ELF machine and arch field) and export
-//! every expected entry symbol; otherwise the build fails naming what is missing.
+//! The coverage audit: an object must be the target's (the identity
+//! [`kbuild_manifest::compat::object_identity`] requires: ELF machine, arch field, target name)
+//! and export every expected entry symbol; otherwise the build fails naming what is missing.
 
+use kbuild_manifest::compat::object_identity;
 use kbuild_manifest::read::{identify, ObjectIdent};
-use kbuild_manifest::target::{CudaSuffix, ObjectKind, ProcessorKind, Target};
+use kbuild_manifest::target::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -52,23 +54,8 @@ pub fn check_target(target: &Target, object: &[u8]) -> Result<ObjectIdent, Audit
         kind: kind.extension(),
         err: e.to_string(),
     })?;
-    // A standalone cubin does not record 'f' (only fatbin entry flags do).
-    let expected_name = match target.processor.kind {
-        ProcessorKind::Cuda {
-            suffix: CudaSuffix::FamilySpecific,
-            ..
-        } => target.processor.name.trim_end_matches('f').to_string(),
-        _ => target.to_string(),
-    };
-    let matches = match (kind, target.expected_elf()) {
-        (ObjectKind::Ptx, _) => {
-            ident.machine == 0 && ident.arch == target.processor.sm().unwrap_or(0)
-        }
-        (_, Some((machine, arch))) => {
-            ident.machine == machine && ident.arch == arch && ident.target == expected_name
-        }
-        (_, None) => false,
-    };
+    // The identity rule is compat's, so the audit admits exactly what selection judges.
+    let matches = object_identity(target).is_some_and(|id| id.matches(&ident));
     if !matches {
         return Err(AuditError::WrongTarget {
             target: target.to_string(),

@@ -43,7 +43,7 @@ fn parse_device(s: &str) -> Result<String, String> {
     if s == "auto" {
         return Ok(s.to_string());
     }
-    Device::parse(s, None, true)
+    Device::parse(s, None, None)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
 }
