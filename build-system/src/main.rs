@@ -128,7 +128,7 @@ enum BaselineCommand {
 #[derive(Clone)]
 struct FailOn(Vec<kbuild_manifest::diff::gate::Rule>);
 
-fn parse_fail_on(s: &str) -> Result<FailOn, String> {
+fn parse_fail_on(s: &str) -> Result<FailOn, kbuild_manifest::diff::gate::GateRuleError> {
     kbuild_manifest::diff::gate::parse_rules(s).map(FailOn)
 }
 
