@@ -1,8 +1,10 @@
-//! The coverage audit: an object must be the target's (ELF machine and arch field) and export
-//! every expected entry symbol; otherwise the build fails naming what is missing.
+//! The coverage audit: an object must be the target's (the identity
+//! [`kbuild_manifest::compat::object_identity`] requires: ELF machine, arch field, target name)
+//! and export every expected entry symbol; otherwise the build fails naming what is missing.
 
+use kbuild_manifest::compat::object_identity;
 use kbuild_manifest::read::{identify, ObjectIdent};
-use kbuild_manifest::target::{CudaSuffix, ObjectKind, ProcessorKind, Target};
+use kbuild_manifest::target::Target;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -52,23 +54,8 @@ pub fn check_target(target: &Target, object: &[u8]) -> Result<ObjectIdent, Audit
         kind: kind.extension(),
         err: e.to_string(),
     })?;
-    // A standalone cubin does not record 'f' (only fatbin entry flags do).
-    let expected_name = match target.processor.kind {
-        ProcessorKind::Cuda {
-            suffix: CudaSuffix::FamilySpecific,
-            ..
-        } => target.processor.name.trim_end_matches('f').to_string(),
-        _ => target.to_string(),
-    };
-    let matches = match (kind, target.expected_elf()) {
-        (ObjectKind::Ptx, _) => {
-            ident.machine == 0 && ident.arch == target.processor.sm().unwrap_or(0)
-        }
-        (_, Some((machine, arch))) => {
-            ident.machine == machine && ident.arch == arch && ident.target == expected_name
-        }
-        (_, None) => false,
-    };
+    // The identity rule is compat's, so the audit admits exactly what selection judges.
+    let matches = object_identity(target).is_some_and(|id| id.matches(&ident));
     if !matches {
         return Err(AuditError::WrongTarget {
             target: target.to_string(),
@@ -78,4 +65,158 @@ pub fn check_target(target: &Target, object: &[u8]) -> Result<ObjectIdent, Audit
         });
     }
     Ok(ident)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_manifest::compat::{judge, Device, NO_GENERIC_RUNTIME};
+    use kbuild_manifest::read::{walk, Format};
+    use kbuild_manifest::target::{Feature, ProcessorKind, PROCESSORS};
+
+    /// The readers' fixtures: real objects from nvcc and clang (containers walked).
+    fn fixture_objects() -> Vec<(String, Vec<u8>)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = root
+            .ancestors()
+            .map(|a| a.join("manifests/tests/fixtures"))
+            .find(|d| d.is_dir())
+            .expect("manifests/tests/fixtures above the crate");
+        let mut out = Vec::new();
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for path in names {
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            let Ok(members) = walk(&bytes) else { continue };
+            for m in members {
+                if !matches!(m.format, Some(Format::Hsaco | Format::Cubin | Format::Ptx)) {
+                    continue;
+                }
+                let name = format!("{}#{}", path.display(), m.path);
+                // The target a fatbin entry records keeps the `f` a standalone cubin lacks.
+                let real = m.container_target.clone().unwrap_or_default();
+                out.push((format!("{name}|{real}"), m.data.into_owned()));
+            }
+        }
+        out
+    }
+
+    fn catalogue_targets() -> Vec<Target> {
+        let mut out = Vec::new();
+        for p in PROCESSORS {
+            let base = Target {
+                processor: p,
+                ptx: false,
+                xnack: Feature::Any,
+                sramecc: Feature::Any,
+            };
+            out.push(base);
+            match p.kind {
+                ProcessorKind::Cuda { .. } => out.push(Target { ptx: true, ..base }),
+                ProcessorKind::Amd {
+                    xnack: true,
+                    sramecc: true,
+                    ..
+                } => {
+                    for xnack in [Feature::On, Feature::Off, Feature::Any] {
+                        for sramecc in [Feature::On, Feature::Off, Feature::Any] {
+                            out.push(Target {
+                                xnack,
+                                sramecc,
+                                ..base
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn devices() -> Vec<Device> {
+        let mut out = Vec::new();
+        for p in PROCESSORS.iter().filter(|p| !p.is_generic()) {
+            let specs: Vec<String> = match p.kind {
+                ProcessorKind::Amd { xnack: true, .. } => ["+", "-"]
+                    .iter()
+                    .flat_map(|s| ["+", "-"].map(|x| format!("{}:sramecc{s}:xnack{x}", p.name)))
+                    .collect(),
+                _ => vec![p.name.to_string()],
+            };
+            for spec in specs {
+                for runtime in [None, Some(NO_GENERIC_RUNTIME)] {
+                    if let Ok(d) = Device::parse(&spec, None, runtime) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The object's own target: the container's record, else what the object says (PTX
+    /// `.target sm_90a` is `compute_90a`).
+    fn real_target(container: &str, ident: &ObjectIdent) -> Target {
+        let name = match (container, ident.format) {
+            ("", Format::Ptx) => ident.target.replacen("sm_", "compute_", 1),
+            ("", _) => ident.target.clone(),
+            (c, _) => c.to_string(),
+        };
+        name.parse().unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// For every real object and every catalogue target the audit admits it for, selection
+    /// (which judges the target the manifest records) never puts it on a device where the
+    /// object's own target does not run; and every object is admitted for its own target.
+    #[test]
+    fn audit_and_selection_agree_on_real_objects() {
+        let objects = fixture_objects();
+        assert!(objects.len() >= 15, "{} objects", objects.len());
+        let (targets, devices) = (catalogue_targets(), devices());
+        for (name, bytes) in &objects {
+            let container = name.rsplit('|').next().unwrap_or_default();
+            let ident = identify(bytes).unwrap();
+            let real = real_target(container, &ident);
+            let admitted: Vec<&Target> = targets
+                .iter()
+                .filter(|t| check_target(t, bytes).is_ok())
+                .collect();
+            assert!(!admitted.is_empty(), "{name}: admitted for no target");
+            for claimed in admitted {
+                for d in &devices {
+                    let as_claimed = judge(claimed, None, d);
+                    let as_real = judge(&real, None, d);
+                    assert!(
+                        !as_claimed.accepted || as_real.accepted,
+                        "{name}: admitted as {claimed}, selected on {d}: {}",
+                        as_real.reason
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arch_specific_ptx_is_not_plain_ptx() {
+        let objects = fixture_objects();
+        let (_, ptx) = objects
+            .iter()
+            .find(|(n, b)| {
+                n.contains("smem_res_af")
+                    && identify(b).is_ok_and(|i| i.format == Format::Ptx && i.target == "sm_90a")
+            })
+            .expect("compute_90a PTX in smem_res_af.fatbin");
+        assert!(check_target(&"compute_90a".parse().unwrap(), ptx).is_ok());
+        let e = check_target(&"compute_90".parse().unwrap(), ptx).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "object is for sm_90a (e_machine 0, arch 0x5a), not compute_90"
+        );
+    }
 }

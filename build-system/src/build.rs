@@ -20,7 +20,7 @@ use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_base::fs as fsutil;
 use crate::plan::{plan, Job};
-use crate::remote_cache::{Fetch, RemoteCache, RemoteMode, RemoteStats};
+use crate::remote_cache::{Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats};
 use crate::toolchain::{ToolchainError, Toolchains};
 
 /// What the user asked for beyond the project file.
@@ -54,8 +54,15 @@ pub enum BuildError {
     Toolchain(Vec<ToolchainError>),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
-    #[error("{0}")]
-    RemoteCache(String),
+    #[error(transparent)]
+    RemoteCache(#[from] RemoteCacheError),
+    /// Kbuild.toml `[build] remote-cache-mode` is not a mode.
+    #[error("{file}: [build] {source}")]
+    RemoteCacheMode {
+        file: String,
+        #[source]
+        source: RemoteCacheError,
+    },
 }
 
 /// A job that failed, with everything needed to reproduce it.
@@ -319,8 +326,9 @@ fn open_remote(
     };
     let mode = match (opts.remote_cache_mode, &project.remote_cache_mode) {
         (Some(m), _) => m,
-        (None, Some(s)) => s.parse().map_err(|e| {
-            BuildError::RemoteCache(format!("{}: [build] {e}", project.file.display()))
+        (None, Some(s)) => s.parse().map_err(|source| BuildError::RemoteCacheMode {
+            file: project.file.display().to_string(),
+            source,
         })?,
         (None, None) => RemoteMode::Read,
     };
@@ -334,9 +342,7 @@ fn open_remote_client(
     opts: &BuildOptions,
     _: &dyn Observer,
 ) -> Result<Option<RemoteCache>, BuildError> {
-    RemoteCache::open(url, mode, opts.plain_http, &opts.env)
-        .map(Some)
-        .map_err(BuildError::RemoteCache)
+    Ok(Some(RemoteCache::open(url, mode, opts.plain_http, &opts.env)?))
 }
 
 #[cfg(not(feature = "remote-cache"))]
@@ -426,7 +432,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
                         }
                         (e, JobStatus::Compiled)
                     }
-                    Err(f) => return fail(f.0, Some(f.1), f.2),
+                    Err(f) => return fail(f.cause.to_string(), Some(f.command), f.log),
                 }
             }
         },
@@ -503,28 +509,74 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
     }
 }
 
-/// Compile a cache miss and store it. Err: (cause, command line, compiler output).
+/// Why a cache miss did not become a cache entry.
+#[derive(Debug, thiserror::Error)]
+enum CompileCause {
+    #[error("creating scratch dir in {}: {source}", .dir.display())]
+    Scratch {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Compiler(CompileError),
+    /// The compiler wrote something that is not the target's object.
+    #[error("compiler output rejected: {0}")]
+    Rejected(crate::audit::AuditError),
+    #[error("dependency {0} vanished during the compile")]
+    DependencyVanished(String),
+    #[error("storing in the cache {}: {source}", .root.display())]
+    Store {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A failed compile: why, the command line shown to the user, and the compiler's output.
+#[derive(Debug)]
+struct CompileFailure {
+    cause: CompileCause,
+    command: String,
+    log: String,
+}
+
+impl CompileFailure {
+    fn new(cause: CompileCause, command: String, log: String) -> Self {
+        CompileFailure {
+            cause,
+            command,
+            log,
+        }
+    }
+}
+
+/// Compile a cache miss and store it.
 fn compile(
     ctx: &Ctx,
     cmd: &CompileCommand,
     action: &str,
     target: &Target,
-) -> Result<crate::cache::Entry, (String, String, String)> {
+) -> Result<crate::cache::Entry, CompileFailure> {
     let scratch = ctx.cache.scratch();
-    let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|e| {
-        (
-            format!("creating scratch dir in {}: {e}", scratch.display()),
-            String::new(),
-            String::new(),
-        )
+    let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|source| {
+        let cause = CompileCause::Scratch {
+            dir: scratch.clone(),
+            source,
+        };
+        CompileFailure::new(cause, String::new(), String::new())
     })?;
     let shown = cmd.display(&tmp);
     let result = driver::run(cmd, &ctx.project.root, &tmp, ctx.timeout);
     let _ = std::fs::remove_dir_all(&tmp);
-    let out =
-        result.map_err(|e: CompileError| (e.to_string(), shown.clone(), e.log().to_string()))?;
+    let out = result.map_err(|e: CompileError| {
+        let log = e.log().to_string();
+        CompileFailure::new(CompileCause::Compiler(e), shown.clone(), log)
+    })?;
     if let Err(e) = crate::audit::check_target(target, &out.object) {
-        return Err((format!("compiler output rejected: {e}"), shown, out.log));
+        return Err(CompileFailure::new(
+            CompileCause::Rejected(e),
+            shown,
+            out.log,
+        ));
     }
     let root = &ctx.project.root;
     let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
@@ -536,8 +588,8 @@ fn compile(
             Err(_) => p.display().to_string(),
         };
         let Some(h) = ctx.cache.hash_dep(root, &recorded) else {
-            return Err((
-                format!("dependency {recorded} vanished during the compile"),
+            return Err(CompileFailure::new(
+                CompileCause::DependencyVanished(recorded),
                 shown,
                 out.log,
             ));
@@ -553,12 +605,12 @@ fn compile(
             shown.clone(),
             out.seconds,
         )
-        .map_err(|e| {
-            (
-                format!("storing in the cache {}: {e}", ctx.cache.root().display()),
-                shown,
-                String::new(),
-            )
+        .map_err(|source| {
+            let cause = CompileCause::Store {
+                root: ctx.cache.root().to_path_buf(),
+                source,
+            };
+            CompileFailure::new(cause, shown, String::new())
         })
 }
 

@@ -80,16 +80,26 @@ pub enum RemoteMode {
 }
 
 impl std::str::FromStr for RemoteMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = RemoteCacheError;
+    fn from_str(s: &str) -> Result<Self, RemoteCacheError> {
         match s {
             "read" | "read-only" => Ok(RemoteMode::Read),
             "read-write" => Ok(RemoteMode::ReadWrite),
-            other => Err(format!(
-                "remote cache mode `{other}`: expected `read` or `read-write`"
-            )),
+            other => Err(RemoteCacheError::Mode(other.to_string())),
         }
     }
+}
+
+/// Why a remote cache cannot be set up (a failing remote during a build is not an error:
+/// it is switched off, see [`Fetch::Unavailable`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteCacheError {
+    #[error("remote cache mode `{0}`: expected `read` or `read-write`")]
+    Mode(String),
+    #[error("--remote-cache: {0}")]
+    Url(#[source] kbuild_registry::oci::OciError),
+    #[error("--remote-cache `{url}`: name a repository, e.g. oci://{host}/kbuild-cache")]
+    NoRepository { url: String, host: String },
 }
 
 /// The result of asking the remote for an action.
@@ -147,12 +157,13 @@ impl RemoteCache {
         mode: RemoteMode,
         plain_http: bool,
         env: &Env,
-    ) -> Result<RemoteCache, String> {
-        let (host, repo) = parse_reference(url).map_err(|e| format!("--remote-cache: {e}"))?;
+    ) -> Result<RemoteCache, RemoteCacheError> {
+        let (host, repo) = parse_reference(url).map_err(RemoteCacheError::Url)?;
         if repo.is_empty() {
-            return Err(format!(
-                "--remote-cache `{url}`: name a repository, e.g. oci://{host}/kbuild-cache"
-            ));
+            return Err(RemoteCacheError::NoRepository {
+                url: url.to_string(),
+                host,
+            });
         }
         let timeout = env
             .str(names::KBUILD_REMOTE_CACHE_TIMEOUT)
@@ -493,17 +504,30 @@ mod tests {
 
     #[test]
     fn modes_parse() {
-        assert_eq!("read".parse::<RemoteMode>(), Ok(RemoteMode::Read));
+        assert_eq!("read".parse::<RemoteMode>().ok(), Some(RemoteMode::Read));
         assert_eq!(
-            "read-write".parse::<RemoteMode>(),
-            Ok(RemoteMode::ReadWrite)
+            "read-write".parse::<RemoteMode>().ok(),
+            Some(RemoteMode::ReadWrite)
         );
-        assert!("write".parse::<RemoteMode>().is_err());
+        let e = "write".parse::<RemoteMode>().unwrap_err();
+        assert!(matches!(&e, RemoteCacheError::Mode(m) if m == "write"));
+        assert_eq!(
+            e.to_string(),
+            "remote cache mode `write`: expected `read` or `read-write`"
+        );
     }
 
     #[test]
     fn a_url_without_repository_is_an_error() {
-        assert!(RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true, &Env::empty()).is_err());
+        let e = RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true, &Env::empty()).unwrap_err();
+        assert!(matches!(&e, RemoteCacheError::NoRepository { host, .. } if host == "127.0.0.1:1"));
+        assert_eq!(
+            e.to_string(),
+            "--remote-cache `oci://127.0.0.1:1`: name a repository, e.g. oci://127.0.0.1:1/kbuild-cache"
+        );
+        let e = RemoteCache::open("http://x/c", RemoteMode::Read, true, &Env::empty()).unwrap_err();
+        assert!(matches!(e, RemoteCacheError::Url(_)), "{e}");
+        assert!(e.to_string().starts_with("--remote-cache: "), "{e}");
         assert!(RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true, &Env::empty()).is_ok());
     }
 }

@@ -82,11 +82,11 @@ impl Cuda {
 
     fn check(buf: &Buffer, offset: usize, len: usize) -> Result<()> {
         if offset.checked_add(len).is_none_or(|end| end > buf.len) {
-            return Err(EngineError::Other(format!(
-                "device buffer access {offset}..{} outside its {} elements",
-                offset.saturating_add(len),
-                buf.len
-            )));
+            return Err(EngineError::OutOfBounds {
+                offset,
+                end: offset.saturating_add(len),
+                len: buf.len,
+            });
         }
         Ok(())
     }

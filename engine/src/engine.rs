@@ -158,9 +158,8 @@ fn load(loader: &Loader, kernel: &str, variant: Option<&str>, entry: &str) -> Re
         })
 }
 
-fn i32_of(v: usize, what: &str) -> Result<i32> {
-    i32::try_from(v)
-        .map_err(|_| EngineError::Other(format!("{what} = {v} does not fit a kernel int")))
+fn i32_of(v: usize, what: &'static str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| EngineError::TooLarge { what, value: v })
 }
 
 impl GdnEngine {
@@ -294,19 +293,17 @@ impl GdnEngine {
 
     fn check_layer(&self, layer: usize) -> Result<()> {
         if layer >= self.geometry.layers {
-            return Err(EngineError::Other(format!(
-                "layer {layer}: the stack has {} layers",
-                self.geometry.layers
-            )));
+            return Err(EngineError::NoSuchLayer {
+                layer,
+                layers: self.geometry.layers,
+            });
         }
         Ok(())
     }
 
-    fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+    fn check_len(what: &'static str, got: usize, want: usize) -> Result<()> {
         if got != want {
-            return Err(EngineError::Other(format!(
-                "{what}: {got} values, the geometry needs {want}"
-            )));
+            return Err(EngineError::Length { what, got, want });
         }
         Ok(())
     }
@@ -350,10 +347,9 @@ impl GdnEngine {
     /// Parameters and initial state of every layer from `inputs`.
     pub fn load_inputs(&mut self, inputs: &Inputs) -> Result<()> {
         if inputs.geometry() != &self.geometry {
-            return Err(EngineError::Other(format!(
-                "inputs ({}) are for another geometry than the engine's",
-                inputs.describe()
-            )));
+            return Err(EngineError::GeometryMismatch {
+                inputs: inputs.describe(),
+            });
         }
         for l in 0..self.geometry.layers {
             self.set_params(l, &inputs.params(l))?;
@@ -370,10 +366,11 @@ impl GdnEngine {
         g.check_tokens(n)?;
         for (l, t) in tokens.iter().enumerate() {
             if t.n != n {
-                return Err(EngineError::Other(format!(
-                    "layer {l} has {} token(s), layer 0 has {n}: every layer takes the same window",
-                    t.n
-                )));
+                return Err(EngineError::UnevenWindow {
+                    layer: l,
+                    got: t.n,
+                    first: n,
+                });
             }
             GdnEngine::check_len("x", t.x.len(), n * g.channels())?;
             GdnEngine::check_len("z", t.z.len(), n * g.value_width())?;
@@ -400,10 +397,10 @@ impl GdnEngine {
     pub fn launch_forward(&mut self, t: usize, path: Path) -> Result<()> {
         self.geometry.check_tokens(t)?;
         if t > self.staged {
-            return Err(EngineError::Other(format!(
-                "forward of {t} token(s): only {} are staged; hint: stage the window first",
-                self.staged
-            )));
+            return Err(EngineError::NotStaged {
+                tokens: t,
+                staged: self.staged,
+            });
         }
         for l in 0..self.geometry.layers {
             // Layer 0 follows whatever came before (a commit writes the state): a plain launch.
@@ -493,10 +490,10 @@ impl GdnEngine {
     pub fn launch_forward_stack(&mut self, t: usize, path: Path) -> Result<()> {
         self.geometry.check_tokens(t)?;
         if t > self.staged {
-            return Err(EngineError::Other(format!(
-                "forward of {t} token(s): only {} are staged; hint: stage the window first",
-                self.staged
-            )));
+            return Err(EngineError::NotStaged {
+                tokens: t,
+                staged: self.staged,
+            });
         }
         self.launch_forward_layers(0, self.geometry.layers, t, path, false)?;
         self.verified = Some(t);
@@ -525,10 +522,7 @@ impl GdnEngine {
         self.geometry.check_tokens(t)?;
         match self.verified {
             Some(v) if v >= t => Ok(()),
-            _ => Err(EngineError::Other(format!(
-                "recurrence of {t} token(s) needs the q, k, v, g, β of a forward of at least {t} \
-                 token(s); hint: run forward first"
-            ))),
+            _ => Err(EngineError::NoForward { tokens: t }),
         }
     }
 
@@ -543,7 +537,10 @@ impl GdnEngine {
         let f = t
             .checked_sub(1)
             .and_then(|i| self.kernels.step_verify.get(i))
-            .ok_or_else(|| EngineError::Other(format!("no step kernel for {t} tokens")))?;
+            .ok_or(EngineError::NoKernel {
+                kernel: "step",
+                tokens: t,
+            })?;
         let nz = u32::try_from(layers).unwrap_or(u32::MAX);
         let hv32 = u32::try_from(g.hv).unwrap_or(u32::MAX);
         let cols = u32::try_from(g.dv / 32).unwrap_or(u32::MAX);
@@ -595,7 +592,7 @@ impl GdnEngine {
                 .check_tokens(0)
                 .err()
                 .map(EngineError::from)
-                .unwrap_or_else(|| EngineError::Other("no tokens".into())));
+                .unwrap_or(EngineError::NoTokens));
         };
         match path {
             Path::Unfused => {
@@ -649,10 +646,10 @@ impl GdnEngine {
                 .map_err(GdnEngine::launch_err(plan::NORM))
             }
             Path::Fused => {
-                let f =
-                    self.kernels.fused.get(idx).ok_or_else(|| {
-                        EngineError::Other(format!("no fused kernel for {t} tokens"))
-                    })?;
+                let f = self.kernels.fused.get(idx).ok_or(EngineError::NoKernel {
+                    kernel: "fused",
+                    tokens: t,
+                })?;
                 let cols = u32::try_from(g.dv / 32).unwrap_or(u32::MAX);
                 let cfg = self
                     .cfg((cols, hv32, nz), STEP_THREADS)
@@ -713,7 +710,10 @@ impl GdnEngine {
             .kernels
             .step_commit
             .get(n - 1)
-            .ok_or_else(|| EngineError::Other(format!("no commit kernel for {n} tokens")))?;
+            .ok_or(EngineError::NoKernel {
+                kernel: "commit",
+                tokens: n,
+            })?;
         let (tw, hk, hv) = (
             i32_of(g.window, "window")?,
             i32_of(g.hk, "hk")?,

@@ -29,6 +29,43 @@ pub enum EngineError {
     Cuda { api: &'static str, message: String },
     #[error("{0}")]
     Unsupported(String),
-    #[error("{0}")]
-    Other(String),
+    /// A size the kernels take as a 32-bit int is larger.
+    #[error("{what} = {value} does not fit a kernel int")]
+    TooLarge { what: &'static str, value: usize },
+    #[error("layer {layer}: the stack has {layers} layers")]
+    NoSuchLayer { layer: usize, layers: usize },
+    /// An input slice whose length is not the geometry's.
+    #[error("{what}: {got} values, the geometry needs {want}")]
+    Length {
+        what: &'static str,
+        got: usize,
+        want: usize,
+    },
+    #[error("inputs ({inputs}) are for another geometry than the engine's")]
+    GeometryMismatch { inputs: String },
+    #[error(
+        "layer {layer} has {got} token(s), layer 0 has {first}: every layer takes the same window"
+    )]
+    UnevenWindow {
+        layer: usize,
+        got: usize,
+        first: usize,
+    },
+    #[error(
+        "forward of {tokens} token(s): only {staged} are staged; hint: stage the window first"
+    )]
+    NotStaged { tokens: usize, staged: usize },
+    #[error("recurrence of {tokens} token(s) needs the q, k, v, g, β of a forward of at least {tokens} token(s); hint: run forward first")]
+    NoForward { tokens: usize },
+    /// The engine holds no `kernel` kernel for this many tokens.
+    #[error("no {kernel} kernel for {tokens} tokens")]
+    NoKernel { kernel: &'static str, tokens: usize },
+    #[error("no tokens")]
+    NoTokens,
+    #[error("device buffer access {offset}..{end} outside its {len} elements")]
+    OutOfBounds {
+        offset: usize,
+        end: usize,
+        len: usize,
+    },
 }

@@ -214,7 +214,7 @@ mod tests {
     }
 
     fn h200() -> Device {
-        Device::parse("sm_90", None, true).unwrap()
+        Device::parse("sm_90", None, None).unwrap()
     }
 
     #[test]

@@ -120,7 +120,7 @@ mod tests {
         let bytes = bundle.to_bytes(0).unwrap();
         let p = Package::from_bundle_bytes(&bytes, "embedded").unwrap();
         assert_eq!(p.kernels(), ["k"]);
-        let dev = Device::parse("sm_90", Some(NEWEST_DRIVER), true).unwrap();
+        let dev = Device::parse("sm_90", Some(NEWEST_DRIVER), None).unwrap();
         assert!(p.select(&dev).complete());
         assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
 

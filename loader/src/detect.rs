@@ -2,12 +2,15 @@
 //! device, or one simulated by `--device TARGET` / `KBUILD_DEVICE` for explain and tests.
 //! An absent runtime or zero devices is a normal result, not an error.
 
-use kbuild_manifest::compat::{cuda_processor, driver_version, Device, NEWEST_DRIVER};
+use kbuild_manifest::compat::{
+    cuda_processor, driver_version, runtime_loads_generic, Device, NEWEST_DRIVER,
+    NO_GENERIC_RUNTIME,
+};
 use kbuild_manifest::target::{Vendor, Version};
 
 use crate::cuda;
 use crate::error::{LoaderError, Result};
-use crate::hip::{runtime_loads_generic, HipRuntime, HipSearch};
+use crate::hip::{HipRuntime, HipSearch};
 
 /// One GPU a runtime reported.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -166,9 +169,10 @@ pub fn detect_hip(search: &HipSearch) -> RuntimeReport {
             return report;
         }
     };
-    let generic = runtime_loads_generic(version);
+    // The compat table decides on major.minor; the build number is only shown.
+    let runtime = Version(version.0, version.1);
     report.version = Some(format!("{}.{}.{}", version.0, version.1, version.2));
-    report.generic_supported = Some(generic);
+    report.generic_supported = Some(runtime_loads_generic(Some(runtime)));
     let count = match rt.device_count() {
         Ok(n) => n,
         Err(e) => {
@@ -179,7 +183,7 @@ pub fn detect_hip(search: &HipSearch) -> RuntimeReport {
     for i in 0..count {
         match rt.properties(i) {
             Ok(p) => {
-                let device = Device::parse(&p.gcn_arch_name, None, generic);
+                let device = Device::parse(&p.gcn_arch_name, None, Some(runtime));
                 report.devices.push(DetectedDevice {
                     vendor: Vendor::Amd,
                     index: i,
@@ -262,10 +266,8 @@ impl ResolvedDevice {
                 "CUDA driver {driver} → PTX ISA ≤ {}",
                 kbuild_manifest::compat::max_ptx_isa(driver)
             ),
-            Device::Amd {
-                generic_supported, ..
-            } => {
-                if generic_supported {
+            Device::Amd { runtime, .. } => {
+                if runtime_loads_generic(runtime) {
                     "runtime loads generic code objects".into()
                 } else {
                     "runtime does not load generic code objects".into()
@@ -284,12 +286,11 @@ impl ResolvedDevice {
 pub fn resolve(opts: &DeviceOptions) -> Result<ResolvedDevice> {
     if !opts.is_auto() {
         let spec = opts.device.clone().unwrap_or_default();
-        let device = Device::parse(
-            &spec,
-            Some(opts.driver.unwrap_or(NEWEST_DRIVER)),
-            !opts.no_generic,
-        )
-        .map_err(|source| LoaderError::Device { spec, source })?;
+        // A simulated runtime is unknown (the table takes it as loading generic objects)
+        // unless `no_generic` asks for one that does not.
+        let runtime = opts.no_generic.then_some(NO_GENERIC_RUNTIME);
+        let device = Device::parse(&spec, Some(opts.driver.unwrap_or(NEWEST_DRIVER)), runtime)
+            .map_err(|source| LoaderError::Device { spec, source })?;
         return Ok(ResolvedDevice {
             device,
             detected: None,
@@ -322,11 +323,11 @@ pub fn resolve_detected(detection: &Detection, opts: &DeviceOptions) -> Result<R
             d.note.clone().unwrap_or_default()
         ))
     })?;
-    if let Device::Amd {
-        generic_supported, ..
-    } = &mut device
-    {
-        *generic_supported &= !opts.no_generic;
+    // `no_generic` on a real device: judge as on a runtime without generic support.
+    if let Device::Amd { runtime, .. } = &mut device {
+        if opts.no_generic && runtime_loads_generic(*runtime) {
+            *runtime = Some(NO_GENERIC_RUNTIME);
+        }
     }
     Ok(ResolvedDevice {
         device,
@@ -375,10 +376,24 @@ mod tests {
         assert!(matches!(
             r.device,
             Device::Amd {
-                generic_supported: false,
+                runtime: Some(NO_GENERIC_RUNTIME),
                 ..
             }
         ));
+        assert_eq!(
+            r.describe(),
+            "gfx1151 (simulated, runtime does not load generic code objects)"
+        );
+        let r = resolve(&DeviceOptions {
+            device: Some("gfx1151".into()),
+            ..DeviceOptions::default()
+        })
+        .unwrap();
+        assert!(matches!(r.device, Device::Amd { runtime: None, .. }));
+        assert_eq!(
+            r.describe(),
+            "gfx1151 (simulated, runtime loads generic code objects)"
+        );
         let e = resolve(&DeviceOptions {
             device: Some("gfx9999".into()),
             ..DeviceOptions::default()

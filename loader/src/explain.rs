@@ -2,6 +2,8 @@
 //! (`kbuild.explain/v1`, `kbuild.devices/v1`): the one place output is formatted, shared by the
 //! CLI and the C ABI.
 
+use kbuild_manifest::compat::GENERIC_MIN_RUNTIME;
+
 use crate::detect::{Detection, ResolvedDevice, RuntimeReport};
 use crate::select::Selection;
 
@@ -167,9 +169,9 @@ pub fn devices_text(detection: &Detection) -> String {
             out.push_str(&format!(
                 "  generic code objects: {}\n",
                 if g {
-                    "loaded"
+                    "loaded".to_string()
                 } else {
-                    "not loaded (needs ROCm ≥ 6.4)"
+                    format!("not loaded (needs ROCm ≥ {GENERIC_MIN_RUNTIME})")
                 }
             ));
         }

@@ -428,11 +428,6 @@ fn parse_props(buf: &[u8], l: &Layout, layout: PropsLayout) -> HipProps {
     }
 }
 
-/// Whether a HIP runtime of this version loads generic (code object v6) targets: ROCm 6.4+.
-pub fn runtime_loads_generic(version: (u32, u32, u32)) -> bool {
-    (version.0, version.1) >= (6, 4)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,14 +503,6 @@ mod tests {
         let e = HipRuntime::open(&HipSearch::only([dir.path().to_path_buf()])).unwrap_err();
         assert!(e.to_string().starts_with("HIP runtime not found"), "{e}");
         assert_eq!(e.tried.len(), 4);
-    }
-
-    #[test]
-    fn generic_needs_rocm_6_4() {
-        assert!(!runtime_loads_generic((5, 2, 21153)));
-        assert!(!runtime_loads_generic((6, 3, 0)));
-        assert!(runtime_loads_generic((6, 4, 0)));
-        assert!(runtime_loads_generic((7, 0, 1)));
     }
 
     /// Debian's libamdhip64-5 on a machine without an AMD GPU: found, version read, zero

@@ -585,7 +585,7 @@ mod tests {
 
     #[test]
     fn simulated_devices_explain_but_do_not_load() {
-        let dev = Device::parse("sm_90", None, true).unwrap();
+        let dev = Device::parse("sm_90", None, None).unwrap();
         let gpu = Gpu::simulated(dev);
         let dir = tempfile::tempdir().unwrap();
         let m = crate::select::tests::manifest(vec![crate::select::tests::object(

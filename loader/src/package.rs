@@ -868,7 +868,7 @@ mod tests {
             assert_eq!(&r, o);
         }
         assert_eq!(p.objects()[1].ptx_isa(), Some(Version(9, 5)));
-        let sel = p.select(&Device::parse("sm_90", Some(Version(13, 0)), true).unwrap());
+        let sel = p.select(&Device::parse("sm_90", Some(Version(13, 0)), None).unwrap());
         let k = sel.kernel("k", None).unwrap();
         assert_eq!(k.selected().unwrap().target, "sm_90");
         assert_eq!(k.candidates[1].rule, Some(Rule::PtxIsaTooNew));
@@ -958,7 +958,7 @@ mod load_index_tests {
         let bin = Package::open(dir.path()).unwrap();
         assert!(bin.has_load_index());
         assert_eq!(bin.kernels(), json.kernels());
-        let device = Device::parse("sm_90", Some(Version(13, 0)), true).unwrap();
+        let device = Device::parse("sm_90", Some(Version(13, 0)), None).unwrap();
         assert_eq!(bin.select(&device), json.select(&device));
         assert_eq!(
             bin.select_kernel(&device, "k"),

@@ -420,7 +420,7 @@ pub(crate) mod tests {
     }
 
     fn dev(spec: &str, driver: Option<Version>) -> Device {
-        Device::parse(spec, driver, true).unwrap()
+        Device::parse(spec, driver, None).unwrap()
     }
 
     #[test]
@@ -514,7 +514,10 @@ pub(crate) mod tests {
             s.kernel("k", None).unwrap().selected().unwrap().target,
             "gfx11-generic"
         );
-        let s = select(&m, &Device::parse("gfx1151", None, false).unwrap());
+        let s = select(
+            &m,
+            &Device::parse("gfx1151", None, Some(Version(6, 3))).unwrap(),
+        );
         let k = s.kernel("k", None).unwrap();
         assert!(k.selected().is_none());
         assert!(s

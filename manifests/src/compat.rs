@@ -1,6 +1,7 @@
 //! The one compat rule table: which code object runs on which device, and how much it is
-//! preferred. The build's coverage audit, the loader's selection and the registry's pull all
-//! call [`judge`], so build and run cannot disagree.
+//! preferred. The loader's selection and the registry's pull call [`judge`]; the build's
+//! coverage audit asks [`object_identity`] what an object built for a target must be, so build
+//! and run cannot disagree.
 //!
 //! Sources: the CUDA compatibility guide (binary compatibility within a major, PTX JIT
 //! forward), the `a`/`f` suffix rules of CUDA 12.0 / 12.9+, the PTX ISA release history (for
@@ -30,12 +31,13 @@
 //! |---|---|---|---|
 //! | same processor, features equal to the device's | always | [`Rule::AmdExact`] | 1 |
 //! | same processor, a feature "any" (unset in the object) | the other feature matches or is any | [`Rule::AmdFeatureAny`] | 2 |
-//! | generic processor containing the device | the runtime loads generic (code object v6) objects | [`Rule::AmdGeneric`] | 3 |
+//! | generic processor containing the device | the HIP runtime is ≥ [`GENERIC_MIN_RUNTIME`] (code object v6) or unknown | [`Rule::AmdGeneric`] | 3 |
 //!
 //! Rejections: another processor ([`Rule::AmdOtherProcessor`] — never aliased), a feature set
 //! the other way ([`Rule::AmdFeatureMismatch`]), a generic family without the device
-//! ([`Rule::GenericNotMember`]), a member on a runtime without generic support
-//! ([`Rule::GenericUnsupported`]). Code of the other vendor is [`Rule::OtherVendor`].
+//! ([`Rule::GenericNotMember`]), a member on an older runtime
+//! ([`Rule::GenericUnsupported`], see [`runtime_loads_generic`]). Code of the other vendor is
+//! [`Rule::OtherVendor`].
 //!
 //! Preference across the table: arch-specific > exact > family > same-major older SASS >
 //! generic > PTX; lower [`Verdict::preference`] is better, ties go to the newest object
@@ -45,14 +47,29 @@ use std::cmp::Reverse;
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::read::ObjectIdent;
 use crate::target::{
-    processor, suggest, CudaSuffix, Feature, Processor, ProcessorKind, Target, TargetError, Vendor,
-    Version, PROCESSORS,
+    processor, suggest, CudaSuffix, Feature, ObjectKind, Processor, ProcessorKind, Target,
+    TargetError, Vendor, Version, PROCESSORS,
 };
 
 /// The newest CUDA driver this catalogue knows; a simulated NVIDIA device without `--driver`
 /// gets it.
 pub const NEWEST_DRIVER: Version = Version(13, 5);
+
+/// The first HIP runtime that loads generic (code object v6) objects: ROCm 6.4.
+pub const GENERIC_MIN_RUNTIME: Version = Version(6, 4);
+
+/// The newest HIP runtime that does not load generic objects (ROCm 6.3): what a simulated
+/// `--no-generic` device runs.
+pub const NO_GENERIC_RUNTIME: Version = Version(6, 3);
+
+/// Whether a HIP runtime loads generic objects. An unknown runtime (a simulated device) is
+/// taken as one that does, as an unknown PTX ISA is taken as loadable: the explain trace then
+/// shows the generic object a real device with a new enough ROCm would run.
+pub fn runtime_loads_generic(runtime: Option<Version>) -> bool {
+    runtime.is_none_or(|v| v >= GENERIC_MIN_RUNTIME)
+}
 
 /// A device to judge code objects against: detected, or simulated (`--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,19 +87,20 @@ pub enum Device {
         /// device spec did not say.
         xnack: Feature,
         sramecc: Feature,
-        /// Whether the runtime loads generic (code object v6) objects.
-        generic_supported: bool,
+        /// HIP runtime version (`hipRuntimeGetVersion` 60443483 → 6.4); `None` when unknown
+        /// (a simulated device), judged by [`runtime_loads_generic`].
+        runtime: Option<Version>,
     },
 }
 
 impl Device {
     /// Parse a device spec: `sm_90`, `9.0` (compute capability), `gfx90a:sramecc+:xnack-`,
-    /// `gfx1151`. `driver` applies to NVIDIA devices (default [`NEWEST_DRIVER`]);
-    /// `generic_supported` to AMD ones.
+    /// `gfx1151`. `driver` applies to NVIDIA devices (default [`NEWEST_DRIVER`]); `runtime`
+    /// (the HIP runtime version, `None` = unknown) to AMD ones.
     pub fn parse(
         spec: &str,
         driver: Option<Version>,
-        generic_supported: bool,
+        runtime: Option<Version>,
     ) -> Result<Device, TargetError> {
         let spec = spec.trim();
         let unknown = |suggestion: Option<String>| TargetError::Unknown {
@@ -136,7 +154,7 @@ impl Device {
             processor: target.processor,
             xnack: target.xnack,
             sramecc: target.sramecc,
-            generic_supported,
+            runtime,
         })
     }
 
@@ -319,6 +337,57 @@ pub fn parse_version(s: &str) -> Option<Version> {
     Some(Version(a.parse().ok()?, b.parse().ok()?))
 }
 
+/// What a code object built for a target must identify as (see [`crate::read::identify`]):
+/// the coverage audit admits an object to a build only when it [`matches`](Self::matches), and
+/// selection then judges it by the target the manifest records, so an object the audit admits
+/// never runs where its real target would not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectIdentity {
+    /// ELF e_machine (`EM_CUDA`, `EM_AMDGPU`); 0 for PTX text.
+    pub machine: u16,
+    /// The SM number (cubin, PTX `.target`) or the AMD `EF_AMDGPU_MACH` value.
+    pub arch: u32,
+    /// The target name the object records: `gfx90a:xnack-`, `sm_90a`; PTX its `.target`
+    /// (`sm_90a` for `compute_90a`).
+    pub target: String,
+}
+
+impl ObjectIdentity {
+    /// Whether an identified object is the one this identity requires.
+    pub fn matches(&self, ident: &ObjectIdent) -> bool {
+        ident.machine == self.machine && ident.arch == self.arch && ident.target == self.target
+    }
+}
+
+/// The identity an object built for `target` must have; `None` when the catalogue cannot say
+/// (then no object passes the audit).
+pub fn object_identity(target: &Target) -> Option<ObjectIdentity> {
+    if target.object_kind() == ObjectKind::Ptx {
+        // The `.target` suffix matters: `sm_90a` PTX judged as `compute_90` would be
+        // selected on devices newer than 9.0, where it does not JIT.
+        return Some(ObjectIdentity {
+            machine: 0,
+            arch: target.processor.sm()?,
+            target: target.processor.name.to_string(),
+        });
+    }
+    let (machine, arch) = target.expected_elf()?;
+    // A standalone cubin does not record 'f' (only fatbin entry flags do): an `sm_100f`
+    // cubin reads as `sm_100`.
+    let name = match target.processor.kind {
+        ProcessorKind::Cuda {
+            suffix: CudaSuffix::FamilySpecific,
+            ..
+        } => target.processor.name.trim_end_matches('f').to_string(),
+        _ => target.to_string(),
+    };
+    Some(ObjectIdentity {
+        machine,
+        arch,
+        target: name,
+    })
+}
+
 /// Judge whether `object` runs on `device`. `ptx_isa` is the `.version` of a PTX object (from
 /// its resource record); `None` when unknown, which is taken as loadable.
 pub fn judge(object: &Target, ptx_isa: Option<Version>, device: &Device) -> Verdict {
@@ -328,8 +397,8 @@ pub fn judge(object: &Target, ptx_isa: Option<Version>, device: &Device) -> Verd
             processor,
             xnack,
             sramecc,
-            generic_supported,
-        } => judge_amd(object, processor, xnack, sramecc, generic_supported),
+            runtime,
+        } => judge_amd(object, processor, xnack, sramecc, runtime),
     }
 }
 
@@ -441,7 +510,7 @@ fn judge_amd(
     device: &'static Processor,
     xnack: Feature,
     sramecc: Feature,
-    generic_supported: bool,
+    runtime: Option<Version>,
 ) -> Verdict {
     let dev_t = Target {
         processor: device,
@@ -464,11 +533,11 @@ fn judge_amd(
                     Rule::GenericNotMember,
                     format!("{object} code object: covers {list}; not {}", device.name),
                 )
-            } else if !generic_supported {
+            } else if !runtime_loads_generic(runtime) {
                 verdict(
                     Rule::GenericUnsupported,
                     format!(
-                        "{object} code object: {} is a member, but the runtime does not load generic code objects (code object v6 needs ROCm ≥ 6.4)",
+                        "{object} code object: {} is a member, but the runtime does not load generic code objects (code object v6 needs ROCm ≥ {GENERIC_MIN_RUNTIME})",
                         device.name
                     ),
                 )

@@ -27,6 +27,13 @@ use kbuild_bundle::sign::SignatureFile;
 pub enum DirError {
     #[error("{path}: {err}")]
     Io { path: String, err: std::io::Error },
+    #[error(transparent)]
+    Name(#[from] InvalidName),
+    #[error("version `{version}` is not semver: {source}")]
+    Version {
+        version: String,
+        source: semver::Error,
+    },
     #[error("{0}")]
     Invalid(String),
     #[error("{name} {version} is already published in {dir} with different content (registry: {existing}, this bundle: {new}); published versions are immutable, so bump the version in Kbuild.toml")]
@@ -62,8 +69,15 @@ pub struct Index {
     pub versions: BTreeMap<String, IndexEntry>,
 }
 
+/// A package name that is not a safe path component and OCI repository component.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("package name `{name}` must be lowercase letters, digits and `._-`, starting with a letter or digit")]
+pub struct InvalidName {
+    pub name: String,
+}
+
 /// A package name kbuild accepts as a path component and an OCI repository component.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), InvalidName> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name
@@ -76,9 +90,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "package name `{name}` must be lowercase letters, digits and `._-`, starting with a letter or digit"
-        ))
+        Err(InvalidName {
+            name: name.to_string(),
+        })
     }
 }
 
@@ -110,15 +124,17 @@ impl DirStore {
     }
 
     fn version_dir(&self, name: &str, version: &str) -> Result<PathBuf, DirError> {
-        check_name(name).map_err(DirError::Invalid)?;
-        semver::Version::parse(version)
-            .map_err(|e| DirError::Invalid(format!("version `{version}` is not semver: {e}")))?;
+        check_name(name)?;
+        semver::Version::parse(version).map_err(|source| DirError::Version {
+            version: version.to_string(),
+            source,
+        })?;
         Ok(self.root.join(name).join(version))
     }
 
     /// Published versions of `name`, ascending by semver.
     pub fn versions(&self, name: &str) -> Result<Vec<String>, DirError> {
-        check_name(name).map_err(DirError::Invalid)?;
+        check_name(name)?;
         let dir = self.root.join(name);
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
@@ -334,7 +350,18 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().starts_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
-        assert!(check_name("../x").is_err());
+        assert_eq!(
+            check_name("../x"),
+            Err(InvalidName {
+                name: "../x".into()
+            })
+        );
+        assert!(check_name("a.b-c_1").is_ok());
+        assert!(check_name("Pkg").is_err() && check_name("").is_err() && check_name("-x").is_err());
+        assert!(matches!(
+            store.versions("../x"),
+            Err(DirError::Name(InvalidName { .. }))
+        ));
         assert!(store.bundle_path("pkg", "../../etc").is_err());
     }
 }

@@ -37,8 +37,19 @@ pub enum Want {
     Digest(String),
 }
 
+/// Why a `NAME[@REQ]` spec does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Name(#[from] crate::dir::InvalidName),
+    #[error("`{0}` is not a sha256 digest (sha256:<64 hex>)")]
+    Digest(String),
+    #[error("`{req}` is not a version requirement: {source}")]
+    Requirement { req: String, source: semver::Error },
+}
+
 /// Parse `NAME[@REQ]`.
-pub fn parse_spec(spec: &str) -> Result<(String, Want), String> {
+pub fn parse_spec(spec: &str) -> Result<(String, Want), SpecError> {
     let (name, req) = match spec.split_once('@') {
         Some((n, r)) => (n, r.trim()),
         None => (spec, "*"),
@@ -46,7 +57,7 @@ pub fn parse_spec(spec: &str) -> Result<(String, Want), String> {
     crate::dir::check_name(name)?;
     if req.starts_with("sha256:") {
         if kbuild_base::digest::oci_hex(req).is_none() {
-            return Err(format!("`{req}` is not a sha256 digest (sha256:<64 hex>)"));
+            return Err(SpecError::Digest(req.to_string()));
         }
         return Ok((name.into(), Want::Digest(req.into())));
     }
@@ -55,8 +66,10 @@ pub fn parse_spec(spec: &str) -> Result<(String, Want), String> {
     } else {
         req.to_string()
     };
-    let r = semver::VersionReq::parse(&req)
-        .map_err(|e| format!("`{req}` is not a version requirement: {e}"))?;
+    let r = semver::VersionReq::parse(&req).map_err(|source| SpecError::Requirement {
+        req: req.clone(),
+        source,
+    })?;
     Ok((name.into(), Want::Req(r)))
 }
 
@@ -327,8 +340,14 @@ mod tests {
         assert!(matches!(parse_spec("k@^0.1").unwrap().1, Want::Req(_)));
         let d = format!("sha256:{}", "a".repeat(64));
         assert_eq!(parse_spec(&format!("k@{d}")).unwrap().1, Want::Digest(d));
-        assert!(parse_spec("k@sha256:zz").is_err());
-        assert!(parse_spec("../k").is_err());
-        assert!(parse_spec("k@not a req").is_err());
+        assert!(matches!(parse_spec("k@sha256:zz"), Err(SpecError::Digest(d)) if d == "sha256:zz"));
+        assert!(matches!(parse_spec("../k"), Err(SpecError::Name(_))));
+        let e = parse_spec("k@not a req").unwrap_err();
+        assert!(matches!(&e, SpecError::Requirement { req, .. } if req == "not a req"));
+        assert!(
+            e.to_string()
+                .starts_with("`not a req` is not a version requirement: "),
+            "{e}"
+        );
     }
 }

@@ -21,6 +21,8 @@ pub enum StoreError {
     Oci(#[from] OciError),
     #[error(transparent)]
     Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Name(#[from] crate::dir::InvalidName),
     #[error("{0}")]
     Invalid(String),
     #[error("{0} not found")]
@@ -142,7 +144,7 @@ impl Registry {
     pub fn client(&self, name: &str) -> Result<OciClient, StoreError> {
         match self {
             Registry::Oci { host, repo, opts } => {
-                crate::dir::check_name(name).map_err(StoreError::Invalid)?;
+                crate::dir::check_name(name)?;
                 let repo = repo.clone().unwrap_or_else(|| name.to_string());
                 Ok(OciClient::new(host, &repo, opts.clone()))
             }

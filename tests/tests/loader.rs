@@ -511,7 +511,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
         !targets.contains(&"sm_90a"),
         "a subset pulled for gfx1100: {targets:?}"
     );
-    let device = kbuild_manifest::compat::Device::parse("gfx1100", None, true).unwrap();
+    let device = kbuild_manifest::compat::Device::parse("gfx1100", None, None).unwrap();
     let sel = package.select(&device);
     let k = sel.kernel("rmsnorm", None).unwrap();
     assert_eq!(k.selected().unwrap().target, "gfx1100");
@@ -559,7 +559,7 @@ fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
     assert_eq!(indexed.kernels(), json.kernels());
     assert_eq!(indexed.manifest().unwrap(), json.manifest().unwrap());
     for spec in ["sm_90", "sm_89", "gfx1100", "gfx1151", "sm_120"] {
-        let device = Device::parse(spec, None, true).unwrap();
+        let device = Device::parse(spec, None, None).unwrap();
         assert_eq!(indexed.select(&device), json.select(&device), "{spec}");
         assert_eq!(
             indexed.select_kernel(&device, "rmsnorm"),

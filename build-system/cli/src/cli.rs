@@ -405,7 +405,7 @@ pub struct GdnArgs {
     pub manifest_path: Option<PathBuf>,
 }
 
-pub fn parse_fail_on(s: &str) -> Result<FailOn, String> {
+pub fn parse_fail_on(s: &str) -> Result<FailOn, gate::GateRuleError> {
     gate::parse_rules(s).map(FailOn)
 }
 
@@ -427,7 +427,7 @@ pub fn parse_device(s: &str) -> Result<String, String> {
     if s == "auto" {
         return Ok(s.to_string());
     }
-    Device::parse(s, None, true)
+    Device::parse(s, None, None)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
 }

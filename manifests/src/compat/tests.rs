@@ -8,16 +8,16 @@ fn t(name: &str) -> Target {
 }
 
 fn dev(spec: &str) -> Device {
-    Device::parse(spec, None, true).unwrap()
+    Device::parse(spec, None, None).unwrap()
 }
 
 fn cuda_dev(spec: &str, driver: Version) -> Device {
-    Device::parse(spec, Some(driver), true).unwrap()
+    Device::parse(spec, Some(driver), None).unwrap()
 }
 
 /// (object, ptx isa, device, driver, expected rule)
 fn case(object: &str, isa: Option<&str>, device: &str, driver: Version, rule: Rule) {
-    let d = Device::parse(device, Some(driver), true).unwrap();
+    let d = Device::parse(device, Some(driver), None).unwrap();
     let v = judge(&t(object), isa.and_then(parse_version), &d);
     assert_eq!(v.rule, rule, "{object} on {device}: {}", v.reason);
     assert_eq!(v.accepted, rule.accepts());
@@ -326,7 +326,7 @@ fn amd_generic_non_member() {
 }
 #[test]
 fn amd_generic_unsupported_by_runtime() {
-    let d = Device::parse("gfx1151", None, false).unwrap();
+    let d = Device::parse("gfx1151", None, Some(NO_GENERIC_RUNTIME)).unwrap();
     let v = judge(&t("gfx11-generic"), None, &d);
     assert_eq!(v.rule, Rule::GenericUnsupported);
     assert!(!v.accepted);
@@ -434,33 +434,35 @@ fn device_specs_parse() {
     );
     assert_eq!(dev("gfx1151").name(), "gfx1151");
     assert_eq!(dev("8.6").compute_capability(), Some((8, 6)));
-    match Device::parse("sm_90", None, true).unwrap() {
+    match Device::parse("sm_90", None, None).unwrap() {
         Device::Cuda { driver, .. } => assert_eq!(driver, NEWEST_DRIVER),
         d => panic!("{d:?}"),
     }
-    match Device::parse("gfx1100", None, false).unwrap() {
-        Device::Amd {
-            generic_supported, ..
-        } => assert!(!generic_supported),
+    match Device::parse("gfx1100", None, None).unwrap() {
+        Device::Amd { runtime, .. } => assert_eq!(runtime, None),
+        d => panic!("{d:?}"),
+    }
+    match Device::parse("gfx1100", None, Some(Version(5, 2))).unwrap() {
+        Device::Amd { runtime, .. } => assert_eq!(runtime, Some(Version(5, 2))),
         d => panic!("{d:?}"),
     }
 }
 #[test]
 fn bad_device_specs_are_errors_with_hints() {
-    let e = Device::parse("sm89", None, true).unwrap_err().to_string();
+    let e = Device::parse("sm89", None, None).unwrap_err().to_string();
     assert!(e.contains("did you mean sm_89"), "{e}");
-    let e = Device::parse("gfx11-generic", None, true)
+    let e = Device::parse("gfx11-generic", None, None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("such as gfx1100"), "{e}");
-    let e = Device::parse("compute_90", None, true)
+    let e = Device::parse("compute_90", None, None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("sm_90"), "{e}");
-    assert!(Device::parse("7.0", None, true).is_err());
-    assert!(Device::parse("x.y", None, true).is_err());
-    assert!(Device::parse("gfx1100:xnack+", None, true).is_err());
-    assert!(Device::parse("", None, true).is_err());
+    assert!(Device::parse("7.0", None, None).is_err());
+    assert!(Device::parse("x.y", None, None).is_err());
+    assert!(Device::parse("gfx1100:xnack+", None, None).is_err());
+    assert!(Device::parse("", None, None).is_err());
 }
 #[test]
 fn rules_serialise_snake_case() {
@@ -555,12 +557,12 @@ fn all_devices() -> Vec<Device> {
                 };
                 for x in fs(xnack) {
                     for s in fs(sramecc) {
-                        for g in [true, false] {
+                        for runtime in RUNTIMES {
                             out.push(Device::Amd {
                                 processor: p,
                                 xnack: x,
                                 sramecc: s,
-                                generic_supported: g,
+                                runtime,
                             });
                         }
                     }
@@ -571,6 +573,15 @@ fn all_devices() -> Vec<Device> {
     }
     out
 }
+
+/// HIP runtimes around the generic-object boundary, and unknown.
+const RUNTIMES: [Option<Version>; 5] = [
+    None,
+    Some(Version(5, 2)),
+    Some(NO_GENERIC_RUNTIME),
+    Some(GENERIC_MIN_RUNTIME),
+    Some(Version(7, 0)),
+];
 
 fn isa() -> impl Strategy<Value = Option<Version>> {
     prop_oneof![
@@ -622,13 +633,13 @@ proptest! {
         let devices = all_devices();
         let o = &targets[ti % targets.len()];
         let d = &devices[di % devices.len()];
-        if let Device::Amd { processor, generic_supported, .. } = d {
+        if let Device::Amd { processor, runtime, .. } = d {
             let v = judge(o, None, d);
             if v.accepted {
                 match o.processor.kind {
                     ProcessorKind::AmdGeneric { members, .. } => {
                         prop_assert!(members.contains(&processor.name));
-                        prop_assert!(*generic_supported);
+                        prop_assert!(runtime_loads_generic(*runtime));
                     }
                     _ => prop_assert_eq!(o.processor.name, processor.name),
                 }
@@ -650,8 +661,8 @@ proptest! {
     /// Device specs never panic, and a parsed device round-trips through its name.
     #[test]
     fn device_parse_round_trips(s in "[a-z0-9_.:+-]{0,24}") {
-        if let Ok(d) = Device::parse(&s, None, true) {
-            let again = Device::parse(&d.name(), None, true);
+        if let Ok(d) = Device::parse(&s, None, None) {
+            let again = Device::parse(&d.name(), None, None);
             prop_assert_eq!(again.ok(), Some(d));
         }
     }
@@ -696,7 +707,7 @@ fn rejected_objects_sort_last() {
 /// What was seen on the H200 (sm_90, driver 580 = CUDA 13.0) with a CUDA 13.5 build.
 #[test]
 fn h200_observation() {
-    let d = Device::parse("9.0", Some(driver_version(13000)), true).unwrap();
+    let d = Device::parse("9.0", Some(driver_version(13000)), None).unwrap();
     let isa = parse_version("9.5");
     let r = |o: &str| judge(&t(o), isa, &d);
     assert_eq!(r("sm_80").rule, Rule::OtherMajor);
@@ -720,4 +731,273 @@ fn featureless_amd_processors_are_exact() {
         v.reason,
         "gfx90a code object: sramecc and xnack any, runs on gfx90a:sramecc+:xnack-"
     );
+}
+
+// ---- AMD runtime: generic objects need ROCm ≥ 6.4 ----
+#[test]
+fn generic_objects_need_rocm_6_4() {
+    assert!(
+        runtime_loads_generic(None),
+        "unknown: the simulated default"
+    );
+    assert!(!runtime_loads_generic(Some(Version(5, 2))));
+    assert!(!runtime_loads_generic(Some(NO_GENERIC_RUNTIME)));
+    assert!(!runtime_loads_generic(Some(Version(6, 3))));
+    assert!(runtime_loads_generic(Some(GENERIC_MIN_RUNTIME)));
+    assert!(runtime_loads_generic(Some(Version(6, 4))));
+    assert!(runtime_loads_generic(Some(Version(7, 0))));
+    let on = |rt| {
+        judge(
+            &t("gfx11-generic"),
+            None,
+            &Device::parse("gfx1100", None, rt).unwrap(),
+        )
+    };
+    assert_eq!(on(Some(Version(6, 4))).rule, Rule::AmdGeneric);
+    assert_eq!(on(None).rule, Rule::AmdGeneric);
+    let v = on(Some(Version(5, 2)));
+    assert_eq!(v.rule, Rule::GenericUnsupported);
+    assert_eq!(
+        v.reason,
+        "gfx11-generic code object: gfx1100 is a member, but the runtime does not load generic \
+         code objects (code object v6 needs ROCm ≥ 6.4)"
+    );
+}
+
+/// A detected runtime travels with the device through its name and back.
+#[test]
+fn runtime_is_kept_by_parse() {
+    for rt in RUNTIMES {
+        match Device::parse("gfx942:sramecc+:xnack-", None, rt).unwrap() {
+            Device::Amd { runtime, .. } => assert_eq!(runtime, rt),
+            d => panic!("{d:?}"),
+        }
+        // The runtime is an AMD fact: a CUDA device spec ignores it.
+        assert_eq!(
+            Device::parse("sm_90", None, rt).unwrap(),
+            Device::parse("sm_90", None, None).unwrap()
+        );
+    }
+}
+
+fn runtime() -> impl Strategy<Value = Option<Version>> {
+    prop_oneof![
+        Just(None),
+        (4u32..9, 0u32..10).prop_map(|(a, b)| Some(Version(a, b)))
+    ]
+}
+
+proptest! {
+    /// The runtime decides generic objects only: a generic member runs iff the runtime loads
+    /// generic objects, and no other verdict depends on the runtime.
+    #[test]
+    fn runtime_decides_generic_objects_only(
+        ti in 0usize..200,
+        di in 0usize..200,
+        rt in runtime(),
+    ) {
+        let targets = all_targets();
+        let devices = all_devices();
+        let o = &targets[ti % targets.len()];
+        let Device::Amd { processor, xnack, sramecc, .. } = devices[di % devices.len()] else {
+            return Ok(());
+        };
+        let d = Device::Amd { processor, xnack, sramecc, runtime: rt };
+        let v = judge(o, None, &d);
+        match o.processor.kind {
+            ProcessorKind::AmdGeneric { members, .. } if members.contains(&processor.name) => {
+                let expected = if runtime_loads_generic(rt) {
+                    Rule::AmdGeneric
+                } else {
+                    Rule::GenericUnsupported
+                };
+                prop_assert_eq!(v.rule, expected, "{}", v.reason);
+            }
+            _ => {
+                let unknown = Device::Amd { processor, xnack, sramecc, runtime: None };
+                prop_assert_eq!(v, judge(o, None, &unknown));
+            }
+        }
+    }
+
+    /// A newer runtime never refuses an object an older one accepts.
+    #[test]
+    fn newer_runtime_accepts_more(
+        ti in 0usize..200,
+        di in 0usize..200,
+        a in (4u32..9, 0u32..10),
+        b in (4u32..9, 0u32..10),
+    ) {
+        let targets = all_targets();
+        let devices = all_devices();
+        let o = &targets[ti % targets.len()];
+        let Device::Amd { processor, xnack, sramecc, .. } = devices[di % devices.len()] else {
+            return Ok(());
+        };
+        let (lo, hi) = (Version(a.0, a.1).min(Version(b.0, b.1)), Version(a.0, a.1).max(Version(b.0, b.1)));
+        let at = |v| judge(o, None, &Device::Amd { processor, xnack, sramecc, runtime: Some(v) });
+        prop_assert!(!at(lo).accepted || at(hi).accepted);
+    }
+}
+
+// ---- the audit's identity rule and selection agree ----
+
+/// What an object that passes the audit for `target` reads as.
+fn audited_object(target: &Target) -> ObjectIdent {
+    let id = object_identity(target).unwrap_or_else(|| panic!("{target}: no identity"));
+    ObjectIdent {
+        format: match target.object_kind() {
+            ObjectKind::Ptx => crate::read::Format::Ptx,
+            ObjectKind::Cubin => crate::read::Format::Cubin,
+            ObjectKind::Hsaco => crate::read::Format::Hsaco,
+        },
+        machine: id.machine,
+        arch: id.arch,
+        target: id.target,
+        entries: vec![],
+    }
+}
+
+/// The devices a build for `target` is for: its compute capability (or family members), its
+/// AMD processor with each feature value the object leaves open, every member of a generic
+/// family on each runtime that loads generic objects.
+fn devices_of(target: &Target) -> Vec<Device> {
+    let both = |f: Feature, supported: bool| match (f, supported) {
+        (_, false) => vec![Feature::Any],
+        (Feature::Any, true) => vec![Feature::On, Feature::Off],
+        (f, true) => vec![f],
+    };
+    match target.processor.kind {
+        ProcessorKind::Cuda { major, minor, .. } => family_members((major, minor))
+            .into_iter()
+            .filter(|&m| match target.processor.kind {
+                ProcessorKind::Cuda {
+                    suffix: CudaSuffix::FamilySpecific,
+                    ..
+                } => true,
+                _ => m == (major, minor),
+            })
+            .filter_map(|(a, b)| cuda_processor(a, b))
+            .map(|processor| Device::Cuda {
+                processor,
+                driver: NEWEST_DRIVER,
+            })
+            .collect(),
+        ProcessorKind::Amd {
+            xnack: has_x,
+            sramecc: has_s,
+            ..
+        } => {
+            let mut out = vec![];
+            for xnack in both(target.xnack, has_x) {
+                for sramecc in both(target.sramecc, has_s) {
+                    for runtime in RUNTIMES {
+                        out.push(Device::Amd {
+                            processor: target.processor,
+                            xnack,
+                            sramecc,
+                            runtime,
+                        });
+                    }
+                }
+            }
+            out
+        }
+        ProcessorKind::AmdGeneric { members, .. } => members
+            .iter()
+            .flat_map(|m| {
+                RUNTIMES
+                    .into_iter()
+                    .filter(|rt| runtime_loads_generic(*rt))
+                    .map(move |rt| Device::parse(m, None, rt).unwrap())
+            })
+            .collect(),
+    }
+}
+
+/// For every catalogue target T: an object the audit accepts for T is selected (judged by the
+/// name the manifest records, T's) on every device of T.
+#[test]
+fn audited_objects_are_selected_on_their_devices() {
+    for target in all_targets() {
+        let object = audited_object(&target);
+        let id = object_identity(&target).unwrap();
+        assert!(id.matches(&object), "{target}");
+        let recorded: Target = target.to_string().parse().unwrap();
+        assert_eq!(recorded, target, "the manifest name round-trips");
+        let devices = devices_of(&target);
+        assert!(!devices.is_empty(), "{target}: no device");
+        for d in devices {
+            let isa = target.ptx.then(|| max_ptx_isa(NEWEST_DRIVER));
+            let v = judge(&recorded, isa, &d);
+            assert!(v.accepted, "{target} on {d}: {}", v.reason);
+        }
+    }
+}
+
+/// The audit for T never admits an object built for another target T' that would then be
+/// selected on a device where T' does not run.
+#[test]
+fn audit_admits_no_object_selection_would_misplace() {
+    let targets = all_targets();
+    let devices = all_devices();
+    let mut cross = 0;
+    for claimed in &targets {
+        let id = object_identity(claimed).unwrap();
+        for real in &targets {
+            if !id.matches(&audited_object(real)) {
+                continue;
+            }
+            if real != claimed {
+                cross += 1;
+            }
+            for d in &devices {
+                let isa = Some(Version(8, 0));
+                let as_claimed = judge(claimed, isa, d);
+                let as_real = judge(real, isa, d);
+                assert!(
+                    !as_claimed.accepted || as_real.accepted,
+                    "audit for {claimed} admits a {real} object, selected on {d} where it does not run: {}",
+                    as_real.reason
+                );
+            }
+        }
+    }
+    // sm_100f/sm_100, sm_120f/sm_120 cubins read alike; the test must see such pairs.
+    assert!(cross > 0);
+}
+
+#[test]
+fn identity_of_each_object_kind() {
+    let id = |s: &str| object_identity(&t(s)).unwrap();
+    assert_eq!(
+        id("sm_90a"),
+        ObjectIdentity {
+            machine: crate::read::cubin::EM_CUDA,
+            arch: 90,
+            target: "sm_90a".into()
+        }
+    );
+    assert_eq!(id("sm_100f").target, "sm_100");
+    assert_eq!(
+        id("compute_90a"),
+        ObjectIdentity {
+            machine: 0,
+            arch: 90,
+            target: "sm_90a".into()
+        }
+    );
+    assert_eq!(
+        id("gfx90a:xnack-"),
+        ObjectIdentity {
+            machine: crate::read::amdgpu::EM_AMDGPU,
+            arch: 0x3f,
+            target: "gfx90a:xnack-".into()
+        }
+    );
+    assert_eq!(id("gfx11-generic").arch, 0x54);
+    // Arch-specific PTX is not plain PTX: compute_90 would be JIT-ed on newer devices.
+    let plain = id("compute_90");
+    assert!(!plain.matches(&audited_object(&t("compute_90a"))));
+    assert!(plain.matches(&audited_object(&t("compute_90"))));
 }

@@ -258,7 +258,7 @@ fn read_metadata_note(elf: &Elf<'_>) -> Result<Option<AmdMetadata>, ReadError> {
                         "NT_AMDGPU_METADATA MessagePack",
                         name,
                         Some(base + desc_start as u64),
-                        e,
+                        e.to_string(),
                     )
                 })?;
                 return Ok(Some(meta));

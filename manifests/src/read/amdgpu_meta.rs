@@ -124,10 +124,10 @@ const MAX_DEPTH: usize = 32;
 
 /// Decodes the note body. Recursion is bounded by [`MAX_DEPTH`] and serde pre-allocates
 /// cautiously, so a hostile note costs at most a small multiple of its own size.
-pub(crate) fn decode(desc: &[u8]) -> Result<AmdMetadata, String> {
+pub(crate) fn decode(desc: &[u8]) -> Result<AmdMetadata, rmp_serde::decode::Error> {
     let mut de = rmp_serde::Deserializer::from_read_ref(desc);
     de.set_max_depth(MAX_DEPTH);
-    AmdMetadata::deserialize(&mut de).map_err(|e| e.to_string())
+    AmdMetadata::deserialize(&mut de)
 }
 
 #[cfg(test)]

@@ -38,7 +38,40 @@ pub enum SignError {
     #[error("{0}")]
     Config(String),
     #[error("signature check failed for {package}: {reason}")]
-    Refused { package: String, reason: String },
+    Refused { package: String, reason: Unverified },
+}
+
+/// Why a package's signatures do not make it trusted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unverified {
+    #[error("it is not signed (sign it with `kbuild sign`)")]
+    NotSigned,
+    #[error(
+        "no trusted keys are configured ([signatures] trusted-keys in the kbuild config file)"
+    )]
+    NoTrustedKeys,
+    /// Every signature failed; one problem per signature, in file order.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Signatures(Vec<SignatureProblem>),
+}
+
+/// What is wrong with one signature of a [`SignatureFile`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureProblem {
+    #[error("signature by untrusted key {key_id}")]
+    UntrustedKey { key_id: String },
+    #[error("signature by {key_id} is for {name} {version} manifest {signed}, not this manifest {manifest}")]
+    OtherPayload {
+        key_id: String,
+        name: String,
+        version: String,
+        /// The manifest digest the signature covers.
+        signed: String,
+        /// The manifest digest being checked.
+        manifest: String,
+    },
+    #[error("signature by {key_id} does not verify")]
+    DoesNotVerify { key_id: String },
 }
 
 /// What is signed.
@@ -373,26 +406,31 @@ impl Trust {
         version: &str,
         manifest_digest: &str,
         sigs: Option<&SignatureFile>,
-    ) -> Result<String, String> {
+    ) -> Result<String, Unverified> {
         let sigs = match sigs {
             Some(s) if !s.signatures.is_empty() => s,
-            _ => return Err("it is not signed (sign it with `kbuild sign`)".into()),
+            _ => return Err(Unverified::NotSigned),
         };
         if self.keys.is_empty() {
-            return Err("no trusted keys are configured ([signatures] trusted-keys in the kbuild config file)".into());
+            return Err(Unverified::NoTrustedKeys);
         }
         let want = Payload::new(name, version, manifest_digest);
         let mut problems = Vec::new();
         for s in &sigs.signatures {
             let Some(key) = self.keys.iter().find(|k| k.id() == s.key_id) else {
-                problems.push(format!("signature by untrusted key {}", s.key_id));
+                problems.push(SignatureProblem::UntrustedKey {
+                    key_id: s.key_id.clone(),
+                });
                 continue;
             };
             if s.payload != want {
-                problems.push(format!(
-                    "signature by {} is for {} {} manifest {}, not this manifest {manifest_digest}",
-                    s.key_id, s.payload.name, s.payload.version, s.payload.manifest
-                ));
+                problems.push(SignatureProblem::OtherPayload {
+                    key_id: s.key_id.clone(),
+                    name: s.payload.name.clone(),
+                    version: s.payload.version.clone(),
+                    signed: s.payload.manifest.clone(),
+                    manifest: manifest_digest.to_string(),
+                });
                 continue;
             }
             let ok = B64
@@ -404,9 +442,11 @@ impl Trust {
             if ok {
                 return Ok(s.key_id.clone());
             }
-            problems.push(format!("signature by {} does not verify", s.key_id));
+            problems.push(SignatureProblem::DoesNotVerify {
+                key_id: s.key_id.clone(),
+            });
         }
-        Err(problems.join("; "))
+        Err(Unverified::Signatures(problems))
     }
 }
 
@@ -434,21 +474,43 @@ mod tests {
         ));
         // Other manifest, other version (replay), no signature, untrusted key: refused.
         let other = digest::oci_digest(b"other");
-        assert!(trust.check("pkg", "1.0.0", &other, Some(&file)).is_err());
+        let reason = |r: Result<Verdict, SignError>| match r {
+            Err(SignError::Refused { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        let key_id = file.signatures[0].key_id.clone();
+        assert_eq!(
+            reason(trust.check("pkg", "1.0.0", &other, Some(&file))),
+            Unverified::Signatures(vec![SignatureProblem::OtherPayload {
+                key_id: key_id.clone(),
+                name: "pkg".into(),
+                version: "1.0.0".into(),
+                signed: d.clone(),
+                manifest: other.clone(),
+            }])
+        );
         assert!(trust.check("pkg", "1.0.1", &d, Some(&file)).is_err());
         let e = trust.check("pkg", "1.0.0", &d, None).unwrap_err();
         assert!(e.to_string().contains("not signed"), "{e}");
+        assert_eq!(reason(Err(e)), Unverified::NotSigned);
         let stranger = Trust {
             policy: Policy::Require,
             keys: vec![SecretKey::generate().unwrap().public()],
         };
-        assert!(stranger.check("pkg", "1.0.0", &d, Some(&file)).is_err());
+        let e = stranger.check("pkg", "1.0.0", &d, Some(&file)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("signature check failed for pkg 1.0.0: signature by untrusted key {key_id}")
+        );
         // A flipped signature byte.
         let mut bad = file.clone();
         let mut raw = B64.decode(&bad.signatures[0].signature).unwrap();
         raw[0] ^= 1;
         bad.signatures[0].signature = B64.encode(raw);
-        assert!(trust.check("pkg", "1.0.0", &d, Some(&bad)).is_err());
+        assert_eq!(
+            reason(trust.check("pkg", "1.0.0", &d, Some(&bad))),
+            Unverified::Signatures(vec![SignatureProblem::DoesNotVerify { key_id }])
+        );
         let warn = Trust {
             policy: Policy::Warn,
             ..trust.clone()

@@ -85,6 +85,17 @@ pub enum OciError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    CaFile(#[from] CaFileError),
+}
+
+/// The CA file of [`OciOptions::ca_file`] cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{CA_FILE_ENV}={}: {detail}", .path.display())]
+pub struct CaFileError {
+    pub path: std::path::PathBuf,
+    /// What is wrong: unreadable, no PEM certificate, a certificate rustls refuses.
+    pub detail: String,
 }
 
 impl OciError {
@@ -183,7 +194,7 @@ pub struct OciClient {
     creds: Option<Credentials>,
     authorization: Mutex<Option<String>>,
     /// Why the client cannot talk to the registry at all (an unreadable CA file).
-    setup_error: Option<String>,
+    setup_error: Option<CaFileError>,
     opts: OciOptions,
 }
 
@@ -306,7 +317,7 @@ impl OciClient {
         push: bool,
     ) -> Result<ureq::Response, OciError> {
         if let Some(e) = &self.setup_error {
-            return Err(OciError::Invalid(e.clone()));
+            return Err(OciError::CaFile(e.clone()));
         }
         let mut authz = self
             .authorization
@@ -927,10 +938,13 @@ fn is_certificate_error(t: &ureq::Transport) -> bool {
 }
 
 /// A rustls client config trusting the public roots plus the CA certificates in `path`.
-fn tls_config(path: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+fn tls_config(path: &Path) -> Result<Arc<rustls::ClientConfig>, CaFileError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
-    let bad = |e: String| format!("{CA_FILE_ENV}={}: {e}", path.display());
+    let bad = |detail: String| CaFileError {
+        path: path.to_path_buf(),
+        detail,
+    };
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let mut added = 0;

@@ -40,6 +40,21 @@ pub const RULE_NAMES: &[&str] = &["spills", "occupancy", "registers", "lds", "sc
 const EXPECTED: &str =
     "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N% or scratch";
 
+/// Why a `--fail-on` rule does not parse; `rule` is the rule as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateRuleError {
+    #[error("gate rule `{name}` needs a threshold: `{name}:+N` or `{name}:+N%`")]
+    MissingThreshold { name: String },
+    #[error("gate rule `{rule}`: the threshold must be `+N` or `+N%` (N a number ≥ 0)")]
+    BadThreshold { rule: String },
+    #[error("gate rule `{name}` takes no threshold (got `{rule}`)")]
+    UnexpectedThreshold { name: String, rule: String },
+    #[error("empty gate rule; {EXPECTED}")]
+    Empty,
+    #[error("unknown gate rule `{name}`; {EXPECTED}")]
+    Unknown { name: String },
+}
+
 impl Rule {
     /// `spills`, `registers`, ...: what an allowlist entry's `rule` names.
     pub fn family(&self) -> &'static str {
@@ -67,22 +82,23 @@ impl fmt::Display for Rule {
 }
 
 impl std::str::FromStr for Rule {
-    type Err = String;
+    type Err = GateRuleError;
 
-    fn from_str(s: &str) -> Result<Rule, String> {
+    fn from_str(s: &str) -> Result<Rule, GateRuleError> {
         let s = s.trim();
         let (name, arg) = match s.split_once(':') {
             Some((n, a)) => (n.trim(), Some(a.trim())),
             None => (s, None),
         };
-        let threshold = |arg: Option<&str>| -> Result<Threshold, String> {
+        let threshold = |arg: Option<&str>| -> Result<Threshold, GateRuleError> {
             let Some(a) = arg else {
-                return Err(format!(
-                    "gate rule `{name}` needs a threshold: `{name}:+N` or `{name}:+N%`"
-                ));
+                return Err(GateRuleError::MissingThreshold {
+                    name: name.to_string(),
+                });
             };
-            let bad =
-                || format!("gate rule `{s}`: the threshold must be `+N` or `+N%` (N a number ≥ 0)");
+            let bad = || GateRuleError::BadThreshold {
+                rule: s.to_string(),
+            };
             let a = a.strip_prefix('+').ok_or_else(bad)?;
             match a.strip_suffix('%') {
                 Some(p) => p
@@ -96,7 +112,10 @@ impl std::str::FromStr for Rule {
         };
         let no_arg = |r: Rule| match arg {
             None => Ok(r),
-            Some(_) => Err(format!("gate rule `{name}` takes no threshold (got `{s}`)")),
+            Some(_) => Err(GateRuleError::UnexpectedThreshold {
+                name: name.to_string(),
+                rule: s.to_string(),
+            }),
         };
         match name {
             "spills" => no_arg(Rule::Spills),
@@ -104,14 +123,16 @@ impl std::str::FromStr for Rule {
             "scratch" => no_arg(Rule::Scratch),
             "registers" => Ok(Rule::Registers(threshold(arg)?)),
             "lds" => Ok(Rule::Lds(threshold(arg)?)),
-            "" => Err(format!("empty gate rule; {EXPECTED}")),
-            other => Err(format!("unknown gate rule `{other}`; {EXPECTED}")),
+            "" => Err(GateRuleError::Empty),
+            other => Err(GateRuleError::Unknown {
+                name: other.to_string(),
+            }),
         }
     }
 }
 
 /// Parse a `--fail-on` list: `spills,occupancy,registers:+8`.
-pub fn parse_rules(list: &str) -> Result<Vec<Rule>, String> {
+pub fn parse_rules(list: &str) -> Result<Vec<Rule>, GateRuleError> {
     list.split(',')
         .filter(|s| !s.trim().is_empty() || list.trim().is_empty())
         .map(str::parse)
@@ -388,9 +409,22 @@ mod tests {
             ("spills:+1", "takes no threshold"),
             ("", "empty gate rule"),
         ] {
-            let e = parse_rules(bad).unwrap_err();
+            let e = parse_rules(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
+        assert_eq!(
+            parse_rules("lds:8"),
+            Err(GateRuleError::BadThreshold {
+                rule: "lds:8".into()
+            })
+        );
+        assert_eq!(
+            parse_rules("occupancy,spills:+1"),
+            Err(GateRuleError::UnexpectedThreshold {
+                name: "spills".into(),
+                rule: "spills:+1".into()
+            })
+        );
     }
 
     #[test]
