@@ -96,6 +96,7 @@ impl std::str::FromStr for RemoteMode {
 pub enum RemoteCacheError {
     #[error("remote cache mode `{0}`: expected `read` or `read-write`")]
     Mode(String),
+    #[cfg(feature = "remote-cache")]
     #[error("--remote-cache: {0}")]
     Url(#[source] kbuild_registry::oci::OciError),
     #[error("--remote-cache `{url}`: name a repository, e.g. oci://{host}/kbuild-cache")]
