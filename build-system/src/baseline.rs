@@ -196,12 +196,11 @@ pub fn update(
         );
     }
     let text = next.to_baseline_json();
-    let wrote = fsutil::write_if_changed(&path, text.as_bytes()).map_err(|err| {
-        BaselineError::Write {
+    let wrote =
+        fsutil::write_if_changed(&path, text.as_bytes()).map_err(|err| BaselineError::Write {
             path: path.display().to_string(),
             err,
-        }
-    })?;
+        })?;
     Ok(UpdateOutcome {
         label: shown(&path),
         wrote,

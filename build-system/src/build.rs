@@ -16,12 +16,12 @@ use crate::cache::{Cache, Dep};
 use crate::config::Project;
 use crate::driver::{self, CompileCommand, CompileError};
 use crate::events::{Event, JobStatus, Observer};
-use kbuild_base::dirs::Dirs;
-use kbuild_base::env::Env;
-use kbuild_base::fs as fsutil;
 use crate::plan::{plan, Job};
 use crate::remote_cache::{Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats};
 use crate::toolchain::{ToolchainError, Toolchains};
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::Env;
+use kbuild_base::fs as fsutil;
 
 /// What the user asked for beyond the project file.
 #[derive(Debug, Clone, Default)]
@@ -342,7 +342,12 @@ fn open_remote_client(
     opts: &BuildOptions,
     _: &dyn Observer,
 ) -> Result<Option<RemoteCache>, BuildError> {
-    Ok(Some(RemoteCache::open(url, mode, opts.plain_http, &opts.env)?))
+    Ok(Some(RemoteCache::open(
+        url,
+        mode,
+        opts.plain_http,
+        &opts.env,
+    )?))
 }
 
 #[cfg(not(feature = "remote-cache"))]

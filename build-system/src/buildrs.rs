@@ -27,16 +27,16 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use kbuild_manifest::target::{parse_target_list, Target};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::{names, Env};
 use kbuild_bundle::Bundle;
 use kbuild_manifest::target::TargetError;
+use kbuild_manifest::target::{parse_target_list, Target};
 
 use crate::build::{build, BuildOptions};
-use crate::events::{Event, Observer};
 use crate::cache::Cache;
 use crate::config::{self, Project};
+use crate::events::{Event, Observer};
 
 /// Name of the generated module in `$OUT_DIR`.
 pub const MODULE_FILE: &str = "kbuild_kernels.rs";

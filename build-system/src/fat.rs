@@ -10,8 +10,8 @@ use kbuild_manifest::manifest::{ContainerRecord, ObjectRecord};
 use kbuild_manifest::target::{Target, Vendor};
 
 use crate::cache::Cache;
-use kbuild_base::fs as fsutil;
 use crate::toolchain::Toolchains;
+use kbuild_base::fs as fsutil;
 
 type WriteError = (String, std::io::Error);
 

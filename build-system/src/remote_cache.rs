@@ -520,7 +520,8 @@ mod tests {
 
     #[test]
     fn a_url_without_repository_is_an_error() {
-        let e = RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true, &Env::empty()).unwrap_err();
+        let e = RemoteCache::open("oci://127.0.0.1:1", RemoteMode::Read, true, &Env::empty())
+            .unwrap_err();
         assert!(matches!(&e, RemoteCacheError::NoRepository { host, .. } if host == "127.0.0.1:1"));
         assert_eq!(
             e.to_string(),
@@ -529,7 +530,9 @@ mod tests {
         let e = RemoteCache::open("http://x/c", RemoteMode::Read, true, &Env::empty()).unwrap_err();
         assert!(matches!(e, RemoteCacheError::Url(_)), "{e}");
         assert!(e.to_string().starts_with("--remote-cache: "), "{e}");
-        assert!(RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true, &Env::empty()).is_ok());
+        assert!(
+            RemoteCache::open("oci://127.0.0.1:1/c", RemoteMode::Read, true, &Env::empty()).is_ok()
+        );
     }
 }
 

@@ -28,7 +28,7 @@ pub enum WorktreeError {
     #[error("{side}: {err}")]
     Config { side: String, err: ConfigError },
     #[error("building {side}: {err}")]
-    Build { side: String, err: BuildError },
+    Build { side: String, err: Box<BuildError> },
     #[error("building {side}: {failed} job(s) failed (see above)")]
     JobsFailed { side: String, failed: usize },
     #[error("{path}: {err}")]
@@ -107,7 +107,7 @@ fn build_snapshot(
     };
     let report = build(project, &opts, observer).map_err(|err| WorktreeError::Build {
         side: side.into(),
-        err,
+        err: Box::new(err),
     })?;
     if !report.failures.is_empty() {
         return Err(WorktreeError::JobsFailed {
@@ -192,16 +192,9 @@ pub fn build_base_and_head(
             file: rel.display().to_string(),
         });
     }
-    let base_project = config::load(&base_file).map_err(config_err(&format!(
-        "the project file of {rev}"
-    )))?;
-    let base = build_snapshot(
-        &base_project,
-        opts,
-        Some(wt.dir.join("out")),
-        rev,
-        observer,
-    )?;
+    let base_project =
+        config::load(&base_file).map_err(config_err(&format!("the project file of {rev}")))?;
+    let base = build_snapshot(&base_project, opts, Some(wt.dir.join("out")), rev, observer)?;
     drop(wt);
     let short = commit.get(..10).unwrap_or(&commit);
     Ok(BaseAndHead {

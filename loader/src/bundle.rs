@@ -41,10 +41,13 @@ pub fn looks_like_bundle(bytes: &[u8]) -> bool {
 impl Package {
     /// Open a bundle file, verified by the registry's reader.
     pub fn open_bundle(path: &Path) -> Result<Package> {
-        let bundle = Bundle::open(path, kbuild_bundle::archive::Limits::default()).map_err(|e| LoaderError::Package {
-            path: path.to_path_buf(),
-            what: e.to_string(),
-        })?;
+        let bundle =
+            Bundle::open(path, kbuild_bundle::archive::Limits::default()).map_err(|e| {
+                LoaderError::Package {
+                    path: path.to_path_buf(),
+                    what: e.to_string(),
+                }
+            })?;
         Package::from_bundle(bundle, path.to_path_buf())
     }
 
@@ -63,10 +66,12 @@ impl Package {
     /// A bundle file's bytes held in memory (e.g. `include_bytes!` of a bundle a build script
     /// wrote), verified like a file; `origin` names it in messages.
     pub fn from_bundle_bytes(bytes: &[u8], origin: &str) -> Result<Package> {
-        let bundle = Bundle::from_bytes(bytes, kbuild_bundle::archive::Limits::default())
-            .map_err(|e| LoaderError::Package {
-                path: PathBuf::from(origin),
-                what: e.to_string(),
+        let bundle =
+            Bundle::from_bytes(bytes, kbuild_bundle::archive::Limits::default()).map_err(|e| {
+                LoaderError::Package {
+                    path: PathBuf::from(origin),
+                    what: e.to_string(),
+                }
             })?;
         Package::from_bundle(bundle, PathBuf::from(origin))
     }

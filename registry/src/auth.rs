@@ -36,7 +36,6 @@ impl Credentials {
             B64.encode(format!("{}:{}", self.user, self.password))
         )
     }
-
 }
 
 /// Where credentials come from: a user/password pair (`KBUILD_REGISTRY_USER` and
@@ -50,7 +49,10 @@ pub struct AuthConfig {
 impl std::fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthConfig")
-            .field("user_password", &self.user_password.as_ref().map(|_| "<set>"))
+            .field(
+                "user_password",
+                &self.user_password.as_ref().map(|_| "<set>"),
+            )
             .field("files", &self.files)
             .finish()
     }

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use kbuild_bundle::archive::Limits;
-use kbuild_bundle::bundle::Bundle;
+use crate::oci::PublishOutcome;
 use kbuild_base::digest;
 use kbuild_base::fs as fsx;
-use crate::oci::PublishOutcome;
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]

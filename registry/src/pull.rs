@@ -7,12 +7,12 @@ use std::path::Path;
 
 use kbuild_manifest::manifest::Manifest;
 
-use kbuild_bundle::bundle::Bundle;
-use kbuild_bundle::cache::{Cache, CacheError};
 use crate::lock::{self, LockError, LockedPackage};
 use crate::progress::Progress;
-use kbuild_bundle::sign::{SignError, Trust, Verdict};
 use crate::store::{Registry, StoreError};
+use kbuild_bundle::bundle::Bundle;
+use kbuild_bundle::cache::{Cache, CacheError};
+use kbuild_bundle::sign::{SignError, Trust, Verdict};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use kbuild_manifest::manifest::Manifest;
 
-use kbuild_bundle::archive::{self, Limits};
-use kbuild_bundle::bundle::{Bundle, BundleError};
-use kbuild_base::digest;
 use crate::dir::{DirError, DirStore};
 use crate::oci::{self, OciClient, OciError, OciOptions, PublishOutcome};
 use crate::progress::Progress;
+use kbuild_base::digest;
+use kbuild_bundle::archive::{self, Limits};
+use kbuild_bundle::bundle::{Bundle, BundleError};
 use kbuild_bundle::sign::SignatureFile;
 
 #[derive(Debug, thiserror::Error)]

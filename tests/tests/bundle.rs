@@ -105,7 +105,8 @@ fn two_builds_in_different_directories_and_mtimes_package_to_identical_bytes() {
     assert_eq!(s["bundles"].as_array().unwrap().len(), 3, "{s}");
     for t in ["sm_89", "gfx1100"] {
         let p = ka.join(format!("split/kb-repro-0.1.0.{t}.kbundle"));
-        let sub = kbuild_bundle::Bundle::open(&p, kbuild_bundle::archive::Limits::default()).unwrap();
+        let sub =
+            kbuild_bundle::Bundle::open(&p, kbuild_bundle::archive::Limits::default()).unwrap();
         assert_eq!(sub.targets(), [t]);
         assert_eq!(sub.objects().len(), 2);
     }
@@ -439,7 +440,8 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
     trust
         .add_key(&format!("{keys}/kbuild.pub"), Path::new("."))
         .unwrap();
-    kbuild_bundle::verify_bundle_file(&good, &trust, kbuild_bundle::archive::Limits::default()).unwrap();
+    kbuild_bundle::verify_bundle_file(&good, &trust, kbuild_bundle::archive::Limits::default())
+        .unwrap();
 
     let mut e = good_entries();
     let m = String::from_utf8(e[0].1.clone()).unwrap();
@@ -453,10 +455,12 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
         kbuild_bundle::signature_path(&bad),
     )
     .unwrap();
-    kbuild_bundle::Bundle::open(&bad, kbuild_bundle::archive::Limits::default()).expect("objects still match the edited manifest");
-    let err = kbuild_bundle::verify_bundle_file(&bad, &trust, kbuild_bundle::archive::Limits::default())
-        .unwrap_err()
-        .to_string();
+    kbuild_bundle::Bundle::open(&bad, kbuild_bundle::archive::Limits::default())
+        .expect("objects still match the edited manifest");
+    let err =
+        kbuild_bundle::verify_bundle_file(&bad, &trust, kbuild_bundle::archive::Limits::default())
+            .unwrap_err()
+            .to_string();
     assert!(err.contains("not this manifest"), "{err}");
 
     let reg = env.path().join("reg").display().to_string();

@@ -20,9 +20,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use kbuild_bundle::archive::{self, Entry, Limits};
-use kbuild_registry::oci::{parse_kbuild_artifact, Artifact, FetchedManifest, IMAGE_MANIFEST};
 use kbuild_bundle::sign::SignatureFile;
 use kbuild_bundle::Bundle;
+use kbuild_registry::oci::{parse_kbuild_artifact, Artifact, FetchedManifest, IMAGE_MANIFEST};
 use kbuild_tests::registry::{write_project, Env, SMALL_A, SMALL_B};
 
 /// Counts this thread's live and peak heap bytes (each parser call is single-threaded).

@@ -719,7 +719,12 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
         keys: vec![],
     };
     trust.add_key(&pubkey, Path::new(".")).unwrap();
-    let e = kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default()).unwrap_err();
+    let e = kbuild_bundle::verify_bundle_file(
+        &bundle,
+        &trust,
+        kbuild_bundle::archive::Limits::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("not signed"), "{e}");
     // `warn` lets it through and says so.
     let o = env.kb(
@@ -779,9 +784,12 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     let p = json(&env.ok(&work, &args));
     assert_eq!(p["signature"]["status"], "verified", "{p}");
     // The pulled bundle + .sig verify at load too.
-    let (_, v) =
-        kbuild_bundle::verify_bundle_file(&work.join("got/kb-small-0.1.0.kbundle"), &trust, kbuild_bundle::archive::Limits::default())
-            .unwrap();
+    let (_, v) = kbuild_bundle::verify_bundle_file(
+        &work.join("got/kb-small-0.1.0.kbundle"),
+        &trust,
+        kbuild_bundle::archive::Limits::default(),
+    )
+    .unwrap();
     assert!(matches!(v, kbuild_bundle::sign::Verdict::Verified { .. }));
 
     // A bundle file signed locally, published to a directory registry, pulled under require.
@@ -799,7 +807,8 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     ];
     args.extend_from_slice(&require);
     env.ok(env.path(), &args);
-    kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default()).unwrap();
+    kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default())
+        .unwrap();
     // Another key is not trusted.
     let other = env.path().join("other-keys");
     env.ok(
@@ -1000,8 +1009,11 @@ fn device_pull_fetches_only_the_selected_targets() {
     ));
     assert_eq!(p["targets"], serde_json::json!(["sm_89"]));
     assert_eq!(p["objects"], 2);
-    let b =
-        kbuild_bundle::Bundle::open(&env.path().join("o/kb-small-0.1.0.sm_89.kbundle"), kbuild_bundle::archive::Limits::default()).unwrap();
+    let b = kbuild_bundle::Bundle::open(
+        &env.path().join("o/kb-small-0.1.0.sm_89.kbundle"),
+        kbuild_bundle::archive::Limits::default(),
+    )
+    .unwrap();
     assert_eq!(b.targets(), ["sm_89"]);
     assert_eq!(b.objects().len(), 2);
     // Nothing in it runs on an sm_80 or a gfx1030: a clear refusal, nothing cached for it.

@@ -859,10 +859,13 @@ fn oversize_manifests_are_refused() {
     let mut big = b"{".to_vec();
     big.resize(65 << 20, b' ');
     big.push(b'}');
-    let bytes = kbuild_bundle::archive::write(&[kbuild_bundle::archive::Entry {
-        name: "manifest.json".into(),
-        data: big,
-    }], 0)
+    let bytes = kbuild_bundle::archive::write(
+        &[kbuild_bundle::archive::Entry {
+            name: "manifest.json".into(),
+            data: big,
+        }],
+        0,
+    )
     .unwrap();
     let f = env.path().join("big-0.1.0.kbundle");
     std::fs::write(&f, &bytes).unwrap();

@@ -20,8 +20,6 @@ pub struct Cli {
     pub build: BuildArgs,
 }
 
-
-
 #[derive(Subcommand)]
 pub enum Command {
     /// Build every kernel × variant × target (the default command).
@@ -83,14 +81,11 @@ pub enum Command {
     },
 }
 
-
 #[derive(Subcommand)]
 pub enum BaselineCommand {
     /// Rebuild and rewrite the baseline (a --targets subset replaces only those targets).
     Update(BaselineUpdateArgs),
-
 }
-
 
 #[derive(Subcommand)]
 pub enum ToolchainCommand {
@@ -107,7 +102,6 @@ pub enum ToolchainCommand {
         which: Option<String>,
     },
 }
-
 
 #[derive(Args, Default)]
 pub struct BuildArgs {
@@ -215,7 +209,6 @@ pub struct TrustArgs {
     pub trusted_keys: Vec<PathBuf>,
 }
 
-
 #[derive(Args, Debug)]
 pub struct PackageArgs {
     /// A build output directory (holding manifest.json). Default: build the project (through
@@ -241,7 +234,6 @@ pub struct PackageArgs {
     pub json: bool,
 }
 
-
 #[derive(Args, Debug)]
 pub struct PublishArgs {
     /// The bundle (default: dist/NAME-VERSION.kbundle of the project here). Its `.sig` file,
@@ -255,7 +247,6 @@ pub struct PublishArgs {
     #[arg(long)]
     pub json: bool,
 }
-
 
 #[derive(Args, Debug)]
 pub struct PullArgs {
@@ -292,7 +283,6 @@ pub struct PullArgs {
     pub json: bool,
 }
 
-
 #[derive(Args, Debug)]
 pub struct LsArgs {
     /// A package name (default: every cached package; for a directory registry, all).
@@ -306,7 +296,6 @@ pub struct LsArgs {
     pub json: bool,
 }
 
-
 #[derive(Args, Debug)]
 pub struct KeygenArgs {
     /// Directory for NAME.key (secret, mode 0600) and NAME.pub (default: the kbuild config
@@ -319,7 +308,6 @@ pub struct KeygenArgs {
     #[arg(long)]
     pub force: bool,
 }
-
 
 #[derive(Args, Debug)]
 pub struct SignArgs {

@@ -19,7 +19,9 @@ pub struct Dirs {
 
 impl Dirs {
     pub fn from_env(env: &Env) -> Dirs {
-        let home = env.path(names::HOME).unwrap_or_else(|| PathBuf::from("/tmp"));
+        let home = env
+            .path(names::HOME)
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
         let xdg = |var: &str, fallback: &str| env.path(var).unwrap_or_else(|| home.join(fallback));
         Dirs {
             cache: env
@@ -50,7 +52,10 @@ mod tests {
         let d = Dirs::from_env(&env);
         assert_eq!(d.cache, PathBuf::from("/h/.cache/kbuild"));
         assert_eq!(d.data, PathBuf::from("/h/.local/share/kbuild"));
-        assert_eq!(d.config_file, PathBuf::from("/h/.config/kbuild/config.toml"));
+        assert_eq!(
+            d.config_file,
+            PathBuf::from("/h/.config/kbuild/config.toml")
+        );
         let env = env
             .with(names::XDG_CACHE_HOME, "/x")
             .with(names::KBUILD_DATA_DIR, "/d");

@@ -99,7 +99,10 @@ mod tests {
     #[test]
     fn known_dates() {
         assert_eq!(Date::from_unix_seconds(0).to_string(), "1970-01-01");
-        assert_eq!(Date::from_unix_seconds(951_782_400).to_string(), "2000-02-29");
+        assert_eq!(
+            Date::from_unix_seconds(951_782_400).to_string(),
+            "2000-02-29"
+        );
         assert_eq!(Date::from_unix_seconds(-86_400).to_string(), "1969-12-31");
         assert_eq!(rfc3339_utc(1_796_151_257), "2026-12-01T18:54:17Z");
         assert_eq!(Date::parse("2024-02-29").map(|d| d.day), Some(29));

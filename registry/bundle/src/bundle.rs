@@ -451,10 +451,13 @@ pub(crate) mod tests {
 
     #[test]
     fn refuses_an_archive_that_is_not_a_bundle() {
-        let bytes = archive::write(&[Entry {
-            name: "targets.json".into(),
-            data: b"{\"targets\":[]}".to_vec(),
-        }], 0)
+        let bytes = archive::write(
+            &[Entry {
+                name: "targets.json".into(),
+                data: b"{\"targets\":[]}".to_vec(),
+            }],
+            0,
+        )
         .unwrap();
         let e = Bundle::from_bytes(&bytes, Limits::default()).unwrap_err();
         assert!(e.to_string().contains("starts with manifest.json"), "{e}");

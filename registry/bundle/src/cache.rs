@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::bundle::{Bundle, BundleError};
 use crate::digest;
-use kbuild_base::fs as fsx;
 use crate::sign::SignatureFile;
+use kbuild_base::fs as fsx;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{FetchedManifest, OciError};
+use kbuild_base::digest;
 use kbuild_bundle::archive::{self, Entry};
 use kbuild_bundle::bundle::Bundle;
-use kbuild_base::digest;
 
 pub const IMAGE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const IMAGE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -140,7 +140,6 @@ impl Artifact {
     }
 }
 
-
 /// How to talk to a registry.
 pub fn signature_tag(digest: &str) -> Result<String, OciError> {
     let hex = digest::oci_hex(digest)
@@ -246,5 +245,4 @@ mod tests {
             "{e}"
         );
     }
-
 }

@@ -41,10 +41,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::{self, AuthConfig, Credentials};
+use crate::progress::Progress;
+use kbuild_base::digest;
 use kbuild_base::env::{names, Env};
 use kbuild_bundle::archive::Limits;
-use kbuild_base::digest;
-use crate::progress::Progress;
 
 /// Largest manifest or config read into memory.
 const MAX_DOCUMENT: u64 = 64 << 20;

@@ -46,7 +46,11 @@ pub fn check(manifest: &Path, path: &Path, json: bool, env: &Env) -> Result<Exit
     if !json {
         eprint!(
             "{}",
-            diff::text(&c.diff, None, super::diff::color(std::io::stderr().is_terminal(), env))
+            diff::text(
+                &c.diff,
+                None,
+                super::diff::color(std::io::stderr().is_terminal(), env)
+            )
         );
     }
     let toolchain_note = match &c.toolchains {

@@ -24,8 +24,7 @@ pub fn run(
     }
     for dir in remove {
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing {}", dir.display()))?;
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
             println!("removed {}", dir.display());
         }
     }

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kbuild_report::inspect::inspect_table;
 use kbuild_manifest::resources::{inspect, InspectReport, InspectedObject, INSPECT_SCHEMA};
+use kbuild_report::inspect::inspect_table;
 
 /// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.
 fn build_log(path: &Path) -> Option<String> {

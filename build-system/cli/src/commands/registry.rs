@@ -16,10 +16,10 @@ use kbuild_bundle::archive::Limits;
 use kbuild_bundle::cache::Cache;
 use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile, Trust, Verdict};
 use kbuild_bundle::Bundle;
-use kbuild_manifest::target::Target;
 use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
+use kbuild_manifest::target::Target;
 use kbuild_registry::lock::Lockfile;
 use kbuild_registry::oci::{OciOptions, PublishOutcome};
 use kbuild_registry::pull::{self, Locked, PullRequest};
@@ -29,9 +29,6 @@ use crate::cli::{
     KeygenArgs, LsArgs, PackageArgs, PublishArgs, PullArgs, RegistryArgs, SignArgs, TrustArgs,
 };
 use crate::progress::Bars;
-
-
-
 
 impl RegistryArgs {
     fn open(&self, env: &Env) -> Result<Registry> {
@@ -52,8 +49,6 @@ impl RegistryArgs {
         Ok(Registry::parse(&spec, opts)?)
     }
 }
-
-
 
 impl TrustArgs {
     fn trust(&self, env: &Env) -> Result<Trust> {
@@ -82,7 +77,11 @@ fn build_into(
         env: env.clone(),
         ..BuildOptions::default()
     };
-    let report = build(project, &opts, &crate::progress::BuildProgress::new(false, env))?;
+    let report = build(
+        project,
+        &opts,
+        &crate::progress::BuildProgress::new(false, env),
+    )?;
     if !report.failures.is_empty() {
         bail!(
             "{} job(s) failed; nothing was packaged (run `kbuild build` to see them)",
@@ -121,7 +120,8 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         let project = config::open(args.manifest_path.as_deref())?;
         let scratch = fsutil::tempdir_in(&std::env::temp_dir(), "kbuild-reproduce")
             .context("creating a scratch directory")?;
-        let list = kbuild_manifest::target::parse_target_list(&bundle.manifest().targets.join(","))?;
+        let list =
+            kbuild_manifest::target::parse_target_list(&bundle.manifest().targets.join(","))?;
         let again = build_into(
             &project,
             Some(list),
@@ -255,7 +255,6 @@ pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
-
 
 /// The targets a device selects, per kernel, through the loader's selection (the one compat
 /// table); an error naming each kernel that nothing runs on.

@@ -14,15 +14,12 @@ use kbuild_engine::parity::{self, Check, ParityOptions, ParityReport};
 use kbuild_engine::{GdnEngine, Geometry, Inputs};
 use kbuild_loader::{DeviceOptions, Gpu, Loader};
 
-
-
 /// `kbuild run ...`
 pub fn run(cmd: RunCommand, _env: &Env) -> Result<ExitCode> {
     match cmd {
         RunCommand::Gdn(args) => run_gdn(args),
     }
 }
-
 
 fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
     let geometry = Geometry::with_layers(args.layers as usize);
@@ -146,7 +143,8 @@ fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    kbuild_base::fs::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
+    kbuild_base::fs::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// `  PASS  name  rel-L2 2.1e-07 ≤ 1e-05` / `  FAIL  name  bitwise: 3 of 10 elements differ`.

@@ -15,7 +15,9 @@ pub enum AllowError {
     Io { path: String, err: std::io::Error },
     #[error("{at}: {message}")]
     Syntax { at: String, message: String },
-    #[error("{at}: allow entry `rule = \"{rule}\"` is not a gate rule (expected one of {expected})")]
+    #[error(
+        "{at}: allow entry `rule = \"{rule}\"` is not a gate rule (expected one of {expected})"
+    )]
     UnknownRule {
         at: String,
         rule: String,

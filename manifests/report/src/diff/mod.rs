@@ -19,14 +19,14 @@ mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use allow::{load_allowlist, parse_allowlist, AllowError};
 pub use json::to_json;
 pub use render::{markdown, text};
-pub use allow::{load_allowlist, parse_allowlist, AllowError};
 pub use sides::{load_side, SideError};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
-use kbuild_manifest::resources::Resources;
 use fields::{Better, Column, Field, Value};
+use kbuild_manifest::resources::Resources;
 
 /// The schema tag of the JSON report.
 pub const SCHEMA: &str = "kbuild.diff/v1";
