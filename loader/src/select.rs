@@ -378,30 +378,9 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn manifest(objects: Vec<ObjectRecord>) -> Manifest {
-        let mut kernels: Vec<String> = Vec::new();
-        for o in &objects {
-            if !kernels.contains(&o.kernel) {
-                kernels.push(o.kernel.clone());
-            }
-        }
-        Manifest {
-            schema: SCHEMA.into(),
-            package: PackageInfo {
-                name: "t".into(),
-                version: "0.1.0".into(),
-            },
-            provenance: Provenance {
-                git_commit: None,
-                git_dirty: None,
-                toolchains: vec![],
-                flags: BTreeMap::new(),
-                host: "linux-x86_64".into(),
-            },
-            targets: vec![],
-            kernels,
-            objects,
-            containers: vec![],
-        }
+        let mut m = kbuild_manifest::fixtures::manifest("t", "0.1.0", objects);
+        m.targets.clear();
+        m
     }
 
     fn h200_bundle() -> Manifest {

@@ -558,7 +558,6 @@ impl IndexObject<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{Package, Provenance, SCHEMA};
     use crate::resources::{CudaResources, PtxResources};
 
     fn sample() -> Manifest {
@@ -595,28 +594,15 @@ mod tests {
             ptx_isa: "9.5".into(),
             target: "sm_90".into(),
         });
-        Manifest {
-            schema: SCHEMA.into(),
-            package: Package {
-                name: "p".into(),
-                version: "1.0.0".into(),
-            },
-            provenance: Provenance {
-                git_commit: None,
-                git_dirty: None,
-                toolchains: vec![],
-                flags: BTreeMap::new(),
-                host: "linux-x86_64".into(),
-            },
-            targets: vec!["sm_90".into(), "compute_90".into()],
-            kernels: vec!["rmsnorm".into(), "softmax".into()],
-            objects: vec![
+        crate::fixtures::manifest(
+            "p",
+            "1.0.0",
+            vec![
                 object("rmsnorm", None, "sm_90", "cubin", cuda.clone()),
                 object("rmsnorm", None, "compute_90", "ptx", ptx),
                 object("softmax", Some("rows4"), "sm_90", "cubin", cuda),
             ],
-            containers: Vec::new(),
-        }
+        )
     }
 
     #[test]

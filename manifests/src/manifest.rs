@@ -140,24 +140,10 @@ mod tests {
     use super::*;
 
     fn sample() -> Manifest {
-        Manifest {
-            schema: SCHEMA.into(),
-            package: Package {
-                name: "k".into(),
-                version: "0.1.0".into(),
-            },
-            provenance: Provenance {
-                git_commit: None,
-                git_dirty: None,
-                toolchains: vec![],
-                flags: BTreeMap::new(),
-                host: "linux-x86_64".into(),
-            },
-            targets: vec!["sm_89".into()],
-            kernels: vec!["rmsnorm".into()],
-            objects: vec![],
-            containers: vec![],
-        }
+        let mut m = crate::fixtures::manifest("k", "0.1.0", vec![]);
+        m.targets = vec!["sm_89".into()];
+        m.kernels = vec!["rmsnorm".into()];
+        m
     }
 
     /// Every key a manifest serialises is declared in the shipped JSON Schema (and every
