@@ -1,6 +1,6 @@
 //! Toolchain discovery, identity and installation.
 //!
-//! Discovery order (DESIGN.md): explicit `[toolchain]` config → CUDA_HOME/CUDA_PATH,
+//! Discovery order: explicit `[toolchain]` config → CUDA_HOME/CUDA_PATH,
 //! ROCM_PATH/HIP_PATH → /usr/local/cuda, /opt/rocm → kbuild-managed (data dir) → PATH.
 
 use std::path::{Path, PathBuf};

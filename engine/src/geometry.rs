@@ -1,4 +1,4 @@
-//! The shape of a Gated DeltaNet stack (DESIGN.md, "Engine") and its validation.
+//! The shape of a Gated DeltaNet stack and its validation.
 //!
 //! Every size the engine, the reference and the kernels agree on comes from [`Geometry`]; a
 //! geometry is checked once ([`Geometry::validate`]) and every later request (a forward of T

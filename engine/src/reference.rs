@@ -1,4 +1,4 @@
-//! fp64 CPU reference of every GDN step (DESIGN.md, "Engine"), used by the tests and by
+//! fp64 CPU reference of every GDN step, used by the tests and by
 //! `kbuild run gdn --check`:
 //!
 //! * [`conv_silu_l2`]: causal conv1d (width 4) over the conv state ++ the new tokens, SiLU,
