@@ -446,6 +446,8 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         target: target_name,
         path: job.out_rel.display().to_string(),
         sha256: fsutil::sha256_hex(&entry.object),
+        // What the loader checks before load: several times sha256's speed.
+        blake3: Some(blake3::hash(&entry.object).to_hex().to_string()),
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
         entries: ident.entries,

@@ -166,6 +166,7 @@ mod tests {
             target: target.into(),
             path: format!("{target}/{kernel}.cubin"),
             sha256: "0".repeat(64),
+            blake3: None,
             size: 1,
             format: if target.starts_with("gfx") {
                 "hsaco"

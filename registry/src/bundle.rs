@@ -424,6 +424,7 @@ pub(crate) mod tests {
                 target: t.to_string(),
                 path: format!("{t}/k.cubin"),
                 sha256: sha.clone(),
+                blake3: None,
                 size: data.len() as u64,
                 format: "cubin".into(),
                 entries: vec!["k".into()],
