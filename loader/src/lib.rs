@@ -36,5 +36,5 @@ pub use detect::{detect, DeviceOptions, ResolvedDevice};
 pub use error::{LoaderError, NoMatch, Result};
 pub use launch::{DevicePtr, KernelArg, KernelArgs, LaunchConfig, Stream};
 pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
-pub use package::Package;
-pub use select::{select, Candidate, KernelChoice, Selection};
+pub use package::{ObjectRef, Package};
+pub use select::{Candidate, KernelChoice, Selection};
