@@ -287,8 +287,12 @@ impl GdnEngine {
             Path::Unfused => self.kernels.step_verify.get(t.wrapping_sub(1)),
             Path::Fused => self.kernels.fused.get(t.wrapping_sub(1)),
         };
-        f.and_then(|f| f.record().ok().map(|r| format!("{} ({})", r.path, r.target)))
-            .unwrap_or_default()
+        f.and_then(|f| {
+            f.record()
+                .ok()
+                .map(|r| format!("{} ({})", r.path, r.target))
+        })
+        .unwrap_or_default()
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {

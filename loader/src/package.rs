@@ -416,8 +416,8 @@ impl Package {
                 what: "the package has no manifest to read".into(),
             });
         };
-        let data = std::fs::read(path)
-            .map_err(|e| LoaderError::io(path, "reading the manifest", e))?;
+        let data =
+            std::fs::read(path).map_err(|e| LoaderError::io(path, "reading the manifest", e))?;
         let m = parse_manifest(&data, path)?;
         Ok(self.index.manifest.get_or_init(|| m))
     }
@@ -663,8 +663,8 @@ mod tests_support {
 mod tests {
     use super::*;
     use kbuild_manifest::compat::Rule;
-    use kbuild_manifest::target::Version;
     use kbuild_manifest::resources::CudaResources;
+    use kbuild_manifest::target::Version;
 
     pub(super) fn cuda(registers: u32) -> Resources {
         Resources::Cuda(CudaResources {
@@ -752,7 +752,10 @@ mod tests {
             msg.contains("sm_90/k.cubin") && msg.contains("swapped or modified"),
             "{msg}"
         );
-        assert!(msg.contains(m.objects[0].blake3.as_deref().unwrap()), "{msg}");
+        assert!(
+            msg.contains(m.objects[0].blake3.as_deref().unwrap()),
+            "{msg}"
+        );
         assert!(msg.contains("21 bytes, manifest 16"), "{msg}");
         // The sha256 alone would not have been asked: the message names the blake3.
         assert!(!msg.contains("sha256"), "{msg}");
@@ -827,8 +830,8 @@ mod tests {
 #[cfg(test)]
 mod load_index_tests {
     use super::*;
-    use kbuild_manifest::target::Version;
     use kbuild_manifest::load_index::{encode, ManifestStamp};
+    use kbuild_manifest::target::Version;
 
     fn write_index(dir: &Path, m: &Manifest) {
         let path = dir.join("manifest.json");
@@ -876,7 +879,10 @@ mod load_index_tests {
         for i in 0..m.objects.len() {
             let (b, j) = (bin.object(i).unwrap(), json.object(i).unwrap());
             assert_eq!(*b, *j);
-            assert_eq!(b.entries().collect::<Vec<_>>(), j.entries().collect::<Vec<_>>());
+            assert_eq!(
+                b.entries().collect::<Vec<_>>(),
+                j.entries().collect::<Vec<_>>()
+            );
             assert_eq!(b.entry("k"), j.entry("k"));
             assert_eq!(bin.record(i).unwrap(), json.record(i).unwrap());
             assert_eq!(bin.resources(i).unwrap(), json.resources(i).unwrap());

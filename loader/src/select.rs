@@ -353,7 +353,11 @@ pub(crate) mod tests {
             let want = k.selected().map(|c| c.object);
             let got = choose(&ix, &mut verdicts, &k.kernel, k.variant.as_deref());
             assert_eq!(got, want, "{} {:?}", k.kernel, k.variant);
-            let first = s.kernel(&k.kernel, None).unwrap().selected().map(|c| c.object);
+            let first = s
+                .kernel(&k.kernel, None)
+                .unwrap()
+                .selected()
+                .map(|c| c.object);
             assert_eq!(choose(&ix, &mut verdicts, &k.kernel, None), first);
         }
         assert_eq!(choose(&ix, &mut verdicts, "no such kernel", None), None);

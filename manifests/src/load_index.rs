@@ -99,15 +99,6 @@ impl ManifestStamp {
         }
     }
 
-    /// The stamp of manifest bytes that are not a file (a bundle's, a parsed manifest's).
-    pub fn of_bytes(bytes: &[u8]) -> ManifestStamp {
-        ManifestStamp {
-            len: bytes.len() as u64,
-            mtime_ns: -1,
-            blake3: *blake3::hash(bytes).as_bytes(),
-        }
-    }
-
     /// Whether `meta` is the stamped file, unchanged: same length and mtime.
     pub fn same_file(&self, meta: &std::fs::Metadata) -> bool {
         self.len == meta.len() && self.mtime_ns == mtime_ns(meta) && self.mtime_ns >= 0
@@ -506,6 +497,27 @@ impl<'a> LoadIndex<'a> {
             blobs_at: blobs_at as u64,
             blobs_len,
         })
+    }
+
+    /// An index of nothing (no kernels, no objects).
+    pub fn empty() -> LoadIndex<'static> {
+        LoadIndex {
+            data: &[],
+            kernels: 0,
+            objects: 0,
+            entries: 0,
+            stamp: ManifestStamp {
+                len: 0,
+                mtime_ns: -1,
+                blake3: [0; 32],
+            },
+            objects_at: HEADER_LEN,
+            entries_at: HEADER_LEN,
+            strings: &[],
+            blobs: &[],
+            blobs_at: HEADER_LEN as u64,
+            blobs_len: 0,
+        }
     }
 
     /// The manifest this index was written for.
@@ -950,8 +962,16 @@ mod tests {
         // A digest that is not hex is refused when encoding, naming the object.
         let mut m = sample();
         m.objects[0].blake3 = Some("xyz".into());
-        let e = encode(&m, ManifestStamp::of_bytes(b"")).unwrap_err().to_string();
-        assert!(e.contains("sm_90/rmsnorm.cubin") && e.contains("blake3"), "{e}");
+        let stamp = ManifestStamp {
+            len: 0,
+            mtime_ns: -1,
+            blake3: [0; 32],
+        };
+        let e = encode(&m, stamp).unwrap_err().to_string();
+        assert!(
+            e.contains("sm_90/rmsnorm.cubin") && e.contains("blake3"),
+            "{e}"
+        );
     }
 
     #[test]

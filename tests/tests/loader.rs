@@ -497,11 +497,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     assert_eq!(entries.len(), 1, "{entries:?}");
     let cache = kbuild_registry::cache::Cache::new(&cache.join("registry"));
     let package = kbuild_loader::Package::from_cache(&cache, &entries[0]).unwrap();
-    let targets: Vec<&str> = package
-        .objects()
-        .iter()
-        .map(|o| o.target)
-        .collect();
+    let targets: Vec<&str> = package.objects().iter().map(|o| o.target).collect();
     assert!(targets.contains(&"gfx1100"), "{targets:?}");
     assert!(
         !targets.contains(&"sm_90a"),
