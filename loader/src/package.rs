@@ -506,6 +506,7 @@ impl Package {
     /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones): the
     /// index is encoded again from the manifest without the others, so indices, selection
     /// and [`Package::manifest`] agree.
+    #[cfg(feature = "registry")]
     pub(crate) fn retain_objects(&mut self, keep: impl Fn(&str) -> bool) {
         let Ok(manifest) = self.manifest() else {
             // Only packages made from a manifest are retained (bundles): it is in memory.
@@ -520,6 +521,7 @@ impl Package {
         }
     }
 
+    #[cfg(feature = "registry")]
     pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
         self.source = source;
         self

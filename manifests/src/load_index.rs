@@ -655,6 +655,18 @@ impl<'a> LoadIndex<'a> {
         }
     }
 
+    /// Object `i`'s variant, reading that one span (the load path's filter).
+    pub fn object_variant(&self, i: usize) -> Result<Option<&'a str>, LoadIndexError> {
+        if i >= self.objects as usize {
+            return Err(LoadIndexError::Damaged(format!(
+                "object {i} is out of range"
+            )));
+        }
+        self.span(self.objects_at + i * OBJECT + 8, &|| {
+            format!("object {i} variant")
+        })
+    }
+
     /// Entry `k` of `o` (its symbol and load figures).
     pub fn entry(&self, o: &IndexObject<'a>, k: usize) -> Result<IndexEntry<'a>, LoadIndexError> {
         if k >= o.entry_count as usize {
@@ -898,6 +910,9 @@ mod tests {
         }
         assert_eq!(ix.entry(&cubin, 1).unwrap().figures, LoadFigures::None);
         assert_eq!(ix.object(1).unwrap().blake3, None);
+        assert_eq!(ix.object_variant(2).unwrap(), Some("rows4"));
+        assert_eq!(ix.object_variant(0).unwrap(), None);
+        assert!(ix.object_variant(3).is_err());
         assert!(ix.has_blobs());
         // The head alone (what a loader reads at open), then one object's blob.
         let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
