@@ -497,6 +497,8 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         target: target_name,
         path: job.out_rel.display().to_string(),
         sha256: kbuild_base::digest::sha256_hex(&entry.object),
+        // What the loader checks before load: several times sha256's speed.
+        blake3: Some(kbuild_base::digest::blake3_hex(&entry.object)),
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
         entries: ident.entries,

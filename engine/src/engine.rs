@@ -188,9 +188,8 @@ impl GdnEngine {
         // A programmatic launch needs the kernel's kc_grid_dependency_wait: objects for sm_90+.
         let overlap_supported = fused.iter().all(|f| {
             f.record()
-                .target
-                .parse::<Target>()
                 .ok()
+                .and_then(|r| r.target.parse::<Target>().ok())
                 .and_then(|t| t.processor.sm())
                 .is_some_and(|sm| sm >= 90)
         });
@@ -287,8 +286,12 @@ impl GdnEngine {
             Path::Unfused => self.kernels.step_verify.get(t.wrapping_sub(1)),
             Path::Fused => self.kernels.fused.get(t.wrapping_sub(1)),
         };
-        f.map(|f| format!("{} ({})", f.record().path, f.record().target))
-            .unwrap_or_default()
+        f.and_then(|f| {
+            f.record()
+                .ok()
+                .map(|r| format!("{} ({})", r.path, r.target))
+        })
+        .unwrap_or_default()
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {

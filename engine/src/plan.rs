@@ -153,6 +153,13 @@ mod tests {
 
     use super::*;
 
+    /// The selection of `m` on the H200, through the loader's one entry point.
+    fn select(m: &Manifest) -> Selection {
+        kbuild_loader::Package::from_manifest(m.clone())
+            .unwrap()
+            .select(&h200())
+    }
+
     fn record(
         kernel: &str,
         variant: Option<String>,
@@ -166,6 +173,7 @@ mod tests {
             target: target.into(),
             path: format!("{target}/{kernel}.cubin"),
             sha256: "0".repeat(64),
+            blake3: None,
             size: 1,
             format: if target.starts_with("gfx") {
                 "hsaco"
@@ -220,13 +228,13 @@ mod tests {
     #[test]
     fn complete_bundle_passes() {
         let m = manifest(&["sm_90", "gfx1100"], |_| false);
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         check(&m, &sel, "out/manifest.json", &Geometry::default()).unwrap();
         // A window of 4 needs only tokens1..4.
         let m = manifest(&["sm_90"], |n| {
             n.variant.as_deref().is_some_and(|v| v > "tokens4")
         });
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         check(
             &m,
             &sel,
@@ -242,7 +250,7 @@ mod tests {
     #[test]
     fn missing_kernel_is_a_clear_error() {
         let m = manifest(&["sm_90"], |n| n.kernel == FUSED);
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         let e = check(&m, &sel, "out/manifest.json", &Geometry::default()).unwrap_err();
         let s = e.to_string();
         assert!(
@@ -264,7 +272,7 @@ mod tests {
         let m = manifest(&["sm_90"], |n| {
             n.variant.as_deref() == Some("tokens8") && n.kernel == STEP
         });
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         let s = check(&m, &sel, "b", &Geometry::default())
             .unwrap_err()
             .to_string();
@@ -279,7 +287,7 @@ mod tests {
                 o.entries = vec!["rmsnorm_f32".into()];
             }
         }
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         let s = check(&m, &sel, "b", &Geometry::default())
             .unwrap_err()
             .to_string();
@@ -289,7 +297,7 @@ mod tests {
         );
 
         let m = manifest(&["gfx1100"], |_| false);
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         let s = check(&m, &sel, "b", &Geometry::default())
             .unwrap_err()
             .to_string();
@@ -302,7 +310,7 @@ mod tests {
     #[test]
     fn geometry_the_kernels_cannot_run_is_refused_first() {
         let m = manifest(&["sm_90"], |_| false);
-        let sel = kbuild_loader::select(&m, &h200());
+        let sel = select(&m);
         let s = check(
             &m,
             &sel,

@@ -16,17 +16,24 @@ use crate::error::{LoaderError, Result};
 /// The names libcuda is opened by (the driver package installs `libcuda.so.1`).
 pub const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
+/// Why libcuda could not be opened: each name tried and what the dynamic loader said.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .tried.iter().map(|(n, e)| format!("{n}: {e}")).collect::<Vec<_>>().join("; "))]
+pub struct CudaNotFound {
+    pub tried: Vec<(&'static str, String)>,
+}
+
 /// Open libcuda without cudarc; `Ok(name)` of the first that loads.
-pub fn probe() -> std::result::Result<&'static str, String> {
-    let mut errors = Vec::new();
+pub fn probe() -> std::result::Result<&'static str, CudaNotFound> {
+    let mut tried = Vec::new();
     for name in LIBRARY_NAMES {
         // SAFETY: loading the driver library runs its initialisers only.
         match unsafe { libloading::Library::new(name) } {
             Ok(_) => return Ok(name),
-            Err(e) => errors.push(format!("{name}: {e}")),
+            Err(e) => tried.push((name, e.to_string())),
         }
     }
-    Err(errors.join("; "))
+    Err(CudaNotFound { tried })
 }
 
 /// Run a cudarc call, turning its errors and panics into [`LoaderError::Runtime`].
@@ -176,8 +183,9 @@ impl CudaModule {
 
     /// `cuModuleGetFunction`.
     pub fn function(&self, name: &str) -> Result<sys::CUfunction> {
-        let c = CString::new(name)
-            .map_err(|_| LoaderError::Other(format!("entry name `{name}` has a NUL byte")))?;
+        let c = CString::new(name).map_err(|_| LoaderError::NulByte {
+            what: format!("entry name `{name}`"),
+        })?;
         self.device.bind()?;
         // SAFETY: the module is live for `self`'s lifetime.
         guarded("cuModuleGetFunction", || unsafe {

@@ -23,6 +23,22 @@ pub enum LoaderError {
     },
     #[error("{path}: {what}")]
     Package { path: PathBuf, what: String },
+    /// A load index (`manifest.kbi`, or the one encoded in memory from a manifest) that cannot
+    /// be made or read.
+    #[error("{path}: {source}")]
+    Index {
+        path: PathBuf,
+        #[source]
+        source: kbuild_manifest::load_index::LoadIndexError,
+    },
+    #[error("{origin}: object {index} is not in the manifest (it has {count})")]
+    UnknownObject {
+        origin: PathBuf,
+        index: usize,
+        count: usize,
+    },
+    #[error("{origin}: no object source (a package made from a manifest alone selects and explains; it cannot read {path})")]
+    NoObjects { origin: PathBuf, path: String },
     #[error("device `{spec}`: {source}")]
     Device {
         spec: String,
@@ -51,6 +67,13 @@ pub enum LoaderError {
         expected: String,
         found: String,
     },
+    /// The bytes about to be handed to the driver are not the ones the build recorded.
+    #[error("{path}: blake3 is {found}, the manifest says {expected}: the object was swapped or modified after the build; hint: rebuild or re-pull the bundle")]
+    Blake3Mismatch {
+        path: String,
+        expected: String,
+        found: String,
+    },
     #[error("{object}: `{entry}` {field} is {loaded} after load, the manifest says {manifest}: stale or swapped artifact; hint: rebuild the bundle")]
     AttributeMismatch {
         object: String,
@@ -65,6 +88,18 @@ pub enum LoaderError {
     Runtime { api: String, message: String },
     #[error("launch of `{entry}`: {what}")]
     Launch { entry: String, what: String },
+    #[error(transparent)]
+    HipNotFound(#[from] crate::hip::HipNotFound),
+    /// A string handed to the driver (an entry name) or out through the C ABI.
+    #[error("{what} has a NUL byte")]
+    NulByte { what: String },
+    /// An argument of the C ABI.
+    #[error("{name} {problem}")]
+    Argument { name: String, problem: &'static str },
+    #[error("the {what} was poisoned by a panic in another thread")]
+    Poisoned { what: &'static str },
+    /// Messages of the HIP runtime wrapper and device detection that have no variant of
+    /// their own yet.
     #[error("{0}")]
     Other(String),
 }

@@ -36,5 +36,43 @@ pub use detect::{detect, DeviceOptions, ResolvedDevice};
 pub use error::{LoaderError, NoMatch, Result};
 pub use launch::{DevicePtr, KernelArg, KernelArgs, LaunchConfig, Stream};
 pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
-pub use package::Package;
-pub use select::{select, Candidate, KernelChoice, Selection};
+pub use package::{ObjectRef, Package};
+pub use select::{Candidate, KernelChoice, Selection};
+
+/// Counts this thread's allocations, so that tests can check that a path makes none.
+#[cfg(test)]
+pub(crate) mod alloc_count {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    struct Counting;
+
+    thread_local! {
+        static COUNT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    // SAFETY: forwards to the system allocator; only counts.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            System.alloc(layout)
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            System.dealloc(ptr, layout)
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            System.realloc(ptr, layout, new)
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// How many allocations `f` made on this thread.
+    pub(crate) fn allocations<T>(f: impl FnOnce() -> T) -> (usize, T) {
+        let before = COUNT.with(Cell::get);
+        let out = f();
+        (COUNT.with(Cell::get) - before, out)
+    }
+}

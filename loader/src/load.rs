@@ -1,22 +1,23 @@
 //! Loading: a [`Gpu`] (the resolved device and its runtime, opened once per process), a
-//! [`Loader`] over one package (selection done at open, modules loaded lazily per object),
-//! sha256 checked before every load, function attributes compared with the manifest after it.
+//! [`Loader`] over one package (modules selected and loaded lazily per kernel), the object's
+//! digest checked before every load, function attributes compared with the manifest after it.
+//!
+//! From the kernel name to the driver call, the loader reads the package's load index in
+//! place: choosing the object and reading its record allocate nothing.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use kbuild_manifest::compat::Device;
-use kbuild_manifest::manifest::ObjectRecord;
-use kbuild_manifest::resources::Resources;
+use kbuild_manifest::load_index::LoadFigures;
 
 use crate::cuda::{self, CudaDevice, CudaModule};
 use crate::detect::{self, DeviceOptions, ResolvedDevice};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime, HipSearch};
 use crate::launch::{KernelArgs, LaunchConfig};
-use crate::package::Package;
-use crate::select::Selection;
+use crate::package::{Index, ObjectRef, Package};
+use crate::select::{Selection, Verdicts};
 
 #[derive(Clone, Debug)]
 enum Backend {
@@ -45,8 +46,7 @@ impl Gpu {
             (None, _) => Backend::Simulated,
             (Some(d), Device::Cuda { .. }) => Backend::Cuda(CudaDevice::open(d.index)?),
             (Some(d), Device::Amd { .. }) => {
-                let rt = HipRuntime::open(&HipSearch::default())
-                    .map_err(|e| LoaderError::Other(e.to_string()))?;
+                let rt = HipRuntime::open(&HipSearch::default())?;
                 rt.set_device(d.index)?;
                 Backend::Hip(Arc::new(rt), d.index)
             }
@@ -92,7 +92,13 @@ pub struct Loader {
     package: Package,
     gpu: Gpu,
     selection: std::sync::OnceLock<Selection>,
-    modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
+    state: Mutex<State>,
+}
+
+/// What loading changes: the modules loaded so far (by object) and the verdicts judged.
+struct State {
+    modules: Vec<Option<Arc<LoadedModule>>>,
+    verdicts: Verdicts,
 }
 
 impl std::fmt::Debug for Loader {
@@ -105,18 +111,22 @@ impl std::fmt::Debug for Loader {
 }
 
 impl Loader {
-    /// Open a build directory or manifest for `gpu` and select every kernel's object.
+    /// Open a build directory or manifest for `gpu`.
     pub fn open(path: &Path, gpu: &Gpu) -> Result<Loader> {
         Ok(Loader::from_package(Package::open(path)?, gpu))
     }
 
     /// A loader over any package (a bundle or pulled cache entry of the registry).
     pub fn from_package(package: Package, gpu: &Gpu) -> Loader {
+        let state = State {
+            modules: vec![None; package.object_count()],
+            verdicts: Verdicts::new(gpu.device.device),
+        };
         Loader {
             package,
             gpu: gpu.clone(),
             selection: std::sync::OnceLock::new(),
-            modules: Mutex::new(HashMap::new()),
+            state: Mutex::new(state),
         }
     }
 
@@ -136,20 +146,22 @@ impl Loader {
 
     /// The module holding `kernel` (`variant`), loaded on first use.
     pub fn module(&self, kernel: &str, variant: Option<&str>) -> Result<Arc<LoadedModule>> {
-        let candidate = match self.selection.get() {
-            Some(all) => all.require(all.kernel(kernel, variant)?)?,
-            None => {
-                let one = self.package.select_kernel(&self.gpu.device.device, kernel);
-                if one.kernels.is_empty() {
-                    // Unknown kernel: the full selection names the ones there are.
-                    let all = self.selection();
-                    all.require(all.kernel(kernel, variant)?)?
-                } else {
-                    one.require(one.kernel(kernel, variant)?)?
-                }
-            }
+        let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
+            what: "loader's module table",
+        })?;
+        let chosen = match self.selection.get() {
+            Some(all) => all.kernel(kernel, variant)?.selected().map(|c| c.object),
+            None => self.package.choose(&mut state.verdicts, kernel, variant),
         };
-        self.load_object(candidate.object)
+        match chosen {
+            Some(index) => self.load_object(&mut state, index),
+            None => {
+                // Unknown kernel or variant, or nothing runs: the trace says which.
+                let all = self.selection();
+                let choice = all.kernel(kernel, variant)?;
+                Err(LoaderError::NoMatch(Box::new(all.no_match(choice))))
+            }
+        }
     }
 
     /// `entry` of `kernel` (`variant`): load the module if needed, look the function up and
@@ -158,12 +170,8 @@ impl Loader {
         self.module(kernel, variant)?.function(entry)
     }
 
-    fn load_object(&self, index: usize) -> Result<Arc<LoadedModule>> {
-        let mut modules = self
-            .modules
-            .lock()
-            .map_err(|_| LoaderError::Other("module cache poisoned by a panic".into()))?;
-        if let Some(m) = modules.get(&index) {
+    fn load_object(&self, state: &mut State, index: usize) -> Result<Arc<LoadedModule>> {
+        if let Some(Some(m)) = state.modules.get(index) {
             return Ok(Arc::clone(m));
         }
         if matches!(self.gpu.backend, Backend::Simulated) {
@@ -171,11 +179,18 @@ impl Loader {
                 device: self.gpu.device.device.name(),
             });
         }
-        let record = self.package.record(index)?;
-        // Verify before the bytes reach the driver.
-        let bytes = self.package.read_verified(index)?;
+        let object = self.package.object(index)?;
+        // Checked before the bytes reach the driver; these very bytes are what it gets.
+        let mut bytes = self.package.read_object(&object)?;
         let inner = match &self.gpu.backend {
-            Backend::Cuda(dev) => ModuleInner::Cuda(dev.load(&bytes, record.format == "ptx")?),
+            Backend::Cuda(dev) => {
+                let ptx = object.format == "ptx";
+                if ptx && bytes.last() != Some(&0) {
+                    // The driver wants PTX NUL-terminated: end the checked buffer, not a copy.
+                    bytes.push(0);
+                }
+                ModuleInner::Cuda(dev.load(&bytes, ptx)?)
+            }
             Backend::Hip(rt, index) => {
                 // HIP's current device is per thread: make it ours before loading.
                 rt.set_device(*index)?;
@@ -190,8 +205,15 @@ impl Loader {
                 })
             }
         };
-        let module = Arc::new(LoadedModule { record, inner });
-        modules.insert(index, Arc::clone(&module));
+        let module = Arc::new(LoadedModule {
+            index: self.package.shared_index(),
+            object: index,
+            origin: self.package.origin().to_path_buf(),
+            inner,
+        });
+        if let Some(slot) = state.modules.get_mut(index) {
+            *slot = Some(Arc::clone(&module));
+        }
         Ok(module)
     }
 }
@@ -210,9 +232,11 @@ impl Drop for ModuleInner {
     }
 }
 
-/// A loaded code object.
+/// A loaded code object; it keeps the package's load index alive for its record.
 pub struct LoadedModule {
-    record: ObjectRecord,
+    index: Arc<Index>,
+    object: usize,
+    origin: std::path::PathBuf,
     inner: ModuleInner,
 }
 
@@ -224,16 +248,18 @@ unsafe impl Sync for LoadedModule {}
 
 impl std::fmt::Debug for LoadedModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedModule")
-            .field("target", &self.record.target)
-            .field("path", &self.record.path)
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("LoadedModule");
+        if let Ok(o) = self.record() {
+            d.field("target", &o.target).field("path", &o.path);
+        }
+        d.finish_non_exhaustive()
     }
 }
 
 impl LoadedModule {
-    pub fn record(&self) -> &ObjectRecord {
-        &self.record
+    /// The object's record (kernel, target, path, digests, entries and their figures).
+    pub fn record(&self) -> Result<ObjectRef<'_>> {
+        self.index.object(self.object, &self.origin)
     }
 
     /// The raw `CUmodule`, for code that needs more than functions (globals).
@@ -246,13 +272,14 @@ impl LoadedModule {
 
     /// Look up `entry` and check its attributes against the manifest.
     pub fn function(self: &Arc<Self>, entry: &str) -> Result<Function> {
-        if !self.record.entries.iter().any(|e| e == entry) {
+        let record = self.record()?;
+        let Some(found) = record.entry(entry) else {
             return Err(LoaderError::UnknownEntry {
-                object: self.record.path.clone(),
+                object: record.path.to_string(),
                 entry: entry.to_string(),
-                exports: self.record.entries.join(", "),
+                exports: record.entries().collect::<Vec<_>>().join(", "),
             });
-        }
+        };
         let (raw, loaded) = match &self.inner {
             ModuleInner::Cuda(m) => {
                 let f = m.function(entry)?;
@@ -274,12 +301,14 @@ impl LoadedModule {
                 (RawFunction::Hip(f), loaded)
             }
         };
-        let checks = check_attributes(&self.record, entry, &loaded)?;
+        let checks = check_attributes(record.path, entry, &found.figures, &loaded)?;
         Ok(Function {
             module: Arc::clone(self),
             entry: entry.to_string(),
             raw,
-            max_threads: manifest_max_threads(&self.record, entry)
+            max_threads: found
+                .figures
+                .max_threads()
                 .or_else(|| u32::try_from(loaded.max_threads).ok().filter(|t| *t > 0)),
             checks,
         })
@@ -328,33 +357,40 @@ pub struct AttributeCheck {
 /// `LOCAL_SIZE_BYTES` = `scratch_bytes` (registers are reported per the runtime's own unit
 /// and not compared).
 fn check_attributes(
-    record: &ObjectRecord,
+    object: &str,
     entry: &str,
+    figures: &LoadFigures,
     loaded: &Loaded,
 ) -> Result<Vec<AttributeCheck>> {
     let mismatch =
         |field: &'static str, loaded: i64, manifest: String| LoaderError::AttributeMismatch {
-            object: record.path.clone(),
+            object: object.to_string(),
             entry: entry.to_string(),
             field,
             loaded,
             manifest,
         };
     let mut out = Vec::new();
-    match record.resources.get(entry) {
-        Some(Resources::Cuda(r)) => {
+    match *figures {
+        LoadFigures::Cuda {
+            registers,
+            lds_bytes,
+            reserved_shared_bytes,
+            scratch_bytes,
+            ..
+        } => {
             let regs = loaded.registers.unwrap_or(-1);
-            if regs != i64::from(r.registers) {
-                return Err(mismatch("registers", regs, r.registers.to_string()));
+            if regs != i64::from(registers) {
+                return Err(mismatch("registers", regs, registers.to_string()));
             }
             out.push(AttributeCheck {
                 field: "registers",
                 loaded: regs,
-                manifest: r.registers.to_string(),
+                manifest: registers.to_string(),
                 note: "NUM_REGS".into(),
             });
-            let lds = i64::try_from(r.lds_bytes).unwrap_or(i64::MAX);
-            let reserved = i64::try_from(r.reserved_shared_bytes).unwrap_or(0);
+            let lds = i64::try_from(lds_bytes).unwrap_or(i64::MAX);
+            let reserved = i64::try_from(reserved_shared_bytes).unwrap_or(0);
             let manifest_shared = if reserved > 0 {
                 format!("{lds} (+{reserved} reserved)")
             } else {
@@ -373,7 +409,7 @@ fn check_attributes(
                 manifest: manifest_shared,
                 note: note.into(),
             });
-            let scratch = i64::try_from(r.scratch_bytes).unwrap_or(i64::MAX);
+            let scratch = i64::try_from(scratch_bytes).unwrap_or(i64::MAX);
             if loaded.local_bytes != scratch {
                 return Err(mismatch(
                     "scratch_bytes",
@@ -388,10 +424,14 @@ fn check_attributes(
                 note: "LOCAL_SIZE_BYTES".into(),
             });
         }
-        Some(Resources::Amd(r)) => {
+        LoadFigures::Amd {
+            lds_bytes,
+            scratch_bytes,
+            ..
+        } => {
             for (field, got, want) in [
-                ("lds_bytes", loaded.shared_bytes, r.lds_bytes),
-                ("scratch_bytes", loaded.local_bytes, r.scratch_bytes),
+                ("lds_bytes", loaded.shared_bytes, lds_bytes),
+                ("scratch_bytes", loaded.local_bytes, scratch_bytes),
             ] {
                 let want = i64::try_from(want).unwrap_or(i64::MAX);
                 if got != want {
@@ -405,17 +445,9 @@ fn check_attributes(
                 });
             }
         }
-        Some(Resources::Ptx(_)) | None => {}
+        LoadFigures::Ptx | LoadFigures::None => {}
     }
     Ok(out)
-}
-
-fn manifest_max_threads(record: &ObjectRecord, entry: &str) -> Option<u32> {
-    match record.resources.get(entry)? {
-        Resources::Cuda(r) => r.max_threads,
-        Resources::Amd(r) => Some(r.max_threads),
-        Resources::Ptx(_) => None,
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -444,9 +476,9 @@ impl Function {
         &self.entry
     }
 
-    /// The object it came from (target, path, sha256, resources).
-    pub fn record(&self) -> &ObjectRecord {
-        &self.module.record
+    /// The object it came from (target, path, digests, entries and their figures).
+    pub fn record(&self) -> Result<ObjectRef<'_>> {
+        self.module.record()
     }
 
     /// The attributes compared after load (all matched, or loading failed).
@@ -512,9 +544,9 @@ impl Function {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kbuild_manifest::resources::CudaResources;
+    use kbuild_manifest::resources::{CudaResources, Resources};
 
-    fn record(registers: u32, lds: u64, reserved: u64, scratch: u64) -> ObjectRecord {
+    fn record(registers: u32, lds: u64, reserved: u64, scratch: u64) -> LoadFigures {
         let mut o = crate::select::tests::object("k", None, "sm_90a", None);
         o.resources.insert(
             "k".into(),
@@ -532,7 +564,7 @@ mod tests {
                 note: None,
             }),
         );
-        o
+        LoadFigures::of(o.resources.get("k"))
     }
 
     fn loaded(registers: i64, shared: i64, local: i64) -> Loaded {
@@ -547,22 +579,22 @@ mod tests {
     #[test]
     fn matching_attributes_pass_with_or_without_the_reservation() {
         let r = record(32, 32, 1024, 0);
-        let c = check_attributes(&r, "k", &loaded(32, 32, 0)).unwrap();
+        let c = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 32, 0)).unwrap();
         assert_eq!(c.len(), 3);
         assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes");
-        let c = check_attributes(&r, "k", &loaded(32, 1056, 0)).unwrap();
+        let c = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 1056, 0)).unwrap();
         assert_eq!(
             c[1].note,
             "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes"
         );
         assert_eq!(c[1].manifest, "32 (+1024 reserved)");
-        assert_eq!(manifest_max_threads(&r, "k"), Some(256));
+        assert_eq!(r.max_threads(), Some(256));
     }
 
     #[test]
     fn a_difference_is_a_stale_artifact() {
         let r = record(32, 32, 1024, 0);
-        let e = check_attributes(&r, "k", &loaded(40, 32, 0))
+        let e = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(40, 32, 0))
             .unwrap_err()
             .to_string();
         assert!(
@@ -570,17 +602,17 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("stale or swapped"), "{e}");
-        let e = check_attributes(&r, "k", &loaded(32, 64, 0))
+        let e = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 64, 0))
             .unwrap_err()
             .to_string();
         assert!(e.contains("lds_bytes is 64"), "{e}");
-        let e = check_attributes(&r, "k", &loaded(32, 32, 16))
+        let e = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 32, 16))
             .unwrap_err()
             .to_string();
         assert!(e.contains("scratch_bytes is 16"), "{e}");
         // Without a reservation the 1 KiB form is not accepted.
         let r = record(32, 32, 0, 0);
-        assert!(check_attributes(&r, "k", &loaded(32, 1056, 0)).is_err());
+        assert!(check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 1056, 0)).is_err());
     }
 
     #[test]

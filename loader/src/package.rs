@@ -1,33 +1,32 @@
 //! Where code objects come from: a build directory (`manifest.json` beside the objects), a
 //! manifest file, or any [`ObjectSource`] (a bundle or a pulled cache entry of the registry).
-//! Every object is checked against the manifest's sha256 before anyone sees its bytes.
 //!
-//! Opening a build directory reads its load index `manifest.kbi` (fixed-layout binary, see
-//! [`kbuild_manifest::load_index`]) while it matches `manifest.json`: no JSON is parsed on the
-//! load path. Without one (or when the manifest changed since), opening scans the JSON for an
-//! index of what selection needs (kernel, variant, target, path, sha256, PTX ISA). Either way
-//! an object's resource records are decoded when it is loaded, and the whole [`Manifest`] only
-//! when asked for.
+//! A package works on one representation only: the load index of
+//! [`kbuild_manifest::load_index`]. Opening a build directory reads the head of its
+//! `manifest.kbi` in one read while that matches `manifest.json`: no JSON is parsed on the
+//! load path. Without one (or when the manifest changed since), the manifest is parsed and
+//! encoded into the same index in memory, which is reused while the manifest file is unchanged
+//! (the index's own [`ManifestStamp`] is the file identity). Every accessor reads that index.
+//!
+//! Every object is checked before anyone sees its bytes: by the blake3 the manifest records,
+//! or, for a manifest written before objects recorded one, by its sha256.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use kbuild_manifest::compat::{parse_version, Device};
+use kbuild_manifest::compat::Device;
 use kbuild_manifest::load_index::{
-    decode_resources, head_len, IndexObject, LoadIndex, LoadIndexError, HEADER_LEN, LOAD_INDEX_FILE,
+    decode_resources, encode, head_len, hex_into, IndexEntry, IndexObject, LoadIndex,
+    LoadIndexError, ManifestStamp, HEADER_LEN, LOAD_INDEX_FILE,
 };
-use kbuild_manifest::manifest::{Manifest, ObjectRecord, SCHEMA};
+use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::resources::Resources;
-use kbuild_manifest::target::Version;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::error::{LoaderError, Result};
-use crate::select::{select_indexed, select_kernel, select_objects, ObjectInfo, Selection};
+use crate::select::{choose, trace, Selection, Verdicts};
 
 /// Something that hands out the bytes of a manifest's objects.
 pub trait ObjectSource: Send + Sync {
@@ -72,232 +71,158 @@ impl ObjectSource for DirSource {
     }
 }
 
-/// One object as the index holds it.
-#[derive(Debug, Clone)]
-pub struct IndexedObject {
-    pub kernel: String,
-    pub variant: Option<String>,
-    pub target: String,
-    pub path: String,
-    pub sha256: String,
-    pub size: u64,
-    pub format: String,
-    pub entries: Vec<String>,
-    resources: Stored,
-    ptx_isa: Option<Version>,
+/// The source of a package made from a manifest alone: it selects and explains, and reads
+/// nothing.
+struct NoObjects {
+    origin: PathBuf,
 }
 
-/// Resource records: a byte range of the manifest text (parsed on demand), or parsed.
-#[derive(Debug, Clone)]
-enum Stored {
-    Text(std::ops::Range<usize>),
-    Parsed(BTreeMap<String, Resources>),
-    /// Object `n` of the load index.
-    Binary(usize),
-}
+impl ObjectSource for NoObjects {
+    fn read(&self, path: &str, _sha256: &str) -> Result<Vec<u8>> {
+        Err(LoaderError::NoObjects {
+            origin: self.origin.clone(),
+            path: path.to_string(),
+        })
+    }
 
-/// The borrowed view serde fills while scanning the manifest once.
-#[derive(Deserialize)]
-struct RawObject<'a> {
-    #[serde(borrow)]
-    kernel: Cow<'a, str>,
-    #[serde(default, borrow)]
-    variant: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    target: Cow<'a, str>,
-    #[serde(borrow)]
-    path: Cow<'a, str>,
-    #[serde(borrow)]
-    sha256: Cow<'a, str>,
-    #[serde(default)]
-    size: u64,
-    #[serde(borrow)]
-    format: Cow<'a, str>,
-    #[serde(default, borrow)]
-    entries: Vec<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    resources: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct Index<'a> {
-    #[serde(borrow)]
-    schema: Option<Cow<'a, str>>,
-    #[serde(default)]
-    kernels: Vec<String>,
-    #[serde(default, borrow)]
-    objects: Vec<RawObject<'a>>,
-}
-
-impl ObjectInfo for IndexedObject {
-    fn kernel(&self) -> &str {
-        &self.kernel
-    }
-    fn variant(&self) -> Option<&str> {
-        self.variant.as_deref()
-    }
-    fn target(&self) -> &str {
-        &self.target
-    }
-    fn path(&self) -> &str {
-        &self.path
-    }
-    fn ptx_isa(&self) -> Option<Version> {
-        self.ptx_isa
+    fn describe(&self) -> String {
+        self.origin.display().to_string()
     }
 }
 
-impl ObjectInfo for IndexObject<'_> {
-    fn kernel(&self) -> &str {
-        self.kernel
-    }
-    fn variant(&self) -> Option<&str> {
-        self.variant
-    }
-    fn target(&self) -> &str {
-        self.target
-    }
-    fn path(&self) -> &str {
-        self.path
-    }
-    fn ptx_isa(&self) -> Option<Version> {
-        self.ptx_isa
-    }
+/// The stamp of an index encoded from manifest bytes that are not a file (a bundle's, a
+/// parsed manifest's): it never matches a file.
+const NOT_A_FILE: ManifestStamp = ManifestStamp {
+    len: 0,
+    mtime_ns: -1,
+    blake3: [0; 32],
+};
+
+/// How much of `manifest.kbi` opening reads at once: a build's whole index fits (the head of
+/// one with 125 objects is about 30 kB), so the resource blobs come along in the same read.
+const FIRST_READ: u64 = if cfg!(test) {
+    // The unit tests' indexes are small: read them in two steps, blobs from the file later.
+    256
+} else {
+    64 << 10
+};
+
+/// A package's load index and what it was made from; shared by every open of the same
+/// unchanged manifest, and by the modules loaded from it.
+pub(crate) struct Index {
+    /// The whole index, or (for a large `manifest.kbi`) its head. Validated when made and
+    /// never changed.
+    bytes: Box<[u8]>,
+    /// `manifest.kbi`, open, when it was read from disk: the resource blobs are read from it
+    /// when `bytes` is only the head.
+    file: Option<(std::fs::File, PathBuf)>,
+    /// The manifest file, if the package has one.
+    manifest_path: Option<PathBuf>,
+    /// The parsed manifest: set when the index was encoded from it, else parsed on first use.
+    manifest: OnceLock<Manifest>,
+    kernels: OnceLock<Vec<String>>,
 }
 
-/// What opening a manifest produces; shared by every open of the same unchanged file.
-#[derive(Clone)]
-struct PackageIndex {
-    kernels: Vec<String>,
-    /// From the JSON (or a parsed manifest); for a load index, made on first use of
-    /// [`Package::objects`] (the load path reads the index in place).
-    objects: OnceLock<Vec<IndexedObject>>,
-    /// The manifest JSON: resource records are parsed from it on demand, the full manifest
-    /// too (absent when built from a `Manifest` or opened through a load index).
-    data: Option<String>,
-    /// A validated load index (`manifest.kbi`): its head, read at open.
-    binary: Option<BinaryIndex>,
-}
-
-/// The head of a load index (everything but the resource blobs, which are read one at a time
-/// from the still open file when an object is loaded), and the manifest it stands for.
-#[derive(Clone)]
-struct BinaryIndex {
-    head: Box<[u8]>,
-    file: Arc<std::fs::File>,
-    manifest: PathBuf,
-}
-
-impl BinaryIndex {
-    fn read_at(&self, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
-        // The header's sizes were not checked against the file's: do that before allocating.
-        if range.end > self.file.metadata()?.len() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the resource record lies past the end of the file",
-            ));
-        }
-        let len = usize::try_from(range.end - range.start)
-            .map_err(|_| std::io::Error::other("resource record too large"))?;
-        let mut buf = vec![0u8; len];
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::FileExt;
-            self.file.read_exact_at(&mut buf, range.start)?;
-        }
-        #[cfg(not(unix))]
-        {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut f = &*self.file;
-            f.seek(SeekFrom::Start(range.start))?;
-            f.read_exact(&mut buf)?;
-        }
-        Ok(buf)
+impl Index {
+    /// Encode `manifest` in memory (what the build writes as `manifest.kbi`).
+    fn encode(
+        manifest: Manifest,
+        stamp: ManifestStamp,
+        manifest_path: Option<PathBuf>,
+        origin: &Path,
+    ) -> Result<Index> {
+        let err = |source| LoaderError::Index {
+            path: origin.to_path_buf(),
+            source,
+        };
+        let bytes = encode(&manifest, stamp).map_err(err)?;
+        LoadIndex::parse(&bytes)
+            .and_then(|ix| ix.validate())
+            .map_err(err)?;
+        Ok(Index {
+            bytes: bytes.into_boxed_slice(),
+            file: None,
+            manifest_path,
+            manifest: OnceLock::from(manifest),
+            kernels: OnceLock::new(),
+        })
     }
-}
 
-impl PackageIndex {
-    fn json(kernels: Vec<String>, objects: Vec<IndexedObject>, data: Option<String>) -> Self {
-        PackageIndex {
-            kernels,
-            objects: OnceLock::from(objects),
-            data,
-            binary: None,
+    /// The index, read in place (O(1)).
+    fn view(&self) -> LoadIndex<'_> {
+        // `bytes` were validated when this Index was made and never change, so parsing them
+        // again cannot fail; the empty index keeps that unreachable branch panic-free.
+        LoadIndex::parse(&self.bytes).unwrap_or_else(|_| LoadIndex::empty())
+    }
+
+    fn stamp(&self) -> ManifestStamp {
+        self.view().stamp()
+    }
+
+    /// What errors about the index name: `manifest.kbi`, or the manifest it was encoded from.
+    fn path(&self, origin: &Path) -> PathBuf {
+        match &self.file {
+            Some((_, p)) => p.clone(),
+            None => origin.to_path_buf(),
         }
     }
 
-    fn load_index(&self) -> Option<LoadIndex<'_>> {
-        // Validated when opened: parsing again only re-reads the header.
-        self.binary
-            .as_ref()
-            .and_then(|b| LoadIndex::parse(&b.head).ok())
-    }
-
-    fn objects(&self) -> &[IndexedObject] {
-        self.objects.get_or_init(|| {
-            let Some(ix) = self.load_index() else {
-                return Vec::new();
-            };
-            (0..ix.object_count())
-                .filter_map(|i| ix.object(i).ok().map(|o| (i, o)))
-                .map(|(i, o)| IndexedObject {
-                    kernel: o.kernel.to_string(),
-                    variant: o.variant.map(str::to_string),
-                    target: o.target.to_string(),
-                    path: o.path.to_string(),
-                    sha256: o.sha256_hex(),
-                    size: o.size,
-                    format: o.format.to_string(),
-                    entries: ix
-                        .entries(&o)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(str::to_string)
-                        .collect(),
-                    resources: Stored::Binary(i),
-                    ptx_isa: o.ptx_isa,
-                })
-                .collect()
+    /// Object `i`, or the error naming the package.
+    pub(crate) fn object(&self, i: usize, origin: &Path) -> Result<ObjectRef<'_>> {
+        let ix = self.view();
+        if i >= ix.object_count() {
+            return Err(LoaderError::UnknownObject {
+                origin: origin.to_path_buf(),
+                index: i,
+                count: ix.object_count(),
+            });
+        }
+        let object = ix.object(i).map_err(|source| LoaderError::Index {
+            path: self.path(origin),
+            source,
+        })?;
+        Ok(ObjectRef {
+            index: i,
+            object,
+            ix,
         })
     }
 }
 
-/// Identity of a manifest file: an edit, a rename over it or a new build changes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
+/// One object of a package, read in place from its load index (no allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectRef<'a> {
+    /// Its place in the manifest's `objects` (what [`crate::Candidate::object`] names).
+    pub index: usize,
+    object: IndexObject<'a>,
+    ix: LoadIndex<'a>,
 }
 
-impl FileId {
-    fn of(meta: &std::fs::Metadata) -> FileId {
-        #[cfg(unix)]
-        let (dev, ino) = {
-            use std::os::unix::fs::MetadataExt;
-            (meta.dev(), meta.ino())
-        };
-        #[cfg(not(unix))]
-        let (dev, ino) = (0, 0);
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(-1);
-        FileId {
-            dev,
-            ino,
-            len: meta.len(),
-            mtime_ns,
-        }
+impl<'a> std::ops::Deref for ObjectRef<'a> {
+    type Target = IndexObject<'a>;
+    fn deref(&self) -> &IndexObject<'a> {
+        &self.object
     }
 }
 
-/// Parsed indexes of manifests opened in this process, by path and file identity. Only the
-/// index is shared: every object is still read and sha256-checked on every load.
-type IndexCache = Mutex<HashMap<PathBuf, (FileId, Arc<PackageIndex>)>>;
+impl<'a> ObjectRef<'a> {
+    /// The entry symbols it exports.
+    pub fn entries(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let (ix, o) = (self.ix, self.object);
+        // Validated with the index: no entry fails to read.
+        (0..o.entry_count()).filter_map(move |k| ix.entry(&o, k).ok().map(|e| e.name))
+    }
+
+    /// The entry named `name` and its load figures, if the object exports it.
+    pub fn entry(&self, name: &str) -> Option<IndexEntry<'a>> {
+        self.ix.find_entry(&self.object, name).ok().flatten()
+    }
+}
+
+/// Parsed indexes of manifests opened in this process, by path; an entry is used while the
+/// manifest file still has the stamp the index records. Only the index is shared: every
+/// object is still read and checked on every load.
+type IndexCache = Mutex<HashMap<PathBuf, Arc<Index>>>;
 
 fn index_cache() -> &'static IndexCache {
     static CACHE: OnceLock<IndexCache> = OnceLock::new();
@@ -306,8 +231,7 @@ fn index_cache() -> &'static IndexCache {
 
 /// A manifest and the source of its objects.
 pub struct Package {
-    index: Arc<PackageIndex>,
-    full: OnceLock<std::result::Result<Manifest, String>>,
+    index: Arc<Index>,
     source: Box<dyn ObjectSource>,
     origin: PathBuf,
 }
@@ -316,31 +240,28 @@ impl std::fmt::Debug for Package {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Package")
             .field("origin", &self.origin)
-            .field("objects", &self.objects().len())
+            .field("objects", &self.object_count())
             .finish_non_exhaustive()
     }
 }
 
 impl Package {
-    /// Open a build directory (holding `manifest.json`) or a manifest file: through its load
-    /// index `manifest.kbi` when that matches the manifest, else from the JSON, whose parsed
-    /// index is reused while the manifest file is unchanged (same device, inode, size and
-    /// mtime); [`Package::open_uncached`] always reads and parses the JSON.
+    /// Open a build directory (holding `manifest.json`), a manifest file or a bundle: through
+    /// the load index `manifest.kbi` when that matches the manifest, else from the JSON, whose
+    /// in-memory index is reused while the manifest file is unchanged (same length and mtime);
+    /// [`Package::open_uncached`] always reads and parses the JSON.
     pub fn open(path: &Path) -> Result<Package> {
         Package::open_with(path, true)
     }
 
-    /// [`Package::open`] from the JSON alone: no load index, no process-wide index cache.
+    /// [`Package::open`] from the JSON alone: no load index file, no process-wide cache.
     pub fn open_uncached(path: &Path) -> Result<Package> {
         Package::open_with(path, false)
     }
 
     fn open_with(path: &Path, cached: bool) -> Result<Package> {
         // One stat: opening is on the load path of every process.
-        let is_dir = match std::fs::metadata(path) {
-            Ok(m) => m.is_dir(),
-            Err(_) => false,
-        };
+        let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
         #[cfg(feature = "registry")]
         if !is_dir && path.is_file() && starts_like_bundle(path) {
             return Package::open_bundle(path);
@@ -354,50 +275,53 @@ impl Package {
                 .unwrap_or_else(|| PathBuf::from("."));
             (path.to_path_buf(), root)
         };
+        let package = |index| Package {
+            index,
+            source: Box::new(DirSource::new(&root)),
+            origin: manifest_path.clone(),
+        };
+        if cached {
+            if let Some(index) = open_load_index(&manifest_path, &root) {
+                return Ok(package(Arc::new(index)));
+            }
+        }
         let read_err = |e| {
-            let what = if path.is_dir() {
+            let what = if is_dir {
                 "reading the manifest (is this a kbuild --out directory?)"
             } else {
                 "reading the manifest"
             };
             LoaderError::io(&manifest_path, what, e)
         };
-        if let Some(index) = cached
-            .then(|| open_load_index(&manifest_path, &root))
-            .flatten()
-        {
-            return Ok(Package {
-                index: Arc::new(index),
-                full: OnceLock::new(),
-                source: Box::new(DirSource::new(root)),
-                origin: manifest_path,
+        // The metadata and the bytes of one open file make the in-memory index's stamp.
+        let mut file = std::fs::File::open(&manifest_path).map_err(read_err)?;
+        let meta = file.metadata().map_err(read_err)?;
+        if cached {
+            let hit = index_cache().lock().ok().and_then(|c| {
+                c.get(&manifest_path)
+                    .filter(|ix| ix.stamp().same_file(&meta))
+                    .map(Arc::clone)
             });
+            if let Some(index) = hit {
+                return Ok(package(index));
+            }
         }
-        let source: Box<dyn ObjectSource> = Box::new(DirSource::new(root));
-        if !cached {
-            let data = std::fs::read(&manifest_path).map_err(read_err)?;
-            return Package::from_json(data, source, manifest_path);
+        let mut data = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.read_to_end(&mut data).map_err(read_err)?;
+        let stamp = ManifestStamp::of(&meta, &data);
+        let manifest = parse_manifest(&data, &manifest_path)?;
+        let index = Arc::new(Index::encode(
+            manifest,
+            stamp,
+            Some(manifest_path.clone()),
+            &manifest_path,
+        )?);
+        if cached {
+            if let Ok(mut c) = index_cache().lock() {
+                c.insert(manifest_path.clone(), Arc::clone(&index));
+            }
         }
-        let id = FileId::of(&std::fs::metadata(&manifest_path).map_err(read_err)?);
-        let hit = index_cache().lock().ok().and_then(|c| {
-            c.get(&manifest_path)
-                .filter(|(i, _)| *i == id)
-                .map(|(_, x)| Arc::clone(x))
-        });
-        if let Some(index) = hit {
-            return Ok(Package {
-                index,
-                full: OnceLock::new(),
-                source,
-                origin: manifest_path,
-            });
-        }
-        let data = std::fs::read(&manifest_path).map_err(read_err)?;
-        let package = Package::from_json(data, source, manifest_path.clone())?;
-        if let Ok(mut c) = index_cache().lock() {
-            c.insert(manifest_path, (id, Arc::clone(&package.index)));
-        }
-        Ok(package)
+        Ok(package(index))
     }
 
     /// A package from manifest JSON and the source of its objects.
@@ -406,78 +330,8 @@ impl Package {
         source: Box<dyn ObjectSource>,
         origin: PathBuf,
     ) -> Result<Package> {
-        let not_manifest = |origin: &Path| LoaderError::Package {
-            path: origin.to_path_buf(),
-            what: "not a kbuild manifest (JSON), bundle (.kbundle) or build directory".into(),
-        };
-        if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(not_manifest(&origin));
-        }
-        let text = match String::from_utf8(data) {
-            Ok(t) => t,
-            Err(_) => return Err(not_manifest(&origin)),
-        };
-        let base = text.as_ptr() as usize;
-        let index: Option<Index> = serde_json::from_str(&text).ok();
-        let (kernels, objects) = match index {
-            Some(i) if i.schema.as_deref() == Some(SCHEMA) => {
-                let objects: Vec<IndexedObject> = i
-                    .objects
-                    .into_iter()
-                    .map(|o| {
-                        // RawValue borrows from `text`: keep its place, not a copy.
-                        let stored = match o.resources {
-                            None => Stored::Text(0..0),
-                            Some(r) => {
-                                let start = (r.get().as_ptr() as usize).checked_sub(base);
-                                match start.filter(|s| s + r.get().len() <= text.len()) {
-                                    Some(s) => Stored::Text(s..s + r.get().len()),
-                                    None => Stored::Parsed(
-                                        serde_json::from_str(r.get()).unwrap_or_default(),
-                                    ),
-                                }
-                            }
-                        };
-                        let ptx_isa = if o.format == "ptx" {
-                            o.resources
-                                .and_then(|r| serde_json::from_str(r.get()).ok())
-                                .and_then(|r: BTreeMap<String, Resources>| first_ptx_isa(&r))
-                        } else {
-                            None
-                        };
-                        IndexedObject {
-                            kernel: o.kernel.into_owned(),
-                            variant: o.variant.map(Cow::into_owned),
-                            target: o.target.into_owned(),
-                            path: o.path.into_owned(),
-                            sha256: o.sha256.into_owned(),
-                            size: o.size,
-                            format: o.format.into_owned(),
-                            entries: o.entries.into_iter().map(Cow::into_owned).collect(),
-                            resources: stored,
-                            ptx_isa,
-                        }
-                    })
-                    .collect();
-                (i.kernels, objects)
-            }
-            // Not ours or malformed: the manifest reader says exactly what is wrong.
-            _ => {
-                return Err(match Manifest::from_json(text.as_bytes()) {
-                    Err(source) => LoaderError::Manifest {
-                        path: origin,
-                        source,
-                    },
-                    Ok(_) => not_manifest(&origin),
-                })
-            }
-        };
-        Ok(Package {
-            index: Arc::new(PackageIndex::json(kernels, objects, Some(text))),
-            full: OnceLock::new(),
-            source,
-            origin,
-        })
+        let manifest = parse_manifest(&data, &origin)?;
+        Package::from_parts(manifest, source, origin)
     }
 
     /// A package from a parsed manifest and any source of its objects (a bundle, a cache
@@ -486,83 +340,103 @@ impl Package {
         manifest: Manifest,
         source: Box<dyn ObjectSource>,
         origin: PathBuf,
-    ) -> Package {
-        let objects = manifest
-            .objects
-            .iter()
-            .map(|o| IndexedObject {
-                kernel: o.kernel.clone(),
-                variant: o.variant.clone(),
-                target: o.target.clone(),
-                path: o.path.clone(),
-                sha256: o.sha256.clone(),
-                size: o.size,
-                format: o.format.clone(),
-                entries: o.entries.clone(),
-                resources: Stored::Parsed(o.resources.clone()),
-                ptx_isa: first_ptx_isa(&o.resources),
-            })
-            .collect();
-        let full = OnceLock::new();
-        let kernels = manifest.kernels.clone();
-        let _ = full.set(Ok(manifest));
-        Package {
-            index: Arc::new(PackageIndex::json(kernels, objects, None)),
-            full,
+    ) -> Result<Package> {
+        Ok(Package {
+            index: Arc::new(Index::encode(manifest, NOT_A_FILE, None, &origin)?),
             source,
             origin,
-        }
+        })
     }
 
-    /// The objects, in manifest order.
-    pub fn objects(&self) -> &[IndexedObject] {
-        self.index.objects()
+    /// A package from a manifest alone, to select and explain (reading an object is an
+    /// error).
+    pub fn from_manifest(manifest: Manifest) -> Result<Package> {
+        let origin = PathBuf::from(format!(
+            "{}-{} (manifest)",
+            manifest.package.name, manifest.package.version
+        ));
+        let source = Box::new(NoObjects {
+            origin: origin.clone(),
+        });
+        Package::from_parts(manifest, source, origin)
     }
 
-    /// Whether this package was opened through its load index (`manifest.kbi`).
+    /// Every object, in manifest order.
+    pub fn objects(&self) -> Vec<ObjectRef<'_>> {
+        (0..self.object_count())
+            .filter_map(|i| self.object(i).ok())
+            .collect()
+    }
+
+    /// How many objects the package has.
+    pub fn object_count(&self) -> usize {
+        self.index.view().object_count()
+    }
+
+    /// Object `index`, read in place (the load path: no allocation).
+    pub fn object(&self, index: usize) -> Result<ObjectRef<'_>> {
+        self.index.object(index, &self.origin)
+    }
+
+    /// Whether this package was opened through its load index file (`manifest.kbi`); else
+    /// its index was encoded in memory from the manifest.
     pub fn has_load_index(&self) -> bool {
-        self.index.binary.is_some()
+        self.index.file.is_some()
+    }
+
+    /// The load index the package serves.
+    #[cfg(test)]
+    pub(crate) fn load_index(&self) -> LoadIndex<'_> {
+        self.index.view()
+    }
+
+    pub(crate) fn shared_index(&self) -> Arc<Index> {
+        Arc::clone(&self.index)
     }
 
     /// Kernel names in Kbuild.toml order.
     pub fn kernels(&self) -> &[String] {
-        &self.index.kernels
-    }
-
-    /// The whole manifest (parsed on first call).
-    pub fn manifest(&self) -> Result<&Manifest> {
-        let full = self
-            .full
-            .get_or_init(|| match (&self.index.data, &self.index.binary) {
-                (Some(d), _) => Manifest::from_json(d.as_bytes()).map_err(|e| e.to_string()),
-                (None, Some(b)) => std::fs::read(&b.manifest)
-                    .map_err(|e| format!("{}: {e}", b.manifest.display()))
-                    .and_then(|d| Manifest::from_json(&d).map_err(|e| e.to_string())),
-                (None, None) => Err("no manifest data".into()),
-            });
-        full.as_ref().map_err(|e| LoaderError::Package {
-            path: self.origin.clone(),
-            what: e.clone(),
+        self.index.kernels.get_or_init(|| {
+            let ix = self.index.view();
+            (0..ix.kernel_count())
+                .filter_map(|k| ix.kernel(k).ok().map(str::to_string))
+                .collect()
         })
     }
 
-    /// Judge every object for `device`.
-    pub fn select(&self, device: &Device) -> Selection {
-        select_objects(self.objects(), &self.index.kernels, device)
+    /// The whole manifest (read and parsed on first call when the package was opened through
+    /// `manifest.kbi`).
+    pub fn manifest(&self) -> Result<&Manifest> {
+        if let Some(m) = self.index.manifest.get() {
+            return Ok(m);
+        }
+        let Some(path) = &self.index.manifest_path else {
+            return Err(LoaderError::Package {
+                path: self.origin.clone(),
+                what: "the package has no manifest to read".into(),
+            });
+        };
+        let data =
+            std::fs::read(path).map_err(|e| LoaderError::io(path, "reading the manifest", e))?;
+        let m = parse_manifest(&data, path)?;
+        Ok(self.index.manifest.get_or_init(|| m))
     }
 
-    /// Judge only `kernel`'s objects for `device` (the load path; with a load index, only
-    /// that kernel's records are decoded).
-    pub fn select_kernel(&self, device: &Device, kernel: &str) -> Selection {
-        match self.index.load_index() {
-            Some(ix) => {
-                let objects = (0..ix.object_count())
-                    .filter(|&i| ix.object_kernel_is(i, kernel))
-                    .filter_map(|i| ix.object(i).ok().map(|o| (i, o)));
-                select_indexed(objects, &self.index.kernels, device)
-            }
-            None => select_kernel(self.objects(), &self.index.kernels, device, kernel),
-        }
+    /// Judge every object for `device`, with the whole trace (explain). The one selection:
+    /// [`crate::Loader`] loads the object it selects.
+    pub fn select(&self, device: &Device) -> Selection {
+        trace(&self.index.view(), device)
+    }
+
+    /// The object `select` chooses for `kernel` (`variant`), without the trace; `None` when
+    /// there is none (the caller builds the trace for the error).
+    pub(crate) fn choose(
+        &self,
+        verdicts: &mut Verdicts,
+        kernel: &str,
+        variant: Option<&str>,
+    ) -> Option<usize> {
+        choose(&self.index.view(), verdicts, kernel, variant)
     }
 
     /// The manifest file or bundle this package was opened from.
@@ -570,40 +444,21 @@ impl Package {
         &self.origin
     }
 
-    /// Object `index` as a full manifest record (resources parsed).
+    /// Object `index` as a full manifest record (resources decoded; `defines` and
+    /// `cache_key` are not in the index and come back empty).
     pub fn record(&self, index: usize) -> Result<ObjectRecord> {
-        if let Some(ix) = self.index.load_index() {
-            let o = ix.object(index).map_err(|e| self.index_error(e))?;
-            return Ok(ObjectRecord {
-                kernel: o.kernel.to_string(),
-                variant: o.variant.map(str::to_string),
-                defines: BTreeMap::new(),
-                target: o.target.to_string(),
-                path: o.path.to_string(),
-                sha256: o.sha256_hex(),
-                size: o.size,
-                format: o.format.to_string(),
-                entries: ix
-                    .entries(&o)
-                    .map_err(|e| self.index_error(e))?
-                    .into_iter()
-                    .map(str::to_string)
-                    .collect(),
-                resources: self.index_resources(&ix, &o)?,
-                cache_key: String::new(),
-            });
-        }
         let o = self.object(index)?;
         Ok(ObjectRecord {
-            kernel: o.kernel.clone(),
-            variant: o.variant.clone(),
+            kernel: o.kernel.to_string(),
+            variant: o.variant.map(str::to_string),
             defines: BTreeMap::new(),
-            target: o.target.clone(),
-            path: o.path.clone(),
-            sha256: o.sha256.clone(),
+            target: o.target.to_string(),
+            path: o.path.to_string(),
+            sha256: o.sha256_hex(),
+            blake3: o.blake3_hex(),
             size: o.size,
-            format: o.format.clone(),
-            entries: o.entries.clone(),
+            format: o.format.to_string(),
+            entries: o.entries().map(str::to_string).collect(),
             resources: self.resources(index)?,
             cache_key: String::new(),
         })
@@ -612,84 +467,35 @@ impl Package {
     /// The resource records of object `index`, per entry.
     pub fn resources(&self, index: usize) -> Result<BTreeMap<String, Resources>> {
         let o = self.object(index)?;
-        match &o.resources {
-            Stored::Parsed(p) => Ok(p.clone()),
-            Stored::Binary(i) => {
-                let ix = self
-                    .index
-                    .load_index()
-                    .ok_or_else(|| self.index_error(LoadIndexError::Magic))?;
-                let v = ix.object(*i).map_err(|e| self.index_error(e))?;
-                self.index_resources(&ix, &v)
-            }
-            Stored::Text(r) if r.is_empty() => Ok(BTreeMap::new()),
-            Stored::Text(r) => {
-                let text = self
-                    .index
-                    .data
-                    .as_deref()
-                    .and_then(|d| d.get(r.clone()))
-                    .unwrap_or("{}");
-                serde_json::from_str(text).map_err(|e| LoaderError::Package {
-                    path: self.origin.clone(),
-                    what: format!("{}: resource records do not parse: {e}", o.path),
-                })
-            }
-        }
-    }
-
-    /// `o`'s resource records, read from the load index file.
-    fn index_resources(
-        &self,
-        ix: &LoadIndex<'_>,
-        o: &IndexObject<'_>,
-    ) -> Result<BTreeMap<String, Resources>> {
-        let b = self
-            .index
-            .binary
-            .as_ref()
-            .ok_or_else(|| self.index_error(LoadIndexError::Magic))?;
-        let bytes = b.read_at(ix.resources_at(o)).map_err(|e| {
-            LoaderError::io(
-                b.manifest.with_file_name(LOAD_INDEX_FILE),
-                "reading a resource record",
-                e,
-            )
-        })?;
-        decode_resources(&bytes, o.path).map_err(|e| self.index_error(e))
-    }
-
-    fn index_error(&self, e: LoadIndexError) -> LoaderError {
-        let path = match &self.index.binary {
-            Some(b) => b.manifest.with_file_name(LOAD_INDEX_FILE),
-            None => self.origin.clone(),
+        let index_err = |source| LoaderError::Index {
+            path: self.index.path(&self.origin),
+            source,
         };
-        LoaderError::Package {
-            path,
-            what: e.to_string(),
+        if o.ix.has_blobs() {
+            return o.ix.resources(&o).map_err(index_err);
         }
+        let Some((file, path)) = &self.index.file else {
+            return Err(index_err(LoadIndexError::Damaged(
+                "only the head of the index is in memory".into(),
+            )));
+        };
+        let bytes = read_at(file, o.ix.resources_at(&o))
+            .map_err(|e| LoaderError::io(path, "reading a resource record", e))?;
+        decode_resources(&bytes, o.path).map_err(index_err)
     }
 
-    fn object(&self, index: usize) -> Result<&IndexedObject> {
-        self.objects()
-            .get(index)
-            .ok_or_else(|| LoaderError::Other(format!("object {index} is not in the manifest")))
-    }
-
-    /// The bytes of object `index`, after checking their sha256 against the manifest.
+    /// The bytes of object `index`, after checking them against the manifest's blake3 (or
+    /// sha256, for a manifest without blake3).
     pub fn read_verified(&self, index: usize) -> Result<Vec<u8>> {
-        if let Some(ix) = self.index.load_index() {
-            let o = ix.object(index).map_err(|e| self.index_error(e))?;
-            let hex = o.sha256_hex();
-            let bytes = self.source.read(o.path, &hex)?;
-            if Sha256::digest(&bytes).as_slice() != o.sha256.as_slice() {
-                return Err(mismatch(o.path, &hex, o.size, &bytes));
-            }
-            return Ok(bytes);
-        }
         let o = self.object(index)?;
-        let bytes = self.source.read(&o.path, &o.sha256)?;
-        verify(&o.path, &o.sha256, o.size, &bytes)?;
+        self.read_object(&o)
+    }
+
+    /// [`Package::read_verified`] of an object already looked up.
+    pub fn read_object(&self, o: &IndexObject<'_>) -> Result<Vec<u8>> {
+        let mut hex = [0u8; 64];
+        let bytes = self.source.read(o.path, hex_into(o.sha256, &mut hex))?;
+        verify(o, &bytes)?;
         Ok(bytes)
     }
 
@@ -697,77 +503,133 @@ impl Package {
         self.source.as_ref()
     }
 
-    /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones).
+    /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones): the
+    /// index is encoded again from the manifest without the others, so indices, selection
+    /// and [`Package::manifest`] agree.
+    #[cfg(feature = "registry")]
     pub(crate) fn retain_objects(&mut self, keep: impl Fn(&str) -> bool) {
-        let index = Arc::make_mut(&mut self.index);
-        let mut objects = index.objects().to_vec();
-        objects.retain(|o| keep(&o.sha256));
-        index.objects = OnceLock::from(objects);
-        index.binary = None;
+        let Ok(manifest) = self.manifest() else {
+            // Only packages made from a manifest are retained (bundles): it is in memory.
+            return;
+        };
+        let mut subset = manifest.clone();
+        subset.objects.retain(|o| keep(&o.sha256));
+        // The subset of an index that encoded encodes too; were it not to, every object
+        // stays listed and reading a missing one names the bundle.
+        if let Ok(index) = Index::encode(subset, NOT_A_FILE, None, &self.origin) {
+            self.index = Arc::new(index);
+        }
     }
 
+    #[cfg(feature = "registry")]
     pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
         self.source = source;
         self
     }
 }
 
+/// Parse manifest JSON (`origin` names it in errors), saying what the file is when it is no
+/// manifest at all.
+fn parse_manifest(data: &[u8], origin: &Path) -> Result<Manifest> {
+    if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(LoaderError::Package {
+            path: origin.to_path_buf(),
+            what: "not a kbuild manifest (JSON), bundle (.kbundle) or build directory".into(),
+        });
+    }
+    Manifest::from_json(data).map_err(|source| LoaderError::Manifest {
+        path: origin.to_path_buf(),
+        source,
+    })
+}
+
+fn read_at(file: &std::fs::File, range: std::ops::Range<u64>) -> std::io::Result<Vec<u8>> {
+    // The header's sizes were not checked against the file's: do that before allocating.
+    if range.end > file.metadata()?.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the resource record lies past the end of the file",
+        ));
+    }
+    let len = usize::try_from(range.end - range.start)
+        .map_err(|_| std::io::Error::other("resource record too large"))?;
+    let mut buf = vec![0u8; len];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        file.read_exact_at(&mut buf, range.start)?;
+    }
+    #[cfg(not(unix))]
+    {
+        use std::io::{Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(range.start))?;
+        f.read_exact(&mut buf)?;
+    }
+    Ok(buf)
+}
+
 #[cfg(feature = "registry")]
 fn starts_like_bundle(path: &Path) -> bool {
-    use std::io::Read;
     let mut head = [0u8; 4];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut head))
         .is_ok_and(|()| crate::bundle::looks_like_bundle(&head))
 }
 
-fn first_ptx_isa(r: &BTreeMap<String, Resources>) -> Option<Version> {
-    r.values().find_map(|r| match r {
-        Resources::Ptx(p) => parse_version(&p.ptx_isa),
-        _ => None,
-    })
-}
-
-/// Check `bytes` against the manifest's sha256 (the sizes are part of the message).
-pub fn verify(path: &str, sha256: &str, size: u64, bytes: &[u8]) -> Result<()> {
-    if !sha256_hex(bytes).eq_ignore_ascii_case(sha256) {
-        return Err(mismatch(path, sha256, size, bytes));
+/// Check `bytes` against `o`'s blake3, or its sha256 when the manifest records no blake3.
+/// Nothing is allocated unless they differ.
+pub fn verify(o: &IndexObject<'_>, bytes: &[u8]) -> Result<()> {
+    let size = |found: String| format!("{found} ({} bytes, manifest {})", bytes.len(), o.size);
+    match o.blake3 {
+        Some(want) => {
+            let got = blake3::hash(bytes);
+            if got.as_bytes() != want {
+                return Err(LoaderError::Blake3Mismatch {
+                    path: o.path.to_string(),
+                    expected: o.blake3_hex().unwrap_or_default(),
+                    found: size(got.to_hex().to_string()),
+                });
+            }
+        }
+        None => {
+            if Sha256::digest(bytes).as_slice() != o.sha256.as_slice() {
+                return Err(LoaderError::Sha256Mismatch {
+                    path: o.path.to_string(),
+                    expected: o.sha256_hex(),
+                    found: size(sha256_hex(bytes)),
+                });
+            }
+        }
     }
     Ok(())
 }
 
-fn mismatch(path: &str, sha256: &str, size: u64, bytes: &[u8]) -> LoaderError {
-    LoaderError::Sha256Mismatch {
-        path: path.to_string(),
-        expected: sha256.to_string(),
-        found: format!(
-            "{} ({} bytes, manifest {size})",
-            sha256_hex(bytes),
-            bytes.len()
-        ),
-    }
-}
-
 /// The load index beside `manifest_path`, when there is one, it is intact and it was written
 /// for the manifest as it is now: the same file (length and mtime), or, when the mtime differs
-/// (a copy that did not keep it), the same bytes (blake3). Anything else: `None`, and the
-/// caller reads the JSON (which reports any error in the manifest itself).
-fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
-    use std::io::Read;
-    // The head only: the header says how long it is; the blobs stay in the file.
-    let mut file = std::fs::File::open(root.join(LOAD_INDEX_FILE)).ok()?;
-    let mut header = [0u8; HEADER_LEN];
-    file.read_exact(&mut header).ok()?;
-    let head_len = head_len(&header).ok()?;
-    // What the file holds, not what its header claims, bounds the allocation.
-    let mut bytes = Vec::with_capacity(usize::try_from(head_len.min(1 << 20)).ok()?);
-    bytes.extend_from_slice(&header);
-    (&mut file)
-        .take(head_len.saturating_sub(HEADER_LEN as u64))
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.len() as u64 != head_len {
+/// (a copy that did not keep it), the same bytes (blake3). Anything else (a damaged file, an
+/// index of another layout version): `None`, and the caller reads the JSON, which reports any
+/// error in the manifest itself.
+fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
+    let path = root.join(LOAD_INDEX_FILE);
+    let mut file = std::fs::File::open(&path).ok()?;
+    let len = file.metadata().ok()?.len();
+    // One read: the whole file when it is small (a build's is), else a prefix that holds
+    // the head unless the manifest is very large.
+    let mut bytes = vec![0u8; usize::try_from(len.min(FIRST_READ)).ok()?];
+    file.read_exact(&mut bytes).ok()?;
+    let head = head_len(bytes.get(..HEADER_LEN)?).ok()?;
+    if head > len {
         return None;
+    }
+    let head = usize::try_from(head).ok()?;
+    if bytes.len() as u64 != len {
+        // Only the head is kept; the blobs are read from the file when asked for.
+        let have = bytes.len();
+        bytes.resize(head, 0);
+        if head > have {
+            file.read_exact(&mut bytes[have..]).ok()?;
+        }
     }
     let ix = LoadIndex::parse(&bytes).ok()?;
     let stamp = ix.stamp();
@@ -778,34 +640,21 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
     }
     // Every record is checked once here, so the load path's reads cannot fail later.
     ix.validate().ok()?;
-    let kernels = (0..ix.kernel_count())
-        .map(|k| ix.kernel(k).map(str::to_string))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .ok()?;
-    Some(PackageIndex {
-        kernels,
-        objects: OnceLock::new(),
-        data: None,
-        binary: Some(BinaryIndex {
-            head: bytes.into_boxed_slice(),
-            file: Arc::new(file),
-            manifest: manifest_path.to_path_buf(),
-        }),
+    Some(Index {
+        bytes: bytes.into_boxed_slice(),
+        file: Some((file, path)),
+        manifest_path: Some(manifest_path.to_path_buf()),
+        manifest: OnceLock::new(),
+        kernels: OnceLock::new(),
     })
 }
 
 /// Lowercase hex sha256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in digest {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    s
+    let digest: [u8; 32] = Sha256::digest(bytes).into();
+    let mut buf = [0u8; 64];
+    hex_into(&digest, &mut buf).to_string()
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests_support {
@@ -817,6 +666,7 @@ mod tests {
     use super::*;
     use kbuild_manifest::compat::Rule;
     use kbuild_manifest::resources::CudaResources;
+    use kbuild_manifest::target::Version;
 
     pub(super) fn cuda(registers: u32) -> Resources {
         Resources::Cuda(CudaResources {
@@ -847,6 +697,7 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(&p, &bytes).unwrap();
             o.sha256 = sha256_hex(&bytes);
+            o.blake3 = Some(blake3::hash(&bytes).to_hex().to_string());
             o.size = bytes.len() as u64;
             if o.format == "cubin" {
                 o.resources.insert("k".into(), cuda(32));
@@ -867,7 +718,7 @@ mod tests {
             r.cache_key = o.cache_key.clone();
             assert_eq!(&r, o);
         }
-        assert_eq!(p.objects()[1].ptx_isa(), Some(Version(9, 5)));
+        assert_eq!(p.objects()[1].ptx_isa, Some(Version(9, 5)));
         let sel = p.select(&Device::parse("sm_90", Some(Version(13, 0)), None).unwrap());
         let k = sel.kernel("k", None).unwrap();
         assert_eq!(k.selected().unwrap().target, "sm_90");
@@ -879,25 +730,69 @@ mod tests {
             m.clone(),
             Box::new(DirSource::new(dir.path())),
             dir.path().into(),
-        );
+        )
+        .unwrap();
         assert_eq!(p3.select(&sel.device), sel);
         assert_eq!(p3.read_verified(0).unwrap(), b"object for sm_90");
     }
 
     #[test]
-    fn sha256_is_checked_before_anyone_sees_the_bytes() {
+    fn a_blake3_mismatch_is_refused_naming_the_object() {
         let (dir, m) = build_dir();
         let p = Package::open(dir.path()).unwrap();
+        assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
+        // The bytes of the other object put in place of this one.
+        std::fs::copy(
+            dir.path().join(&m.objects[1].path),
+            dir.path().join(&m.objects[0].path),
+        )
+        .unwrap();
+        let e = p.read_verified(0).unwrap_err();
+        assert!(matches!(e, LoaderError::Blake3Mismatch { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("sm_90/k.cubin") && msg.contains("swapped or modified"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(m.objects[0].blake3.as_deref().unwrap()),
+            "{msg}"
+        );
+        assert!(msg.contains("21 bytes, manifest 16"), "{msg}");
+        // The sha256 alone would not have been asked: the message names the blake3.
+        assert!(!msg.contains("sha256"), "{msg}");
+    }
+
+    #[test]
+    fn without_blake3_the_sha256_is_checked() {
+        // A manifest written before objects recorded their blake3.
+        let (dir, mut m) = build_dir();
+        for o in &mut m.objects {
+            o.blake3 = None;
+        }
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert_eq!(p.object(0).unwrap().blake3, None);
         assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
         std::fs::write(dir.path().join(&m.objects[0].path), b"swapped").unwrap();
         let e = p.read_verified(0).unwrap_err();
         assert!(matches!(e, LoaderError::Sha256Mismatch { .. }), "{e}");
         let msg = e.to_string();
         assert!(
-            msg.contains("sm_90/k.cubin") && msg.contains("swapped or modified"),
+            msg.contains("sm_90/k.cubin") && msg.contains(&m.objects[0].sha256),
             "{msg}"
         );
         assert!(msg.contains("7 bytes"), "{msg}");
+        // A manifest with a blake3 for one object only: each object by what it records.
+        m.objects[1].blake3 = Some(blake3::hash(b"object for compute_90").to_hex().to_string());
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(p.object(1).unwrap().blake3.is_some());
+        assert_eq!(p.read_verified(1).unwrap(), b"object for compute_90");
+        assert!(matches!(
+            p.read_verified(0).unwrap_err(),
+            LoaderError::Sha256Mismatch { .. }
+        ));
     }
 
     #[test]
@@ -938,6 +833,7 @@ mod tests {
 mod load_index_tests {
     use super::*;
     use kbuild_manifest::load_index::{encode, ManifestStamp};
+    use kbuild_manifest::target::Version;
 
     fn write_index(dir: &Path, m: &Manifest) {
         let path = dir.join("manifest.json");
@@ -958,13 +854,38 @@ mod load_index_tests {
         let bin = Package::open(dir.path()).unwrap();
         assert!(bin.has_load_index());
         assert_eq!(bin.kernels(), json.kernels());
-        let device = Device::parse("sm_90", Some(Version(13, 0)), None).unwrap();
-        assert_eq!(bin.select(&device), json.select(&device));
+        // The same encoder with the same stamp: the in-memory index is the file, byte for
+        // byte (the file's head, here: the unit tests read it in two steps).
+        assert!(!bin.index.bytes.is_empty());
         assert_eq!(
-            bin.select_kernel(&device, "k"),
-            json.select_kernel(&device, "k")
+            &json.index.bytes[..bin.index.bytes.len()],
+            &*bin.index.bytes
         );
+        for (spec, driver) in [
+            ("sm_90", Some(Version(13, 0))),
+            ("sm_90", Some(Version(13, 5))),
+            ("sm_89", None),
+            ("gfx1100", None),
+        ] {
+            let device = Device::parse(spec, driver, None).unwrap();
+            let sel = bin.select(&device);
+            assert_eq!(sel, json.select(&device), "{spec}");
+            let (mut vb, mut vj) = (Verdicts::new(device), Verdicts::new(device));
+            for k in &sel.kernels {
+                let want = k.selected().map(|c| c.object);
+                assert_eq!(bin.choose(&mut vb, &k.kernel, None), want, "{spec}");
+                assert_eq!(json.choose(&mut vj, &k.kernel, None), want, "{spec}");
+            }
+        }
+        assert_eq!(bin.object_count(), json.object_count());
         for i in 0..m.objects.len() {
+            let (b, j) = (bin.object(i).unwrap(), json.object(i).unwrap());
+            assert_eq!(*b, *j);
+            assert_eq!(
+                b.entries().collect::<Vec<_>>(),
+                j.entries().collect::<Vec<_>>()
+            );
+            assert_eq!(b.entry("k"), j.entry("k"));
             assert_eq!(bin.record(i).unwrap(), json.record(i).unwrap());
             assert_eq!(bin.resources(i).unwrap(), json.resources(i).unwrap());
             assert_eq!(
@@ -972,14 +893,32 @@ mod load_index_tests {
                 json.read_verified(i).unwrap()
             );
         }
+        assert!(bin.object(2).is_err() && json.object(2).is_err());
         assert_eq!(bin.manifest().unwrap(), &m);
+        assert_eq!(json.manifest().unwrap(), &m);
         assert_eq!(bin.objects().len(), 2);
-        assert_eq!(bin.objects()[1].ptx_isa(), Some(Version(9, 5)));
-        // A swapped object is caught through the index as well.
+        assert_eq!(bin.objects()[1].ptx_isa, Some(Version(9, 5)));
+        // A swapped object is caught through either index.
         std::fs::write(dir.path().join(&m.objects[0].path), b"swapped").unwrap();
-        let e = bin.read_verified(0).unwrap_err();
-        assert!(matches!(e, LoaderError::Sha256Mismatch { .. }), "{e}");
-        assert!(e.to_string().contains("7 bytes"), "{e}");
+        for p in [&bin, &json] {
+            let e = p.read_verified(0).unwrap_err();
+            assert!(matches!(e, LoaderError::Blake3Mismatch { .. }), "{e}");
+            assert!(e.to_string().contains("7 bytes"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_index_of_the_previous_layout_is_re_derived_not_misread() {
+        let (dir, m) = tests_support::build_dir();
+        write_index(dir.path(), &m);
+        let ix = dir.path().join(LOAD_INDEX_FILE);
+        let mut bytes = std::fs::read(&ix).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        std::fs::write(&ix, &bytes).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(!p.has_load_index());
+        assert_eq!(p.record(0).unwrap().blake3, m.objects[0].blake3);
+        assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Selection: for every (kernel, variant) of a manifest, judge each object against the device
-//! with the one compat table ([`kbuild_manifest::compat`]) and keep the whole trace.
+//! Selection: for every (kernel, variant) of a package, judge each object against the device
+//! with the one compat table ([`kbuild_manifest::compat`]) and keep the whole trace
+//! ([`crate::Package::select`]); the load path picks the same object without the trace.
 
 use kbuild_manifest::compat::{judge, parse_version, sort_key, Device, Rule};
-use kbuild_manifest::manifest::{Manifest, ObjectRecord};
+use kbuild_manifest::load_index::{IndexObject, LoadIndex};
+use kbuild_manifest::manifest::ObjectRecord;
 use kbuild_manifest::resources::Resources;
 use kbuild_manifest::target::{Target, Version};
 
@@ -146,53 +148,6 @@ pub fn build_target(device: &Device) -> String {
     }
 }
 
-/// What selection needs to know about an object (a manifest record or an index entry).
-pub trait ObjectInfo {
-    fn kernel(&self) -> &str;
-    fn variant(&self) -> Option<&str>;
-    /// Canonical target name (`sm_90a`, `compute_90`, `gfx90a:xnack-`).
-    fn target(&self) -> &str;
-    fn path(&self) -> &str;
-    /// `.version` of a PTX object.
-    fn ptx_isa(&self) -> Option<Version>;
-}
-
-impl<T: ObjectInfo> ObjectInfo for &T {
-    fn kernel(&self) -> &str {
-        (**self).kernel()
-    }
-    fn variant(&self) -> Option<&str> {
-        (**self).variant()
-    }
-    fn target(&self) -> &str {
-        (**self).target()
-    }
-    fn path(&self) -> &str {
-        (**self).path()
-    }
-    fn ptx_isa(&self) -> Option<Version> {
-        (**self).ptx_isa()
-    }
-}
-
-impl ObjectInfo for ObjectRecord {
-    fn kernel(&self) -> &str {
-        &self.kernel
-    }
-    fn variant(&self) -> Option<&str> {
-        self.variant.as_deref()
-    }
-    fn target(&self) -> &str {
-        &self.target
-    }
-    fn path(&self) -> &str {
-        &self.path
-    }
-    fn ptx_isa(&self) -> Option<Version> {
-        ptx_isa(self)
-    }
-}
-
 /// The PTX ISA of a PTX object, from its first entry's resource record.
 pub fn ptx_isa(record: &ObjectRecord) -> Option<Version> {
     record.resources.values().find_map(|r| match r {
@@ -201,78 +156,37 @@ pub fn ptx_isa(record: &ObjectRecord) -> Option<Version> {
     })
 }
 
-/// Judge every object of `manifest` for `device`, grouping by (kernel, variant) in the
-/// manifest's kernel order.
-pub fn select(manifest: &Manifest, device: &Device) -> Selection {
-    select_objects(&manifest.objects, &manifest.kernels, device)
-}
-
-/// [`select`] over any objects; `kernel_order` is the manifest's `kernels`.
-pub fn select_objects<O: ObjectInfo>(
-    objects: &[O],
-    kernel_order: &[String],
-    device: &Device,
-) -> Selection {
-    select_where(objects, kernel_order, device, |_| true)
-}
-
-/// [`select_objects`] for one kernel only: what loading needs, without judging the rest.
-pub fn select_kernel<O: ObjectInfo>(
-    objects: &[O],
-    kernel_order: &[String],
-    device: &Device,
-    kernel: &str,
-) -> Selection {
-    select_where(objects, kernel_order, device, |o| o.kernel() == kernel)
-}
-
-fn select_where<O: ObjectInfo>(
-    objects: &[O],
-    kernel_order: &[String],
-    device: &Device,
-    keep: impl Fn(&O) -> bool,
-) -> Selection {
-    select_indexed(
-        objects.iter().enumerate().filter(|(_, o)| keep(o)),
-        kernel_order,
-        device,
-    )
-}
-
-/// Judge `(manifest index, object)` pairs, grouping by (kernel, variant) in `kernel_order`.
-pub fn select_indexed<O: ObjectInfo>(
-    objects: impl Iterator<Item = (usize, O)>,
-    kernel_order: &[String],
-    device: &Device,
-) -> Selection {
+/// The selection with its trace, over a load index: every (kernel, variant) in the manifest's
+/// kernel order, each object judged with the one compat table. [`crate::Package::select`] is
+/// the public way in; the load path's [`choose`] orders candidates the same way.
+pub(crate) fn trace(ix: &LoadIndex<'_>, device: &Device) -> Selection {
     let mut kernels: Vec<KernelChoice> = Vec::new();
-    for (index, record) in objects {
-        let record = &record;
-        let candidate = judge_record(index, record, device);
+    // The index was validated when it was made: no record fails to read.
+    for (index, o) in (0..ix.object_count()).filter_map(|i| ix.object(i).ok().map(|o| (i, o))) {
+        let candidate = judge_record(index, &o, device);
         let slot = kernels
             .iter_mut()
-            .find(|k| k.kernel == record.kernel() && k.variant.as_deref() == record.variant());
+            .find(|k| k.kernel == o.kernel && k.variant.as_deref() == o.variant);
         match slot {
             Some(k) => k.candidates.push(candidate),
             None => kernels.push(KernelChoice {
-                kernel: record.kernel().to_string(),
-                variant: record.variant().map(str::to_string),
+                kernel: o.kernel.to_string(),
+                variant: o.variant.map(str::to_string),
                 selected: None,
                 candidates: vec![candidate],
             }),
         }
     }
     let order = |k: &KernelChoice| {
-        kernel_order
-            .iter()
-            .position(|n| *n == k.kernel)
+        (0..ix.kernel_count())
+            .position(|i| ix.kernel(i).ok() == Some(k.kernel.as_str()))
             .unwrap_or(usize::MAX)
     };
     kernels.sort_by(|a, b| {
         order(a)
             .cmp(&order(b))
             .then_with(|| a.kernel.cmp(&b.kernel))
-            .then_with(|| variant_order(&a.variant, &b.variant))
+            .then_with(|| variant_order(a.variant.as_deref(), b.variant.as_deref()))
     });
     for k in &mut kernels {
         k.candidates
@@ -285,30 +199,30 @@ pub fn select_indexed<O: ObjectInfo>(
     }
 }
 
-/// Variants in natural order (`rows_per_block2` before `rows_per_block10`).
-fn variant_order(a: &Option<String>, b: &Option<String>) -> std::cmp::Ordering {
-    let key = |v: &Option<String>| {
-        v.as_deref().map(|s| {
-            let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-            let (stem, num) = s.split_at(s.len() - digits);
-            (
-                stem.to_string(),
-                num.parse::<u64>().unwrap_or(0),
-                s.to_string(),
-            )
-        })
-    };
-    key(a).cmp(&key(b))
+/// Variants in natural order (`rows_per_block2` before `rows_per_block10`), no variant first.
+fn variant_order(a: Option<&str>, b: Option<&str>) -> std::cmp::Ordering {
+    fn split(s: &str) -> (&str, u64) {
+        let stem = s.trim_end_matches(|c: char| c.is_ascii_digit());
+        (stem, s[stem.len()..].parse().unwrap_or(0))
+    }
+    match (a, b) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Less,
+        (Some(_), None) => std::cmp::Ordering::Greater,
+        (Some(a), Some(b)) => split(a).cmp(&split(b)).then_with(|| a.cmp(b)),
+    }
 }
 
-fn judge_record<O: ObjectInfo>(index: usize, record: &O, device: &Device) -> Candidate {
-    match record.target().parse::<Target>() {
+const UNKNOWN_TARGET_KEY: SortKey = (true, u32::MAX, std::cmp::Reverse((0, 0)));
+
+fn judge_record(index: usize, o: &IndexObject<'_>, device: &Device) -> Candidate {
+    match o.target.parse::<Target>() {
         Ok(target) => {
-            let v = judge(&target, record.ptx_isa(), device);
+            let v = judge(&target, o.ptx_isa, device);
             Candidate {
                 key: sort_key(&target, &v),
-                target: record.target().to_string(),
-                path: record.path().to_string(),
+                target: o.target.to_string(),
+                path: o.path.to_string(),
                 accepted: v.accepted,
                 rule: Some(v.rule),
                 preference: v.preference,
@@ -317,24 +231,142 @@ fn judge_record<O: ObjectInfo>(index: usize, record: &O, device: &Device) -> Can
             }
         }
         Err(e) => Candidate {
-            target: record.target().to_string(),
-            path: record.path().to_string(),
+            target: o.target.to_string(),
+            path: o.path.to_string(),
             accepted: false,
             rule: None,
             preference: u32::MAX,
-            key: (true, u32::MAX, std::cmp::Reverse((0, 0))),
+            key: UNKNOWN_TARGET_KEY,
             reason: format!("{e}: this kbuild does not know the target (the bundle is newer?)"),
             object: index,
         },
     }
 }
 
+/// Sort keys of judged targets for one device, by (target string, PTX ISA). The compat table
+/// writes a readable reason for every verdict; the load path needs only the order, so each
+/// distinct target is judged once per loader and later selections allocate nothing.
+pub(crate) struct Verdicts {
+    device: Device,
+    slots: [Option<Slot>; VERDICT_SLOTS],
+}
+
+/// Distinct (target, PTX ISA) pairs remembered; a package with more judges the rest anew.
+const VERDICT_SLOTS: usize = 32;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// The target string's place in the index: the encoder stores each string once, so equal
+    /// places are equal strings (the memo lives no longer than the index it points into).
+    target: (usize, usize),
+    ptx_isa: Option<Version>,
+    key: SortKey,
+}
+
+impl Verdicts {
+    pub(crate) fn new(device: Device) -> Verdicts {
+        Verdicts {
+            device,
+            slots: [None; VERDICT_SLOTS],
+        }
+    }
+
+    fn key(&mut self, o: &IndexObject<'_>) -> SortKey {
+        let place = (o.target.as_ptr() as usize, o.target.len());
+        let mut free = None;
+        for (i, s) in self.slots.iter().enumerate() {
+            match s {
+                Some(s) if s.target == place && s.ptx_isa == o.ptx_isa => return s.key,
+                Some(_) => {}
+                None => {
+                    free = Some(i);
+                    break;
+                }
+            }
+        }
+        let key = match o.target.parse::<Target>() {
+            Ok(t) => sort_key(&t, &judge(&t, o.ptx_isa, &self.device)),
+            Err(_) => UNKNOWN_TARGET_KEY,
+        };
+        if let Some(i) = free {
+            self.slots[i] = Some(Slot {
+                target: place,
+                ptx_isa: o.ptx_isa,
+                key,
+            });
+        }
+        key
+    }
+}
+
+/// The object [`trace`] selects for `kernel` (`variant`; `None` as in [`Selection::kernel`]),
+/// without building the trace: `None` when the kernel or variant is unknown or nothing runs
+/// (the caller then builds the trace for the error).
+pub(crate) fn choose(
+    ix: &LoadIndex<'_>,
+    verdicts: &mut Verdicts,
+    kernel: &str,
+    variant: Option<&str>,
+) -> Option<usize> {
+    // Names are compared in place; only the candidates' records are read whole.
+    let of_kernel = || {
+        (0..ix.object_count())
+            .filter(|&i| ix.object_kernel_is(i, kernel))
+            .filter_map(|i| ix.object_variant(i).ok().map(|v| (i, v)))
+    };
+    // Without a variant: the kernel's objects without one, else its first variant.
+    let variant = match variant {
+        Some(v) => Some(v),
+        None => of_kernel()
+            .map(|(_, v)| v)
+            .min_by(|a, b| variant_order(*a, *b))?,
+    };
+    let mut best: Option<(SortKey, &str, usize)> = None;
+    let candidates = of_kernel()
+        .filter(|(_, v)| *v == variant)
+        .filter_map(|(i, _)| ix.object(i).ok().map(|o| (i, o)));
+    for (i, o) in candidates {
+        let key = verdicts.key(&o);
+        let better = match best {
+            None => true,
+            Some((k, t, _)) => (key, o.target) < (k, t),
+        };
+        if better {
+            best = Some((key, o.target, i));
+        }
+    }
+    // The smallest key is accepted, or nothing is.
+    best.filter(|(k, _, _)| !k.0).map(|(_, _, i)| i)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use kbuild_manifest::manifest::{Package as PackageInfo, Provenance, SCHEMA};
+    use kbuild_manifest::manifest::Manifest;
     use kbuild_manifest::resources::PtxResources;
     use std::collections::BTreeMap;
+
+    /// The selection of `m` through the one entry point, after checking that the load path's
+    /// [`choose`] picks the same object for every kernel and variant (and for no variant).
+    pub(crate) fn select(m: &Manifest, device: &Device) -> Selection {
+        let p = crate::Package::from_manifest(m.clone()).unwrap();
+        let s = p.select(device);
+        let ix = p.load_index();
+        let mut verdicts = Verdicts::new(*device);
+        for k in &s.kernels {
+            let want = k.selected().map(|c| c.object);
+            let got = choose(&ix, &mut verdicts, &k.kernel, k.variant.as_deref());
+            assert_eq!(got, want, "{} {:?}", k.kernel, k.variant);
+            let first = s
+                .kernel(&k.kernel, None)
+                .unwrap()
+                .selected()
+                .map(|c| c.object);
+            assert_eq!(choose(&ix, &mut verdicts, &k.kernel, None), first);
+        }
+        assert_eq!(choose(&ix, &mut verdicts, "no such kernel", None), None);
+        s
+    }
 
     pub(crate) fn object(
         kernel: &str,
@@ -369,6 +401,7 @@ pub(crate) mod tests {
                 variant.map(|v| format!(".{v}")).unwrap_or_default()
             ),
             sha256: "0".repeat(64),
+            blake3: None,
             size: 1,
             format: format.into(),
             entries: vec![kernel.into()],
@@ -381,6 +414,55 @@ pub(crate) mod tests {
         let mut m = kbuild_manifest::fixtures::manifest("t", "0.1.0", objects);
         m.targets.clear();
         m
+    }
+
+    #[test]
+    fn choosing_and_recording_allocate_nothing() {
+        let mut m = h200_bundle();
+        m.objects
+            .push(object("softmax", Some("rows2"), "sm_90", None));
+        m.objects
+            .push(object("softmax", Some("rows10"), "sm_90a", None));
+        m.kernels.push("softmax".into());
+        for o in &mut m.objects {
+            o.blake3 = Some(blake3::hash(o.path.as_bytes()).to_hex().to_string());
+        }
+        let p = crate::Package::from_manifest(m).unwrap();
+        let device = dev("sm_90", Some(Version(13, 0)));
+        let mut verdicts = Verdicts::new(device);
+        // The first verdict of each target is the compat table's, with its reason.
+        let warm = p.choose(&mut verdicts, "rmsnorm", None);
+        assert!(warm.is_some());
+        p.choose(&mut verdicts, "softmax", Some("rows10"));
+        p.choose(&mut verdicts, "softmax", None);
+        let (n, ()) = crate::alloc_count::allocations(|| {
+            for (kernel, variant) in [
+                ("rmsnorm", None),
+                ("softmax", None),
+                ("softmax", Some("rows10")),
+            ] {
+                let i = p.choose(&mut verdicts, kernel, variant).unwrap();
+                let o = p.object(i).unwrap();
+                let entry = o.entry(kernel).unwrap();
+                std::hint::black_box((o.path, o.target, entry.figures.max_threads()));
+                crate::package::verify(&o, o.path.as_bytes()).unwrap();
+            }
+        });
+        assert_eq!(
+            n, 0,
+            "allocations on the load path's select + record + verify"
+        );
+        // The counter sees allocations (the trace makes many).
+        assert!(crate::alloc_count::allocations(|| p.select(&device)).0 > 0);
+        // And they agree with the trace.
+        let s = p.select(&device);
+        assert_eq!(
+            p.choose(&mut verdicts, "softmax", Some("rows10")),
+            s.kernel("softmax", Some("rows10"))
+                .unwrap()
+                .selected()
+                .map(|c| c.object)
+        );
     }
 
     fn h200_bundle() -> Manifest {

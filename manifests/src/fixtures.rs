@@ -47,6 +47,7 @@ pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectR
         target: target.into(),
         path: format!("{target}/{kernel}.{format}"),
         sha256: kbuild_base::digest::sha256_hex(bytes),
+        blake3: Some(kbuild_base::digest::blake3_hex(bytes)),
         size: bytes.len() as u64,
         format: format.into(),
         entries: vec![kernel.into()],

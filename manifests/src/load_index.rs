@@ -5,30 +5,38 @@
 //! modification time and blake3 in it: it is a cache of the manifest. A loader uses it at once
 //! while the manifest has that length and mtime (any rewrite changes them); when only the mtime
 //! differs (a copy that does not keep mtimes), after checking the manifest's blake3; else it
-//! reads the JSON. Opening is on the load path of every process: a loader reads the header and
-//! the head (everything but the resource blobs, which it reads one object at a time), with no
-//! allocation per object, where scanning a 140 kB JSON manifest costs hundreds of microseconds.
+//! reads the JSON and encodes the same index in memory ([`encode`]), so that one reader serves
+//! both. Opening is on the load path of every process: a loader reads the head (everything but
+//! the resource blobs) in one read, and selecting and loading a kernel reads fixed-layout
+//! records in place: no allocation, no decoding.
 //!
 //! Layout (little-endian). A span is `(u32 offset, u32 length)` into the string or blob
 //! section; an absent optional string has offset `u32::MAX`.
 //!
 //! ```text
-//! header      80 B   magic "KBLOADIX", u32 version (1), u32 kernels, u32 objects,
+//! header      80 B   magic "KBLOADIX", u32 version (2), u32 kernels, u32 objects,
 //!                    u32 entries, u32 strings length, u32 blobs length,
 //!                    u64 manifest length, i64 manifest mtime (ns since the epoch),
 //!                    manifest blake3 (32 bytes)
 //! kernels     8 B each     name span, in the manifest's kernel order
-//! objects     108 B each   kernel, variant, target, path, format spans; sha256 (32 raw
+//! objects     144 B each   kernel, variant, target, path, format spans; sha256 (32 raw
 //!                          bytes); u64 size; u16 PTX ISA major, u16 minor (0xffff: none);
 //!                          u32 first entry, u32 entry count; resources span (blob: the
-//!                          per-entry resource records as MessagePack); 8 reserved bytes
-//! entries     8 B each     entry-symbol span
+//!                          per-entry resource records as MessagePack); blake3 (32 raw
+//!                          bytes); u32 flags (bit 0: the manifest records the blake3);
+//!                          8 reserved bytes
+//! entries     48 B each    entry-symbol span; u32 kind (0 no record, 1 CUDA, 2 AMD, 3 PTX);
+//!                          u32 registers; u32 max threads (u32::MAX: none); u32 reserved;
+//!                          u64 LDS bytes; u64 reserved shared bytes; u64 scratch bytes
 //! strings, blobs
 //! ```
 //!
-//! The reader is a pure function over `&[u8]`: section sizes are checked against the data, the
-//! string section is checked to be UTF-8 once, every span when it is read, and a damaged file
-//! is an error, never a panic.
+//! Version 1 (no blake3, no per-entry figures) is refused with [`LoadIndexError::Version`]: a
+//! loader then reads the JSON, and the next build rewrites the file.
+//!
+//! The reader is a pure function over `&[u8]`: section sizes are checked against the data,
+//! every span is checked (and its UTF-8) when it is read, [`LoadIndex::validate`] checks them
+//! all once, and a damaged file is an error, never a panic.
 
 use std::collections::BTreeMap;
 
@@ -39,12 +47,15 @@ use crate::target::Version;
 /// File name of the load index, beside `manifest.json`.
 pub const LOAD_INDEX_FILE: &str = "manifest.kbi";
 const MAGIC: &[u8; 8] = b"KBLOADIX";
-const VERSION: u32 = 1;
+/// The layout version this crate writes and reads.
+pub const VERSION: u32 = 2;
 /// Bytes of the header, which say how long the rest is ([`head_len`]).
 pub const HEADER_LEN: usize = 80;
 const SPAN: usize = 8;
-const OBJECT: usize = 108;
+const OBJECT: usize = 144;
+const ENTRY: usize = 48;
 const NONE: u32 = u32::MAX;
+const FLAG_BLAKE3: u32 = 1;
 
 /// Why a load index cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,9 +68,18 @@ pub enum LoadIndexError {
     Damaged(String),
     #[error("the manifest is too large for a load index ({0})")]
     TooLarge(&'static str),
+    #[error("object {path}: {field} `{value}` is not 64 hex digits")]
+    Digest {
+        path: String,
+        field: &'static str,
+        value: String,
+    },
+    #[error("object {path}: resource records do not encode: {cause}")]
+    Encode { path: String, cause: String },
 }
 
-/// The manifest file a load index was written for.
+/// The manifest file a load index was written for; also how the loader tells whether an
+/// index it holds in memory still stands for the manifest on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManifestStamp {
     pub len: u64,
@@ -90,27 +110,101 @@ impl ManifestStamp {
     }
 }
 
+/// What the loader compares with the runtime's figures after loading an entry, as the
+/// manifest's resource record says (the fixed-layout copy in the index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoadFigures {
+    /// No resource record for the entry.
+    #[default]
+    None,
+    Cuda {
+        registers: u32,
+        lds_bytes: u64,
+        reserved_shared_bytes: u64,
+        scratch_bytes: u64,
+        max_threads: Option<u32>,
+    },
+    Amd {
+        lds_bytes: u64,
+        scratch_bytes: u64,
+        max_threads: u32,
+    },
+    /// PTX: JIT-compiled by the driver, no build-time figures.
+    Ptx,
+}
+
+impl LoadFigures {
+    /// The figures of a resource record.
+    pub fn of(record: Option<&Resources>) -> LoadFigures {
+        match record {
+            None => LoadFigures::None,
+            Some(Resources::Cuda(r)) => LoadFigures::Cuda {
+                registers: r.registers,
+                lds_bytes: r.lds_bytes,
+                reserved_shared_bytes: r.reserved_shared_bytes,
+                scratch_bytes: r.scratch_bytes,
+                max_threads: r.max_threads,
+            },
+            Some(Resources::Amd(r)) => LoadFigures::Amd {
+                lds_bytes: r.lds_bytes,
+                scratch_bytes: r.scratch_bytes,
+                max_threads: r.max_threads,
+            },
+            Some(Resources::Ptx(_)) => LoadFigures::Ptx,
+        }
+    }
+
+    /// The manifest's launch bound, when it has one.
+    pub fn max_threads(&self) -> Option<u32> {
+        match *self {
+            LoadFigures::Cuda { max_threads, .. } => max_threads,
+            LoadFigures::Amd { max_threads, .. } => Some(max_threads),
+            LoadFigures::None | LoadFigures::Ptx => None,
+        }
+    }
+}
+
+/// One entry symbol of an object and its figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry<'a> {
+    pub name: &'a str,
+    pub figures: LoadFigures,
+}
+
 /// Encode the load index of `manifest`, whose `manifest.json` has `stamp`.
 pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, LoadIndexError> {
     let mut strings = StringTable::default();
     let mut blobs: Vec<u8> = Vec::new();
-    let mut entries: Vec<[u32; 2]> = Vec::new();
+    let mut entries: Vec<u8> = Vec::new();
+    let mut entry_count = 0usize;
     let mut kernels = Vec::with_capacity(manifest.kernels.len());
     for k in &manifest.kernels {
         kernels.push(strings.span(k)?);
     }
+    let digest = |o: &ObjectRecord, field: &'static str, value: &str| {
+        parse_sha256(value).ok_or_else(|| LoadIndexError::Digest {
+            path: o.path.clone(),
+            field,
+            value: value.to_string(),
+        })
+    };
     let mut objects = Vec::with_capacity(manifest.objects.len() * OBJECT);
     for o in &manifest.objects {
-        let sha = parse_sha256(&o.sha256).ok_or(LoadIndexError::Damaged(format!(
-            "object {}: sha256 `{}` is not 64 hex digits",
-            o.path, o.sha256
-        )))?;
-        let first_entry = u32_of(entries.len(), "entries")?;
+        let sha = digest(o, "sha256", &o.sha256)?;
+        let blake3 = match &o.blake3 {
+            Some(b) => Some(digest(o, "blake3", b)?),
+            None => None,
+        };
+        let first_entry = u32_of(entry_count, "entries")?;
         for e in &o.entries {
-            entries.push(strings.span(e)?);
+            put_span(&mut entries, strings.span(e)?);
+            put_figures(&mut entries, LoadFigures::of(o.resources.get(e)));
+            entry_count += 1;
         }
-        let blob = rmp_serde::to_vec_named(&o.resources)
-            .map_err(|e| LoadIndexError::Damaged(format!("object {}: resources: {e}", o.path)))?;
+        let blob = rmp_serde::to_vec_named(&o.resources).map_err(|e| LoadIndexError::Encode {
+            path: o.path.clone(),
+            cause: e.to_string(),
+        })?;
         let blob_span = [u32_of(blobs.len(), "blobs")?, u32_of(blob.len(), "blobs")?];
         blobs.extend_from_slice(&blob);
         let ptx = crate::compat::parse_version(&ptx_isa_text(o).unwrap_or_default());
@@ -141,13 +235,16 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         objects.extend_from_slice(&first_entry.to_le_bytes());
         objects.extend_from_slice(&u32_of(o.entries.len(), "entries")?.to_le_bytes());
         put_span(&mut objects, blob_span);
+        objects.extend_from_slice(&blake3.unwrap_or([0; 32]));
+        let flags = if blake3.is_some() { FLAG_BLAKE3 } else { 0 };
+        objects.extend_from_slice(&flags.to_le_bytes());
         objects.extend_from_slice(&[0u8; 8]);
     }
     let mut out = Vec::with_capacity(
         HEADER_LEN
             + kernels.len() * SPAN
             + objects.len()
-            + entries.len() * SPAN
+            + entries.len()
             + strings.data.len()
             + blobs.len(),
     );
@@ -156,7 +253,7 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         VERSION,
         u32_of(kernels.len(), "kernels")?,
         u32_of(manifest.objects.len(), "objects")?,
-        u32_of(entries.len(), "entries")?,
+        u32_of(entry_count, "entries")?,
         u32_of(strings.data.len(), "strings")?,
         u32_of(blobs.len(), "blobs")?,
     ] {
@@ -169,9 +266,7 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         put_span(&mut out, k);
     }
     out.extend_from_slice(&objects);
-    for e in entries {
-        put_span(&mut out, e);
-    }
+    out.extend_from_slice(&entries);
     out.extend_from_slice(strings.data.as_bytes());
     out.extend_from_slice(&blobs);
     Ok(out)
@@ -196,6 +291,38 @@ fn ptx_isa_text(o: &ObjectRecord) -> Option<String> {
 fn put_span(out: &mut Vec<u8>, [off, len]: [u32; 2]) {
     out.extend_from_slice(&off.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
+}
+
+fn put_figures(out: &mut Vec<u8>, f: LoadFigures) {
+    let (kind, registers, max_threads, lds, reserved, scratch) = match f {
+        LoadFigures::None => (0u32, 0, None, 0, 0, 0),
+        LoadFigures::Cuda {
+            registers,
+            lds_bytes,
+            reserved_shared_bytes,
+            scratch_bytes,
+            max_threads,
+        } => (
+            1,
+            registers,
+            max_threads,
+            lds_bytes,
+            reserved_shared_bytes,
+            scratch_bytes,
+        ),
+        LoadFigures::Amd {
+            lds_bytes,
+            scratch_bytes,
+            max_threads,
+        } => (2, 0, Some(max_threads), lds_bytes, 0, scratch_bytes),
+        LoadFigures::Ptx => (3, 0, None, 0, 0, 0),
+    };
+    for n in [kind, registers, max_threads.unwrap_or(NONE), 0] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    for n in [lds, reserved, scratch] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
 }
 
 fn u32_of(n: usize, what: &'static str) -> Result<u32, LoadIndexError> {
@@ -238,6 +365,18 @@ pub fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// Lowercase hex of a 32-byte digest, into `buf` (no allocation: the load path passes the
+/// sha256 to its object source this way).
+pub fn hex_into<'b>(digest: &[u8; 32], buf: &'b mut [u8; 64]) -> &'b str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in digest.iter().enumerate() {
+        buf[2 * i] = HEX[usize::from(b >> 4)];
+        buf[2 * i + 1] = HEX[usize::from(b & 15)];
+    }
+    // Only ASCII hex digits were written.
+    std::str::from_utf8(buf).unwrap_or_default()
+}
+
 /// A load index, read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadIndex<'a> {
@@ -248,8 +387,9 @@ pub struct LoadIndex<'a> {
     stamp: ManifestStamp,
     objects_at: usize,
     entries_at: usize,
-    /// The string section, checked to be UTF-8 once.
-    strings: &'a str,
+    /// The string section; each span's UTF-8 is checked when it is read, so that parsing is
+    /// O(1) (the loader parses on every access instead of keeping a self-borrowing view).
+    strings: &'a [u8],
     /// Empty when only the head was read.
     blobs: &'a [u8],
     blobs_at: u64,
@@ -265,6 +405,8 @@ pub struct IndexObject<'a> {
     pub path: &'a str,
     pub format: &'a str,
     pub sha256: &'a [u8; 32],
+    /// `None` for a manifest written before objects recorded their blake3.
+    pub blake3: Option<&'a [u8; 32]>,
     pub size: u64,
     pub ptx_isa: Option<Version>,
     first_entry: u32,
@@ -274,11 +416,21 @@ pub struct IndexObject<'a> {
 }
 
 fn u32_at(d: &[u8], at: usize) -> Option<u32> {
-    d.get(at..at + 4)?.try_into().ok().map(u32::from_le_bytes)
+    d.get(at..at.checked_add(4)?)?
+        .try_into()
+        .ok()
+        .map(u32::from_le_bytes)
 }
 
 fn u64_at(d: &[u8], at: usize) -> Option<u64> {
-    d.get(at..at + 8)?.try_into().ok().map(u64::from_le_bytes)
+    d.get(at..at.checked_add(8)?)?
+        .try_into()
+        .ok()
+        .map(u64::from_le_bytes)
+}
+
+fn digest_at(d: &[u8], at: usize) -> Option<&[u8; 32]> {
+    d.get(at..at.checked_add(32)?)?.try_into().ok()
 }
 
 impl<'a> LoadIndex<'a> {
@@ -298,14 +450,16 @@ impl<'a> LoadIndex<'a> {
             return Err(short());
         }
         let head = HEADER_LEN as u64
-            + (field(1)? + field(3)?) * SPAN as u64
+            + field(1)? * SPAN as u64
             + field(2)? * OBJECT as u64
+            + field(3)? * ENTRY as u64
             + field(4)?;
         Ok((head, head + field(5)?))
     }
 
-    /// Check the header and section sizes (objects are checked as they are read). `data` is
-    /// the whole file, or its head ([`head_len`] bytes: everything but the resource blobs).
+    /// Check the header and section sizes (records are checked as they are read, or all at
+    /// once by [`Self::validate`]). `data` is the whole file, or its head ([`head_len`]
+    /// bytes: everything but the resource blobs). O(1).
     pub fn parse(data: &'a [u8]) -> Result<LoadIndex<'a>, LoadIndexError> {
         let (head, total) = LoadIndex::parse_header(data)?;
         if total != data.len() as u64 && head != data.len() as u64 {
@@ -320,10 +474,7 @@ impl<'a> LoadIndex<'a> {
         let (kernels, objects, entries, strings_len, blobs_len) =
             (field(1), field(2), field(3), field(4), field(5));
         let range_err = || LoadIndexError::Damaged("section sizes out of range".into());
-        let blake3: [u8; 32] = data
-            .get(48..80)
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(range_err)?;
+        let blake3 = *digest_at(data, 48).ok_or_else(range_err)?;
         let stamp = ManifestStamp {
             len: u64_at(data, 32).unwrap_or(0),
             mtime_ns: u64_at(data, 40).unwrap_or(0) as i64,
@@ -331,12 +482,8 @@ impl<'a> LoadIndex<'a> {
         };
         let objects_at = HEADER_LEN + kernels as usize * SPAN;
         let entries_at = objects_at + objects as usize * OBJECT;
-        let strings_at = entries_at + entries as usize * SPAN;
+        let strings_at = entries_at + entries as usize * ENTRY;
         let blobs_at = strings_at + strings_len as usize;
-        let strings = std::str::from_utf8(data.get(strings_at..blobs_at).ok_or_else(range_err)?)
-            .map_err(|e| {
-                LoadIndexError::Damaged(format!("the string section is not UTF-8: {e}"))
-            })?;
         Ok(LoadIndex {
             data,
             kernels,
@@ -345,11 +492,32 @@ impl<'a> LoadIndex<'a> {
             stamp,
             objects_at,
             entries_at,
-            strings,
+            strings: data.get(strings_at..blobs_at).ok_or_else(range_err)?,
             blobs: data.get(blobs_at..).ok_or_else(range_err)?,
             blobs_at: blobs_at as u64,
             blobs_len,
         })
+    }
+
+    /// An index of nothing (no kernels, no objects).
+    pub fn empty() -> LoadIndex<'static> {
+        LoadIndex {
+            data: &[],
+            kernels: 0,
+            objects: 0,
+            entries: 0,
+            stamp: ManifestStamp {
+                len: 0,
+                mtime_ns: -1,
+                blake3: [0; 32],
+            },
+            objects_at: HEADER_LEN,
+            entries_at: HEADER_LEN,
+            strings: &[],
+            blobs: &[],
+            blobs_at: HEADER_LEN as u64,
+            blobs_len: 0,
+        }
     }
 
     /// The manifest this index was written for.
@@ -378,11 +546,13 @@ impl<'a> LoadIndex<'a> {
         if off == NONE {
             return Ok(None);
         }
-        // `get` also refuses a span that does not fall on character boundaries.
-        self.strings
+        let bytes = self
+            .strings
             .get(off as usize..off as usize + len as usize)
-            .map(Some)
-            .ok_or_else(damaged)
+            .ok_or_else(damaged)?;
+        std::str::from_utf8(bytes).map(Some).map_err(|e| {
+            LoadIndexError::Damaged(format!("{}: the string is not UTF-8: {e}", what()))
+        })
     }
 
     fn string(&self, at: usize, what: &dyn Fn() -> String) -> Result<&'a str, LoadIndexError> {
@@ -415,10 +585,7 @@ impl<'a> LoadIndex<'a> {
         let path = self.string(at + 24, &|| format!("object {i} path"))?;
         let format = self.string(at + 32, &|| format!("object {i} format"))?;
         let damaged = || LoadIndexError::Damaged(format!("object {i} record"));
-        let sha256: &[u8; 32] = d
-            .get(at + 40..at + 72)
-            .and_then(|s| s.try_into().ok())
-            .ok_or_else(damaged)?;
+        let sha256 = digest_at(d, at + 40).ok_or_else(damaged)?;
         let size = u64_at(d, at + 72).ok_or_else(damaged)?;
         let ptx = u32_at(d, at + 80).ok_or_else(damaged)?;
         let (major, minor) = (ptx & 0xffff, ptx >> 16);
@@ -439,7 +606,8 @@ impl<'a> LoadIndex<'a> {
                 "object {i} resources are out of range"
             )));
         }
-        let resources = (roff, rlen);
+        let blake3 = digest_at(d, at + 100).ok_or_else(damaged)?;
+        let flags = u32_at(d, at + 132).ok_or_else(damaged)?;
         Ok(IndexObject {
             kernel,
             variant,
@@ -447,26 +615,25 @@ impl<'a> LoadIndex<'a> {
             path,
             format,
             sha256,
+            blake3: (flags & FLAG_BLAKE3 != 0).then_some(blake3),
             size,
             ptx_isa,
             first_entry,
             entry_count,
-            resources,
+            resources: (roff, rlen),
         })
     }
 
-    /// Check every kernel name, object record and entry symbol once (no allocation), so that
-    /// later reads of this index cannot fail.
+    /// Check every kernel name, object record and entry once (no allocation), so that later
+    /// reads of this index cannot fail.
     pub fn validate(&self) -> Result<(), LoadIndexError> {
         for k in 0..self.kernel_count() {
             self.kernel(k)?;
         }
         for i in 0..self.object_count() {
             let o = self.object(i)?;
-            for e in o.first_entry..o.first_entry + o.entry_count {
-                self.string(self.entries_at + e as usize * SPAN, &|| {
-                    format!("entry symbol {e}")
-                })?;
+            for k in 0..o.entry_count() {
+                self.entry(&o, k)?;
             }
         }
         Ok(())
@@ -481,7 +648,6 @@ impl<'a> LoadIndex<'a> {
         match (u32_at(self.data, at), u32_at(self.data, at + 4)) {
             (Some(off), Some(len)) => {
                 self.strings
-                    .as_bytes()
                     .get(off as usize..(off as usize).saturating_add(len as usize))
                     == Some(kernel.as_bytes())
             }
@@ -489,14 +655,76 @@ impl<'a> LoadIndex<'a> {
         }
     }
 
+    /// Object `i`'s variant, reading that one span (the load path's filter).
+    pub fn object_variant(&self, i: usize) -> Result<Option<&'a str>, LoadIndexError> {
+        if i >= self.objects as usize {
+            return Err(LoadIndexError::Damaged(format!(
+                "object {i} is out of range"
+            )));
+        }
+        self.span(self.objects_at + i * OBJECT + 8, &|| {
+            format!("object {i} variant")
+        })
+    }
+
+    /// Entry `k` of `o` (its symbol and load figures).
+    pub fn entry(&self, o: &IndexObject<'a>, k: usize) -> Result<IndexEntry<'a>, LoadIndexError> {
+        if k >= o.entry_count as usize {
+            return Err(LoadIndexError::Damaged(format!(
+                "object {}: entry {k} is out of range",
+                o.path
+            )));
+        }
+        let e = o.first_entry as usize + k;
+        let at = self.entries_at + e * ENTRY;
+        let name = self.string(at, &|| format!("entry symbol {e}"))?;
+        let damaged = || LoadIndexError::Damaged(format!("entry {e} record"));
+        let word = |off: usize| u32_at(self.data, at + off).ok_or_else(damaged);
+        let long = |off: usize| u64_at(self.data, at + off).ok_or_else(damaged);
+        let max_threads = Some(word(16)?).filter(|t| *t != NONE);
+        let figures = match word(8)? {
+            0 => LoadFigures::None,
+            1 => LoadFigures::Cuda {
+                registers: word(12)?,
+                lds_bytes: long(24)?,
+                reserved_shared_bytes: long(32)?,
+                scratch_bytes: long(40)?,
+                max_threads,
+            },
+            2 => LoadFigures::Amd {
+                lds_bytes: long(24)?,
+                scratch_bytes: long(40)?,
+                max_threads: max_threads.unwrap_or(0),
+            },
+            3 => LoadFigures::Ptx,
+            kind => {
+                return Err(LoadIndexError::Damaged(format!(
+                    "entry {e}: resource kind {kind} is unknown"
+                )))
+            }
+        };
+        Ok(IndexEntry { name, figures })
+    }
+
+    /// The entry of `o` named `name`, if it exports one.
+    pub fn find_entry(
+        &self,
+        o: &IndexObject<'a>,
+        name: &str,
+    ) -> Result<Option<IndexEntry<'a>>, LoadIndexError> {
+        for k in 0..o.entry_count() {
+            let e = self.entry(o, k)?;
+            if e.name == name {
+                return Ok(Some(e));
+            }
+        }
+        Ok(None)
+    }
+
     /// The entry symbols of `o`.
     pub fn entries(&self, o: &IndexObject<'a>) -> Result<Vec<&'a str>, LoadIndexError> {
-        (o.first_entry..o.first_entry + o.entry_count)
-            .map(|e| {
-                self.string(self.entries_at + e as usize * SPAN, &|| {
-                    format!("entry symbol {e}")
-                })
-            })
+        (0..o.entry_count())
+            .map(|k| self.entry(o, k).map(|e| e.name))
             .collect()
     }
 
@@ -511,6 +739,11 @@ impl<'a> LoadIndex<'a> {
             .get(off as usize..off as usize + len as usize)
             .ok_or_else(|| LoadIndexError::Damaged("only the head of the index was read".into()))?;
         decode_resources(bytes, o.path)
+    }
+
+    /// Whether the blobs are in the data this index was parsed from (not only the head).
+    pub fn has_blobs(&self) -> bool {
+        self.blobs.len() as u64 == u64::from(self.blobs_len)
     }
 
     /// Where `o`'s resource records lie in the file, for a reader that read only the head
@@ -545,13 +778,19 @@ pub fn decode_resources(
 impl IndexObject<'_> {
     /// Lowercase hex of the sha256.
     pub fn sha256_hex(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(64);
-        for b in self.sha256 {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 15)]));
-        }
-        s
+        let mut buf = [0u8; 64];
+        hex_into(self.sha256, &mut buf).to_string()
+    }
+
+    /// Lowercase hex of the blake3, when the manifest records it.
+    pub fn blake3_hex(&self) -> Option<String> {
+        let mut buf = [0u8; 64];
+        self.blake3.map(|b| hex_into(b, &mut buf).to_string())
+    }
+
+    /// How many entry symbols the object exports.
+    pub fn entry_count(&self) -> usize {
+        self.entry_count as usize
     }
 }
 
@@ -583,6 +822,7 @@ mod tests {
                     target: target.into(),
                     path: format!("{target}/{kernel}.{format}"),
                     sha256: format!("{:064x}", target.len() * 7 + kernel.len()),
+                    blake3: (format != "ptx").then(|| format!("{:064x}", target.len() + 99)),
                     size: 1234,
                     format: format.into(),
                     entries: vec![format!("{kernel}_f32"), format!("{kernel}_bf16")],
@@ -627,15 +867,45 @@ mod tests {
             assert_eq!(v.path, o.path);
             assert_eq!(v.format, o.format);
             assert_eq!(v.sha256_hex(), o.sha256);
+            assert_eq!(v.blake3_hex(), o.blake3);
             assert_eq!(v.size, o.size);
             assert_eq!(ix.entries(&v).unwrap(), o.entries);
             assert_eq!(ix.resources(&v).unwrap(), o.resources);
+            // The fixed-layout figures are the resource records' own.
+            for (k, name) in o.entries.iter().enumerate() {
+                let e = ix.entry(&v, k).unwrap();
+                assert_eq!(e.name, name);
+                assert_eq!(e.figures, LoadFigures::of(o.resources.get(name)));
+                assert_eq!(ix.find_entry(&v, name).unwrap(), Some(e));
+            }
+            assert_eq!(ix.find_entry(&v, "nope").unwrap(), None);
         }
+        let cubin = ix.object(0).unwrap();
+        match ix.entry(&cubin, 0).unwrap().figures {
+            LoadFigures::Cuda {
+                registers,
+                lds_bytes,
+                reserved_shared_bytes,
+                max_threads,
+                ..
+            } => assert_eq!(
+                (registers, lds_bytes, reserved_shared_bytes, max_threads),
+                (32, 32, 1024, Some(256))
+            ),
+            f => panic!("{f:?}"),
+        }
+        assert_eq!(ix.entry(&cubin, 1).unwrap().figures, LoadFigures::None);
+        assert_eq!(ix.object(1).unwrap().blake3, None);
+        assert_eq!(ix.object_variant(2).unwrap(), Some("rows4"));
+        assert_eq!(ix.object_variant(0).unwrap(), None);
+        assert!(ix.object_variant(3).is_err());
+        assert!(ix.has_blobs());
         // The head alone (what a loader reads at open), then one object's blob.
         let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
         assert!(head < bytes.len());
         let hx = LoadIndex::parse(&bytes[..head]).unwrap();
         hx.validate().unwrap();
+        assert!(!hx.has_blobs());
         for (i, o) in m.objects.iter().enumerate() {
             let v = hx.object(i).unwrap();
             assert!(hx.resources(&v).is_err());
@@ -681,6 +951,28 @@ mod tests {
         let ix = LoadIndex::parse(&v).unwrap();
         let e = ix.object(0).unwrap_err().to_string();
         assert!(e.contains("object 0 path"), "{e}");
+        assert!(ix.validate().is_err());
+        // An index of the previous layout (no blake3, no figures) is refused, not misread.
+        let mut v1 = bytes.clone();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert_eq!(
+            LoadIndex::parse(&v1).unwrap_err(),
+            LoadIndexError::Version(1)
+        );
+        assert_eq!(head_len(&v1[..HEADER_LEN]), Err(LoadIndexError::Version(1)));
+        // A digest that is not hex is refused when encoding, naming the object.
+        let mut m = sample();
+        m.objects[0].blake3 = Some("xyz".into());
+        let stamp = ManifestStamp {
+            len: 0,
+            mtime_ns: -1,
+            blake3: [0; 32],
+        };
+        let e = encode(&m, stamp).unwrap_err().to_string();
+        assert!(
+            e.contains("sm_90/rmsnorm.cubin") && e.contains("blake3"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -712,7 +1004,12 @@ mod tests {
                         if let Ok(obj) = ix.object(o) {
                             let _ = ix.entries(&obj);
                             let _ = ix.resources(&obj);
+                            for k in 0..obj.entry_count().min(8) {
+                                let _ = ix.entry(&obj, k);
+                            }
+                            let _ = ix.find_entry(&obj, "rmsnorm_f32");
                         }
+                        let _ = ix.validate();
                     }
                     for k in 0..ix.kernel_count().min(8) {
                         let _ = ix.kernel(k);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loader acceptance on an NVIDIA GPU (issue 6), one call of the device tool. Builds nothing
+# Loader acceptance on an NVIDIA GPU (issues 6 and 13), one call of the device tool. Builds nothing
 # there: everything runs from .device/loader/, prepared here by
 #   scripts/device/loader-prepare.sh
 # and carried (`carry: [".device/loader"]`). Prints the report; copies it to $OUT.
@@ -32,8 +32,13 @@ chmod +x "$D/kbuild" "$D/loader_gpu" "$D/explain_c" 2>/dev/null
   KBUILD_GPU_BUILD="$D/kb-h200" timeout 120 "$D/loader_gpu" --ignored --nocapture --test-threads=1
   echo "exit $?"
   echo
-  echo "## benchmark again (same binary, same run), then with eager module loading"
-  KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal|stages)'
-  CUDA_MODULE_LOADING=EAGER KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 60 "$D/loader_gpu" --ignored --nocapture --test-threads=1 | grep -E '^(CUDA_|\||goal|stages)'
-  echo "exit $?"
+  echo "## GDN benchmark again (same binary, same run), then with eager module loading"
+  # The bench and the swapped-object check only: open once, then select, verify and load
+  # every kernel the GDN engine uses, against raw cuModuleLoadData + cuModuleGetFunction.
+  for mode in default EAGER; do
+    if [ "$mode" = EAGER ]; then export CUDA_MODULE_LOADING=EAGER; fi
+    KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 150 "$D/loader_gpu" --ignored --nocapture --test-threads=1 \
+      | grep -E '^(CUDA_|\||goal|stages|===|.*←)'
+    echo "exit ${PIPESTATUS[0]}"
+  done
 } 2>&1 | tee "$OUT/loader-h200.txt"

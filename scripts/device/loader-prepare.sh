@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepare .device/loader/ for scripts/device/loader-h200.sh (run here, on the build machine):
-# a build dir with sm_80, sm_89, sm_90, sm_90a and compute_90 from CUDA 13.5, the release
-# kbuild binary, the release loader_gpu test binary, the C example and the loader cdylib.
-# .device/ is ignored through .git/info/exclude.
+# a build dir with sm_80, sm_89, sm_90, sm_90a and compute_90 from CUDA 13.5 (every kernel,
+# the GDN engine's among them), the release kbuild binary, the release loader_gpu test binary,
+# the C example and the loader cdylib. Ignore .device/ first (`echo /.device/ >>
+# "$(git rev-parse --git-common-dir)/info/exclude"`): it travels as `carry: [".device/loader"]`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=.device/loader

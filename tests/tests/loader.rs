@@ -501,11 +501,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     assert_eq!(entries.len(), 1, "{entries:?}");
     let cache = kbuild_bundle::cache::Cache::new(&cache.join("registry"));
     let package = kbuild_loader::Package::from_cache(&cache, &entries[0]).unwrap();
-    let targets: Vec<&str> = package
-        .objects()
-        .iter()
-        .map(|o| o.target.as_str())
-        .collect();
+    let targets: Vec<&str> = package.objects().iter().map(|o| o.target).collect();
     assert!(targets.contains(&"gfx1100"), "{targets:?}");
     assert!(
         !targets.contains(&"sm_90a"),
@@ -561,13 +557,8 @@ fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
     for spec in ["sm_90", "sm_89", "gfx1100", "gfx1151", "sm_120"] {
         let device = Device::parse(spec, None, None).unwrap();
         assert_eq!(indexed.select(&device), json.select(&device), "{spec}");
-        assert_eq!(
-            indexed.select_kernel(&device, "rmsnorm"),
-            json.select_kernel(&device, "rmsnorm"),
-            "{spec}"
-        );
     }
-    for i in 0..json.objects().len() {
+    for i in 0..json.object_count() {
         let (a, b) = (indexed.record(i).unwrap(), json.record(i).unwrap());
         assert_eq!(a, b, "object {i}");
         assert_eq!(

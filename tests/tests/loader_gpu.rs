@@ -3,7 +3,7 @@
 //! manifest, graph capture, a swapped and a stale artifact, and the load benchmark.
 //!
 //! `#[ignore]`d: it needs a GPU and a build directory with sm_80, sm_89, sm_90, sm_90a and
-//! compute_90 objects built with CUDA 13.5 (`KBUILD_GPU_BUILD=DIR`). Every step runs and
+//! compute_90 objects of every kernel built with CUDA 13.5 (`KBUILD_GPU_BUILD=DIR`). Every step runs and
 //! reports even when an earlier one failed; the test fails at the end if any did.
 
 use std::ffi::{c_void, CString};
@@ -261,7 +261,10 @@ fn loader_on_h200() {
 
     let bench_only = std::env::var_os("KBUILD_GPU_BENCH_ONLY").is_some();
     if bench_only {
-        rep.step("benchmark", || bench(&dir, &gpu));
+        rep.step("benchmark: the GDN engine's kernels", || {
+            bench_gdn(&dir, &gpu)
+        });
+        rep.step("swapped GDN object is refused", || swapped_gdn(&dir, &gpu));
         return;
     }
 
@@ -310,7 +313,8 @@ fn loader_on_h200() {
         for (target_dir, label) in [(dir.clone(), "selected")] {
             let l = Loader::open(&target_dir, &gpu).map_err(e)?;
             let f = l.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
-            out.push_str(&format!("{label}: {} ({})\n", f.record().target, f.record().path));
+            let r = f.record().map_err(e)?;
+            out.push_str(&format!("{label}: {} ({})\n", r.target, r.path));
             for c in f.attribute_checks() {
                 out.push_str(&format!(
                     "  {:<14} loaded {:>5}  manifest {:<18} {}\n",
@@ -398,7 +402,7 @@ fn loader_on_h200() {
             .map(|t| format!("captured 1 launch, replayed the graph: {t}"))
     });
 
-    rep.step("swapped object is caught (sha256 before load)", || {
+    rep.step("swapped object is caught (blake3 before load)", || {
         let tmp = tempfile::tempdir().map_err(e)?;
         copy_build(&dir, tmp.path())?;
         let sel = tmp.path().join("sm_90a/rmsnorm.cubin");
@@ -409,7 +413,7 @@ fn loader_on_h200() {
             return Err("the copy was not opened through manifest.kbi".into());
         }
         match loader.function("rmsnorm", None, "rmsnorm_f32") {
-            Err(err @ LoaderError::Sha256Mismatch { .. }) => Ok(err.to_string()),
+            Err(err @ LoaderError::Blake3Mismatch { .. }) => Ok(err.to_string()),
             other => Err(format!("not caught: {other:?}")),
         }
     });
@@ -454,9 +458,10 @@ fn loader_on_h200() {
     });
 
     rep.step(
-        "benchmark: open+select+verify+load vs raw cuModuleLoadData",
-        || bench(&dir, &gpu),
+        "benchmark: open + select + verify + load of the GDN engine's kernels vs raw",
+        || bench_gdn(&dir, &gpu),
     );
+    rep.step("swapped GDN object is refused", || swapped_gdn(&dir, &gpu));
 
     println!("\n| step | result |\n|---|---|");
     for (name, ok, _) in &rep.rows {
@@ -471,72 +476,114 @@ fn loader_on_h200() {
     assert!(failed.is_empty(), "failed steps: {failed:?}");
 }
 
-fn bench(dir: &Path, gpu: &Gpu) -> Step {
-    use sha2::Digest;
-    const WARMUP: usize = 30;
-    const N: usize = 400;
-    // `dir` as it arrived (a copy that may not have kept mtimes: its load index is then bound
-    // by the manifest's blake3), and a copy installed here with a load index for its manifest
-    // as it is now (what a build or a pull leaves: bound by length and mtime).
-    let carried = dir;
-    let installed = tempfile::tempdir().map_err(e)?;
-    copy_build(carried, installed.path())?;
-    restamp(installed.path())?;
-    let dir = installed.path();
-    let (cubin, cubin_path, object) = {
-        let l = Loader::open(dir, gpu).map_err(e)?;
-        if !l.package().has_load_index() {
-            return Err(format!("{}: no usable manifest.kbi", dir.display()));
+/// What the GDN engine loads: every (kernel, variant) and its entries, for the production
+/// geometry, from the engine's own plan.
+fn gdn_needs() -> Vec<(String, Option<String>, Vec<CString>)> {
+    let geometry = kbuild_engine::geometry::Geometry::default();
+    kbuild_engine::plan::needs(&geometry)
+        .into_iter()
+        .map(|n| {
+            let entries = n
+                .entries
+                .iter()
+                .filter_map(|e| CString::new(*e).ok())
+                .collect();
+            (n.kernel.to_string(), n.variant, entries)
+        })
+        .collect()
+}
+
+fn entry_str(c: &CString) -> &str {
+    c.to_str().unwrap_or_default()
+}
+
+/// A copy of `from` with a load index written for it as it is now (what a build or an
+/// install leaves: the index matches by length and mtime); `edit` may change the manifest
+/// and objects first.
+fn installed_copy(
+    from: &Path,
+    edit: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<tempfile::TempDir, String> {
+    let tmp = tempfile::tempdir().map_err(e)?;
+    copy_build(from, tmp.path())?;
+    edit(tmp.path())?;
+    restamp(tmp.path())?;
+    Ok(tmp)
+}
+
+/// The manifest without any object's blake3 (as an older kbuild wrote it).
+fn strip_blake3(dir: &Path) -> Result<(), String> {
+    let mpath = dir.join("manifest.json");
+    let mut m = Manifest::from_json(&std::fs::read(&mpath).map_err(e)?).map_err(e)?;
+    for o in &mut m.objects {
+        o.blake3 = None;
+    }
+    std::fs::write(&mpath, m.to_json()).map_err(e)
+}
+
+/// Open once, then select, verify (blake3, or sha256 for a manifest without it), load and
+/// get every function the GDN engine uses, against the same raw cuModuleLoadData +
+/// cuModuleGetFunction calls on the same bytes (in memory), interleaved in one run.
+fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
+    const WARMUP: usize = 20;
+    const N: usize = 300;
+    let needs = gdn_needs();
+    let device = gpu.device().device;
+    let installed = installed_copy(dir, |_| Ok(()))?;
+    let old = installed_copy(dir, strip_blake3)?;
+    let ours_dir = installed.path();
+    // The objects the loader selects, read once for the raw rows.
+    let (objects, total_bytes) = {
+        let p = Package::open(ours_dir).map_err(e)?;
+        if !p.has_load_index() {
+            return Err(format!("{}: no usable manifest.kbi", ours_dir.display()));
         }
-        let c = l
-            .selection()
-            .require(l.selection().kernel("rmsnorm", None).map_err(e)?)
-            .map_err(e)?;
-        let path = dir.join(&c.path);
-        (std::fs::read(&path).map_err(e)?, path, c.object)
+        let sel = p.select(&device);
+        let mut objects = Vec::new();
+        let mut total = 0;
+        for (k, v, entries) in &needs {
+            let c = sel
+                .require(sel.kernel(k, v.as_deref()).map_err(e)?)
+                .map_err(e)?;
+            let bytes = std::fs::read(ours_dir.join(&c.path)).map_err(e)?;
+            total += bytes.len();
+            objects.push((c.target.clone(), bytes, entries.clone()));
+        }
+        (objects, total)
     };
-    let name = CString::new("rmsnorm_f32").map_err(e)?;
     let cuda = gpu.cuda().ok_or("no cuda")?;
     cuda.context().bind_to_thread().map_err(e)?;
     let secs = |t: Instant| t.elapsed().as_secs_f64();
-    // SAFETY (both raw rows): a complete cubin; the module is unloaded right after.
-    let raw_load = |bytes: &[u8]| -> Result<(), String> {
-        unsafe {
-            let m = result::module::load_data(bytes.as_ptr().cast::<c_void>()).map_err(e)?;
-            let f = result::module::get_function(m, name.clone()).map_err(e)?;
-            std::hint::black_box(f);
-            result::module::unload(m).map_err(e)
+    // (first kernel, all kernels) seconds; unloads are not counted.
+    let raw = || -> Result<(f64, f64), String> {
+        let names: Vec<Vec<CString>> = objects.iter().map(|o| o.2.clone()).collect();
+        let mut modules = Vec::with_capacity(objects.len());
+        let mut first = 0.0;
+        let t = Instant::now();
+        for (i, ((_, bytes, _), names)) in objects.iter().zip(names).enumerate() {
+            // SAFETY: a complete cubin that outlives the call.
+            let m =
+                unsafe { result::module::load_data(bytes.as_ptr().cast::<c_void>()) }.map_err(e)?;
+            for name in names {
+                // SAFETY: `m` is live.
+                let f = unsafe { result::module::get_function(m, name) }.map_err(e)?;
+                std::hint::black_box(f);
+            }
+            modules.push(m);
+            if i == 0 {
+                first = secs(t);
+            }
         }
+        let all = secs(t);
+        for m in modules {
+            // SAFETY: loaded above, unloaded once.
+            unsafe { result::module::unload(m) }.map_err(e)?;
+        }
+        Ok((first, all))
     };
-    // Each closure returns the seconds of what it measures (unloads are not counted).
-    let raw_once = || -> Result<f64, String> {
-        let t = Instant::now();
-        // SAFETY: as above.
-        let m = unsafe { result::module::load_data(cubin.as_ptr().cast::<c_void>()) }.map_err(e)?;
-        // SAFETY: `m` is live.
-        let f = unsafe { result::module::get_function(m, name.clone()) }.map_err(e)?;
-        std::hint::black_box(f);
-        let dt = secs(t);
-        // SAFETY: loaded above, unloaded once.
-        unsafe { result::module::unload(m) }.map_err(e)?;
-        Ok(dt)
-    };
-    let raw_file_once = || -> Result<f64, String> {
-        let t = Instant::now();
-        let bytes = std::fs::read(&cubin_path).map_err(e)?;
-        // SAFETY: as above.
-        let m = unsafe { result::module::load_data(bytes.as_ptr().cast::<c_void>()) }.map_err(e)?;
-        // SAFETY: `m` is live.
-        let f = unsafe { result::module::get_function(m, name.clone()) }.map_err(e)?;
-        std::hint::black_box(f);
-        let dt = secs(t);
-        // SAFETY: loaded above, unloaded once.
-        unsafe { result::module::unload(m) }.map_err(e)?;
-        Ok(dt)
-    };
-    // One open (load index, or JSON) + select + read + sha256 + load + first function +
-    // attribute check; the package is opened anew every time.
-    let ours_once = |dir: &Path, json: bool| -> Result<f64, String> {
+    let ours = |dir: &Path, json: bool| -> Result<(f64, f64), String> {
+        let mut functions = Vec::with_capacity(objects.len() * 2);
+        let mut first = 0.0;
         let t = Instant::now();
         let package = if json {
             Package::open_uncached(dir)
@@ -544,124 +591,225 @@ fn bench(dir: &Path, gpu: &Gpu) -> Step {
             Package::open(dir)
         }
         .map_err(e)?;
-        if !json && !package.has_load_index() {
+        let loader = Loader::from_package(package, gpu);
+        for (i, (k, v, entries)) in needs.iter().enumerate() {
+            for name in entries {
+                functions.push(
+                    loader
+                        .function(k, v.as_deref(), entry_str(name))
+                        .map_err(e)?,
+                );
+            }
+            if i == 0 {
+                first = secs(t);
+            }
+        }
+        let all = secs(t);
+        if !json && !loader.package().has_load_index() {
             return Err(format!("{}: manifest.kbi not used", dir.display()));
         }
-        let loader = Loader::from_package(package, gpu);
-        let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
-        let dt = secs(t);
-        std::hint::black_box(&f);
-        Ok(dt)
+        drop(functions);
+        drop(loader);
+        Ok((first, all))
     };
-    let device = gpu.device().device;
-    // The stages of the load-index path, each timed alone.
-    let stages = || -> Result<[f64; 6], String> {
+    // Where the time beyond the driver goes, each stage alone over every object.
+    let stages = || -> Result<[f64; 4], String> {
         let t = Instant::now();
-        let package = Package::open(dir).map_err(e)?;
+        let package = Package::open(ours_dir).map_err(e)?;
         let open = secs(t);
+        let sel_objects: Vec<usize> = {
+            let sel = package.select(&device);
+            needs
+                .iter()
+                .filter_map(|(k, v, _)| {
+                    sel.kernel(k, v.as_deref())
+                        .ok()
+                        .and_then(|c| c.selected().map(|c| c.object))
+                })
+                .collect()
+        };
         let t = Instant::now();
-        let sel = package.select_kernel(&device, "rmsnorm");
-        let picked = sel
-            .require(sel.kernel("rmsnorm", None).map_err(e)?)
-            .map_err(e)?;
-        let select = secs(t);
+        let mut read = Vec::with_capacity(sel_objects.len());
+        for &i in &sel_objects {
+            let o = package.object(i).map_err(e)?;
+            read.push(std::fs::read(ours_dir.join(o.path)).map_err(e)?);
+        }
+        let read_s = secs(t);
         let t = Instant::now();
-        std::hint::black_box(package.record(picked.object).map_err(e)?);
-        let record = secs(t);
+        for (&i, bytes) in sel_objects.iter().zip(&read) {
+            let o = package.object(i).map_err(e)?;
+            kbuild_loader::package::verify(&o, bytes).map_err(e)?;
+        }
+        let blake3_s = secs(t);
         let t = Instant::now();
-        let bytes = std::fs::read(&cubin_path).map_err(e)?;
-        let read = secs(t);
-        let t = Instant::now();
-        std::hint::black_box(sha2::Sha256::digest(&bytes));
-        let sha = secs(t);
-        let t = Instant::now();
-        std::hint::black_box(package.read_verified(object).map_err(e)?);
-        let read_verified = secs(t);
-        Ok([open, select, record, read, sha, read_verified])
+        for bytes in &read {
+            std::hint::black_box(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        }
+        let sha_s = secs(t);
+        Ok([open, read_s, blake3_s, sha_s])
     };
+    let carried = dir;
     for _ in 0..WARMUP {
-        raw_load(&cubin)?;
-        raw_file_once()?;
-        ours_once(dir, false)?;
-        ours_once(carried, false)?;
-        ours_once(carried, true)?;
+        raw()?;
+        ours(ours_dir, false)?;
+        ours(carried, false)?;
+        ours(old.path(), false)?;
+        ours(ours_dir, true)?;
         stages()?;
     }
-    let (mut raw, mut raw_file, mut ours, mut json) = (vec![], vec![], vec![], vec![]);
-    let mut ours_carried = vec![];
-    let mut stage: [Vec<f64>; 6] = Default::default();
-    for _ in 0..N {
-        raw.push(raw_once()?);
-        raw_file.push(raw_file_once()?);
-        ours.push(ours_once(dir, false)?);
-        ours_carried.push(ours_once(carried, false)?);
-        json.push(ours_once(carried, true)?);
+    let mut rows: [(Vec<f64>, Vec<f64>); 5] = Default::default();
+    let mut stage: [Vec<f64>; 4] = Default::default();
+    for i in 0..N {
+        // Alternate which goes first, so neither always runs on a cache the other warmed.
+        let (r, o) = if i % 2 == 0 {
+            let r = raw()?;
+            (r, ours(ours_dir, false)?)
+        } else {
+            let o = ours(ours_dir, false)?;
+            (raw()?, o)
+        };
+        let more = [
+            ours(carried, false)?,
+            ours(old.path(), false)?,
+            ours(ours_dir, true)?,
+        ];
+        for (row, (first, all)) in rows.iter_mut().zip([r, o].into_iter().chain(more)) {
+            row.0.push(first);
+            row.1.push(all);
+        }
         for (v, x) in stage.iter_mut().zip(stages()?) {
             v.push(x);
         }
     }
     let us = |s: f64| s * 1e6;
-    let (mr, mrf, mo, moc, mj) = (
-        median(&mut raw),
-        median(&mut raw_file),
-        median(&mut ours),
-        median(&mut ours_carried),
-        median(&mut json),
-    );
-    let row = |label: &str, v: &[f64], m: f64| {
-        format!(
-            "| {label} | {:.1} | {:.1} | {:.1} | {:.2} |\n",
-            us(m),
-            us(pct(v, 0.1)),
-            us(pct(v, 0.9)),
-            m / mr
-        )
-    };
+    let medians: Vec<(f64, f64)> = rows
+        .iter_mut()
+        .map(|(f, a)| (median(f), median(a)))
+        .collect();
+    let (raw_first, raw_all) = medians[0];
+    let functions: usize = needs.iter().map(|n| n.2.len()).sum();
     let mut text = format!(
-        "CUDA_MODULE_LOADING={}; rmsnorm_f32 from a {} B cubin; manifest {} objects; {N} interleaved runs after {WARMUP} warm-ups\n\
-         | path | median µs | p10 µs | p90 µs | ratio to raw |\n|---|---|---|---|---|\n",
+        "CUDA_MODULE_LOADING={}; the GDN engine's kernels: {} objects ({} bytes, targets {}), {functions} functions; \
+         {N} interleaved runs after {WARMUP} warm-ups; medians (p10-p90)\n\
+         | path | all GDN kernels µs | ratio | first kernel ({}) µs | ratio |\n|---|---|---|---|---|\n",
         std::env::var("CUDA_MODULE_LOADING").unwrap_or_else(|_| "default (lazy)".into()),
-        cubin.len(),
-        Package::open(dir).map_err(e)?.objects().len(),
+        objects.len(),
+        total_bytes,
+        {
+            let mut t: Vec<&str> = objects.iter().map(|o| o.0.as_str()).collect();
+            t.dedup();
+            t.join(",")
+        },
+        needs.first().map(|n| n.0.as_str()).unwrap_or(""),
     );
-    text += &row(
+    let labels = [
         "raw cuModuleLoadData + cuModuleGetFunction (bytes in memory)",
-        &raw,
-        mr,
-    );
-    text += &row("raw, reading the cubin file first", &raw_file, mrf);
-    text += &row(
-        "kbuild-loader: open (manifest.kbi, same mtime) + select + read + sha256 + load + function + attributes",
-        &ours,
-        mo,
-    );
-    text += &row(
-        "kbuild-loader, manifest.kbi of a copy without mtimes (manifest blake3 checked)",
-        &ours_carried,
-        moc,
-    );
-    text += &row(
-        "kbuild-loader, opening from the JSON manifest instead",
-        &json,
-        mj,
-    );
-    text += "stages of the manifest.kbi path, alone (median µs):";
+        "kbuild-loader: open (manifest.kbi) + select + read + blake3 + load + functions + attributes",
+        "same, manifest.kbi of the carried copy (matched by the manifest's blake3)",
+        "same, manifest without blake3 (sha256 fallback)",
+        "same, JSON manifest (index encoded in memory)",
+    ];
+    for ((label, (f, a)), (fv, av)) in labels.iter().zip(&medians).zip(rows.iter()) {
+        text += &format!(
+            "| {label} | {:.1} ({:.1}-{:.1}) | {:.2} | {:.1} ({:.1}-{:.1}) | {:.2} |\n",
+            us(*a),
+            us(pct(av, 0.1)),
+            us(pct(av, 0.9)),
+            a / raw_all,
+            us(*f),
+            us(pct(fv, 0.1)),
+            us(pct(fv, 0.9)),
+            f / raw_first,
+        );
+    }
+    text += "stages alone, over every object (median µs):";
     for (label, v) in [
         "open",
-        "select",
-        "record",
-        "read file",
-        "sha256",
-        "read + sha256",
+        "read files",
+        "blake3 verify",
+        "sha256 (for comparison)",
     ]
     .iter()
     .zip(stage.iter_mut())
     {
         text += &format!(" {label} {:.1};", us(median(v)));
     }
-    if mo / mr <= 1.2 {
-        Ok(format!("{text}\ngoal ≤ 1.2×: met"))
+    let (ours_first, ours_all) = medians[1];
+    let (all_ok, first_ok) = (ours_all / raw_all <= 1.2, ours_first / raw_first <= 1.5);
+    text += &format!(
+        "\ngoal all ≤ 1.2×: {} ({:.2}×); first kernel ≤ 1.5×: {} ({:.2}×)",
+        if all_ok { "met" } else { "missed" },
+        ours_all / raw_all,
+        if first_ok { "met" } else { "missed" },
+        ours_first / raw_first
+    );
+    if all_ok && first_ok {
+        Ok(text)
     } else {
-        Err(format!("{text}\ngoal ≤ 1.2×: missed ({:.2}×)", mo / mr))
+        Err(text)
     }
+}
+
+/// The bytes of another GDN kernel put in place of one selected object: refused before load
+/// by blake3, and by sha256 for a manifest without blake3; the other kernels still load.
+fn swapped_gdn(dir: &Path, gpu: &Gpu) -> Step {
+    let needs = gdn_needs();
+    let device = gpu.device().device;
+    let (victim, donor) = {
+        let p = Package::open(dir).map_err(e)?;
+        let sel = p.select(&device);
+        let path = |i: usize| -> Result<String, String> {
+            let (k, v, _) = &needs[i];
+            let c = sel
+                .require(sel.kernel(k, v.as_deref()).map_err(e)?)
+                .map_err(e)?;
+            Ok(c.path)
+        };
+        (path(0)?, path(1)?)
+    };
+    let swap = |d: &Path| {
+        std::fs::copy(d.join(&donor), d.join(&victim))
+            .map(|_| ())
+            .map_err(e)
+    };
+    let mut out = String::new();
+    for blake3 in [true, false] {
+        let tmp = installed_copy(dir, |d| {
+            swap(d)?;
+            if blake3 {
+                Ok(())
+            } else {
+                strip_blake3(d)
+            }
+        })?;
+        let loader = Loader::open(tmp.path(), gpu).map_err(e)?;
+        let (k, v, entries) = &needs[0];
+        match (
+            blake3,
+            loader.function(k, v.as_deref(), entry_str(&entries[0])),
+        ) {
+            (true, Err(err @ LoaderError::Blake3Mismatch { .. }))
+            | (false, Err(err @ LoaderError::Sha256Mismatch { .. })) => {
+                out.push_str(&format!("{victim} ← {donor}: {err}\n"))
+            }
+            (_, other) => return Err(format!("{victim} ← {donor}: not refused: {other:?}")),
+        }
+        for (k, v, entries) in needs.iter().skip(1) {
+            for name in entries {
+                loader
+                    .function(k, v.as_deref(), entry_str(name))
+                    .map_err(|err| format!("{k} {v:?}: {err}"))?;
+            }
+        }
+        out.push_str(&format!(
+            "the other {} objects load (manifest {})\n",
+            needs.len() - 1,
+            if blake3 {
+                "with blake3"
+            } else {
+                "without blake3"
+            }
+        ));
+    }
+    Ok(out)
 }

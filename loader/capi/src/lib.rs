@@ -47,18 +47,27 @@ unsafe fn opt_str<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, L
     CStr::from_ptr(p)
         .to_str()
         .map(Some)
-        .map_err(|_| LoaderError::Other(format!("{what} is not UTF-8")))
+        .map_err(|_| LoaderError::Argument {
+            name: what.to_string(),
+            problem: "is not UTF-8",
+        })
 }
 
 /// A string argument that must be there.
 unsafe fn req_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, LoaderError> {
-    opt_str(p, what)?.ok_or_else(|| LoaderError::Other(format!("{what} is NULL")))
+    opt_str(p, what)?.ok_or_else(|| null(what))
 }
 
 /// A handle argument that must be there.
 unsafe fn live<'a, T>(p: *const T, what: &str) -> Result<&'a T, LoaderError> {
-    p.as_ref()
-        .ok_or_else(|| LoaderError::Other(format!("{what} is NULL")))
+    p.as_ref().ok_or_else(|| null(what))
+}
+
+fn null(what: &str) -> LoaderError {
+    LoaderError::Argument {
+        name: what.to_string(),
+        problem: "is NULL",
+    }
 }
 
 /// An open package for one device.
@@ -104,8 +113,9 @@ pub unsafe extern "C" fn kbuild_loader_open(
             None => DeviceOptions::from_env(),
         };
         if let Some(d) = opt_str(driver, "driver")? {
-            opts.driver = Some(parse_version(d).ok_or_else(|| {
-                LoaderError::Other(format!("driver `{d}` is not a version like 13.0"))
+            opts.driver = Some(parse_version(d).ok_or_else(|| LoaderError::Argument {
+                name: format!("driver `{d}`"),
+                problem: "is not a version like 13.0",
             })?);
         }
         opts.no_generic = flags & KBUILD_NO_GENERIC != 0;
@@ -179,7 +189,9 @@ pub unsafe extern "C" fn kbuild_loader_explain(
             explain_text(l.loader.selection(), device, &source)
         };
         Ok(CString::new(text)
-            .map_err(|_| LoaderError::Other("explain text has a NUL byte".into()))?
+            .map_err(|_| LoaderError::NulByte {
+                what: "explain text".into(),
+            })?
             .into_raw())
     })
 }

@@ -263,7 +263,9 @@ fn device_targets(
     device: &Device,
     label: &str,
 ) -> Result<Vec<String>, String> {
-    let sel = kbuild_loader::select(manifest, device);
+    let sel = kbuild_loader::Package::from_manifest(manifest.clone())
+        .map_err(|e| format!("{label}: {e}"))?
+        .select(device);
     let mut picked: Vec<String> = Vec::new();
     let mut missing = Vec::new();
     for k in &sel.kernels {
