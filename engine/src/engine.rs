@@ -176,6 +176,19 @@ impl GdnEngine {
             })?;
         plan::check(manifest, loader.selection(), &origin, &geometry)?;
         let cuda = Cuda::new(loader.gpu())?;
+        // Every object at once: the loader reads and verifies the next while the driver
+        // loads one.
+        let needs = plan::needs(&geometry);
+        let wanted: Vec<(&str, Option<&str>)> = needs
+            .iter()
+            .map(|n| (n.kernel, n.variant.as_deref()))
+            .collect();
+        loader
+            .preload(&wanted)
+            .map_err(|source| EngineError::Loader {
+                what: format!("loading the GDN kernels of {origin}"),
+                source,
+            })?;
         let mut step_verify = Vec::new();
         let mut step_commit = Vec::new();
         let mut fused = Vec::new();

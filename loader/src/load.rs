@@ -170,6 +170,57 @@ impl Loader {
         self.module(kernel, variant)?.function(entry)
     }
 
+    /// Load every module of `wanted` (kernel, variant) now, in that order. While the driver
+    /// loads one object, a second thread reads and verifies the next, so the files and the
+    /// digests cost (nearly) nothing beyond the driver's own time. Later [`Loader::module`] and
+    /// [`Loader::function`] calls for them find the modules loaded.
+    pub fn preload(&self, wanted: &[(&str, Option<&str>)]) -> Result<()> {
+        let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
+            what: "loader's module table",
+        })?;
+        let mut todo: Vec<usize> = Vec::with_capacity(wanted.len());
+        for (kernel, variant) in wanted {
+            let chosen = match self.selection.get() {
+                Some(all) => all.kernel(kernel, *variant)?.selected().map(|c| c.object),
+                None => self.package.choose(&mut state.verdicts, kernel, *variant),
+            };
+            let Some(index) = chosen else {
+                drop(state);
+                let all = self.selection();
+                let choice = all.kernel(kernel, *variant)?;
+                return Err(LoaderError::NoMatch(Box::new(all.no_match(choice))));
+            };
+            let loaded = matches!(state.modules.get(index), Some(Some(_)));
+            if !loaded && !todo.contains(&index) {
+                todo.push(index);
+            }
+        }
+        if todo.len() < 2 || matches!(self.gpu.backend, Backend::Simulated) {
+            for index in todo {
+                self.load_object(&mut state, index)?;
+            }
+            return Ok(());
+        }
+        let package = &self.package;
+        std::thread::scope(|scope| {
+            // Two objects ahead at most: verified bytes wait in memory, not the whole set.
+            let (tx, rx) = std::sync::mpsc::sync_channel(2);
+            let order = &todo;
+            scope.spawn(move || {
+                for &index in order {
+                    let bytes = package.object(index).and_then(|o| package.read_object(&o));
+                    if tx.send((index, bytes)).is_err() {
+                        break;
+                    }
+                }
+            });
+            for (index, bytes) in rx {
+                self.load_verified(&mut state, index, bytes?)?;
+            }
+            Ok(())
+        })
+    }
+
     fn load_object(&self, state: &mut State, index: usize) -> Result<Arc<LoadedModule>> {
         if let Some(Some(m)) = state.modules.get(index) {
             return Ok(Arc::clone(m));
@@ -181,7 +232,18 @@ impl Loader {
         }
         let object = self.package.object(index)?;
         // Checked before the bytes reach the driver; these very bytes are what it gets.
-        let mut bytes = self.package.read_object(&object)?;
+        let bytes = self.package.read_object(&object)?;
+        self.load_verified(state, index, bytes)
+    }
+
+    /// Hand object `index`'s verified `bytes` to the driver and keep the module.
+    fn load_verified(
+        &self,
+        state: &mut State,
+        index: usize,
+        mut bytes: Vec<u8>,
+    ) -> Result<Arc<LoadedModule>> {
+        let object = self.package.object(index)?;
         let inner = match &self.gpu.backend {
             Backend::Cuda(dev) => {
                 let ptx = object.format == "ptx";
@@ -641,5 +703,16 @@ mod tests {
             e.contains("kernel `nope` is not in the manifest (it has: k)"),
             "{e}"
         );
+        // preload: an unknown kernel is refused before anything loads, and a simulated
+        // device loads nothing.
+        let e = l.preload(&[("k", None), ("nope", None)]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("kernel `nope` is not in the manifest"),
+            "{e}"
+        );
+        let e = l.preload(&[("k", None)]).unwrap_err();
+        assert!(matches!(e, LoaderError::Simulated { .. }), "{e}");
+        assert!(l.preload(&[]).is_ok());
     }
 }

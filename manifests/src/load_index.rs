@@ -625,8 +625,58 @@ impl<'a> LoadIndex<'a> {
     }
 
     /// Check every kernel name, object record and entry once (no allocation), so that later
-    /// reads of this index cannot fail.
+    /// reads of this index cannot fail. The string table is checked as UTF-8 in one pass;
+    /// then every span only needs its bounds and char boundaries (a span of a valid table
+    /// that starts and ends on boundaries is valid UTF-8 itself). When anything is wrong, the
+    /// record-by-record reads find it and say where.
     pub fn validate(&self) -> Result<(), LoadIndexError> {
+        if self.quick_check() {
+            return Ok(());
+        }
+        self.validate_records()?;
+        // The quick check refused what every read accepts: trust neither.
+        Err(LoadIndexError::Damaged(
+            "the string table is not UTF-8".into(),
+        ))
+    }
+
+    /// What [`Self::validate_records`] checks, without decoding a record.
+    fn quick_check(&self) -> bool {
+        let Ok(strings) = std::str::from_utf8(self.strings) else {
+            return false;
+        };
+        let d = self.data;
+        let span = |at: usize, required: bool| match (u32_at(d, at), u32_at(d, at + 4)) {
+            (Some(NONE), Some(_)) => !required,
+            (Some(off), Some(len)) => (off as usize)
+                .checked_add(len as usize)
+                .is_some_and(|end| strings.get(off as usize..end).is_some()),
+            _ => false,
+        };
+        let kernels_ok = (0..self.kernels as usize).all(|k| span(HEADER_LEN + k * SPAN, true));
+        kernels_ok
+            && (0..self.objects as usize).all(|i| {
+                let at = self.objects_at + i * OBJECT;
+                let word = |off: usize| u32_at(d, at + off).map(u64::from);
+                let (Some(first), Some(count), Some(roff), Some(rlen)) =
+                    (word(84), word(88), word(92), word(96))
+                else {
+                    return false;
+                };
+                span(at, true)
+                    && span(at + 8, false)
+                    && [16, 24, 32].iter().all(|&o| span(at + o, true))
+                    && first + count <= u64::from(self.entries)
+                    && roff + rlen <= u64::from(self.blobs_len)
+                    && (first..first + count).all(|e| {
+                        let at = self.entries_at + e as usize * ENTRY;
+                        span(at, true) && u32_at(d, at + 8).is_some_and(|kind| kind <= 3)
+                    })
+            })
+    }
+
+    /// Read every kernel name, object record and entry once.
+    fn validate_records(&self) -> Result<(), LoadIndexError> {
         for k in 0..self.kernel_count() {
             self.kernel(k)?;
         }
@@ -1009,6 +1059,12 @@ mod tests {
                             }
                             let _ = ix.find_entry(&obj, "rmsnorm_f32");
                         }
+                        // The one-pass check and the record-by-record reads agree.
+                        assert_eq!(
+                            ix.quick_check(),
+                            ix.validate_records().is_ok(),
+                            "byte {i} = {x:#x}"
+                        );
                         let _ = ix.validate();
                     }
                     for k in 0..ix.kernel_count().min(8) {

@@ -581,27 +581,49 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         }
         Ok((first, all))
     };
-    let ours = |dir: &Path, json: bool| -> Result<(f64, f64), String> {
-        let mut functions = Vec::with_capacity(objects.len() * 2);
-        let mut first = 0.0;
-        let t = Instant::now();
-        let package = if json {
+    let wanted: Vec<(&str, Option<&str>)> = needs
+        .iter()
+        .map(|(k, v, _)| (k.as_str(), v.as_deref()))
+        .collect();
+    let open = |dir: &Path, json: bool| {
+        if json {
             Package::open_uncached(dir)
         } else {
             Package::open(dir)
         }
-        .map_err(e)?;
-        let loader = Loader::from_package(package, gpu);
-        for (i, (k, v, entries)) in needs.iter().enumerate() {
+        .map_err(e)
+    };
+    // (first kernel alone, all kernels): each from a fresh open. All kernels through
+    // `Loader::preload` (files read and verified on a second thread while the driver loads)
+    // unless `one_at_a_time`.
+    let ours = |dir: &Path, json: bool, one_at_a_time: bool| -> Result<(f64, f64), String> {
+        let (k0, v0, entries0) = needs.first().ok_or("no GDN kernels")?;
+        let t = Instant::now();
+        let loader = Loader::from_package(open(dir, json)?, gpu);
+        let mut functions = Vec::with_capacity(objects.len() * 2);
+        for name in entries0 {
+            functions.push(
+                loader
+                    .function(k0, v0.as_deref(), entry_str(name))
+                    .map_err(e)?,
+            );
+        }
+        let first = secs(t);
+        drop(functions);
+        drop(loader);
+        let mut functions = Vec::with_capacity(objects.len() * 2);
+        let t = Instant::now();
+        let loader = Loader::from_package(open(dir, json)?, gpu);
+        if !one_at_a_time {
+            loader.preload(&wanted).map_err(e)?;
+        }
+        for (k, v, entries) in &needs {
             for name in entries {
                 functions.push(
                     loader
                         .function(k, v.as_deref(), entry_str(name))
                         .map_err(e)?,
                 );
-            }
-            if i == 0 {
-                first = secs(t);
             }
         }
         let all = secs(t);
@@ -651,27 +673,29 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
     let carried = dir;
     for _ in 0..WARMUP {
         raw()?;
-        ours(ours_dir, false)?;
-        ours(carried, false)?;
-        ours(old.path(), false)?;
-        ours(ours_dir, true)?;
+        ours(ours_dir, false, false)?;
+        ours(ours_dir, false, true)?;
+        ours(carried, false, false)?;
+        ours(old.path(), false, false)?;
+        ours(ours_dir, true, false)?;
         stages()?;
     }
-    let mut rows: [(Vec<f64>, Vec<f64>); 5] = Default::default();
+    let mut rows: [(Vec<f64>, Vec<f64>); 6] = Default::default();
     let mut stage: [Vec<f64>; 4] = Default::default();
     for i in 0..N {
         // Alternate which goes first, so neither always runs on a cache the other warmed.
         let (r, o) = if i % 2 == 0 {
             let r = raw()?;
-            (r, ours(ours_dir, false)?)
+            (r, ours(ours_dir, false, false)?)
         } else {
-            let o = ours(ours_dir, false)?;
+            let o = ours(ours_dir, false, false)?;
             (raw()?, o)
         };
         let more = [
-            ours(carried, false)?,
-            ours(old.path(), false)?,
-            ours(ours_dir, true)?,
+            ours(ours_dir, false, true)?,
+            ours(carried, false, false)?,
+            ours(old.path(), false, false)?,
+            ours(ours_dir, true, false)?,
         ];
         for (row, (first, all)) in rows.iter_mut().zip([r, o].into_iter().chain(more)) {
             row.0.push(first);
@@ -704,7 +728,8 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
     );
     let labels = [
         "raw cuModuleLoadData + cuModuleGetFunction (bytes in memory)",
-        "kbuild-loader: open (manifest.kbi) + select + read + blake3 + load + functions + attributes",
+        "kbuild-loader: open (manifest.kbi) + select + read + blake3 + load + functions + attributes (preload)",
+        "same, one `function` call at a time (no preload)",
         "same, manifest.kbi of the carried copy (matched by the manifest's blake3)",
         "same, manifest without blake3 (sha256 fallback)",
         "same, JSON manifest (index encoded in memory)",
@@ -782,6 +807,22 @@ fn swapped_gdn(dir: &Path, gpu: &Gpu) -> Step {
                 strip_blake3(d)
             }
         })?;
+        // Through the pipelined preload (the victim is the first object, the second thread
+        // reads and verifies it) and through a single load.
+        let wanted: Vec<(&str, Option<&str>)> = needs
+            .iter()
+            .map(|(k, v, _)| (k.as_str(), v.as_deref()))
+            .collect();
+        let preloaded = Loader::open(tmp.path(), gpu).map_err(e)?;
+        match (blake3, preloaded.preload(&wanted)) {
+            (true, Err(LoaderError::Blake3Mismatch { .. }))
+            | (false, Err(LoaderError::Sha256Mismatch { .. })) => {}
+            (_, other) => {
+                return Err(format!(
+                    "{victim} ← {donor}: preload did not refuse: {other:?}"
+                ))
+            }
+        }
         let loader = Loader::open(tmp.path(), gpu).map_err(e)?;
         let (k, v, entries) = &needs[0];
         match (
