@@ -99,6 +99,9 @@ pub struct Loader {
 struct State {
     modules: Vec<Option<Arc<LoadedModule>>>,
     verdicts: Verdicts,
+    /// (kernel, variant) → the object chosen for it, so a kernel's second entry (or a
+    /// `function` after `preload`) does not choose again.
+    chosen: Vec<(Box<str>, Option<Box<str>>, usize)>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -109,6 +112,9 @@ impl std::fmt::Debug for Loader {
             .finish_non_exhaustive()
     }
 }
+
+/// Threads that read and verify objects ahead of the driver in [`Loader::preload`].
+const READERS: usize = 2;
 
 impl Loader {
     /// Open a build directory or manifest for `gpu`.
@@ -121,6 +127,7 @@ impl Loader {
         let state = State {
             modules: vec![None; package.object_count()],
             verdicts: Verdicts::new(gpu.device.device),
+            chosen: Vec::new(),
         };
         Loader {
             package,
@@ -149,11 +156,7 @@ impl Loader {
         let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
             what: "loader's module table",
         })?;
-        let chosen = match self.selection.get() {
-            Some(all) => all.kernel(kernel, variant)?.selected().map(|c| c.object),
-            None => self.package.choose(&mut state.verdicts, kernel, variant),
-        };
-        match chosen {
+        match self.chosen(&mut state, kernel, variant)? {
             Some(index) => self.load_object(&mut state, index),
             None => {
                 // Unknown kernel or variant, or nothing runs: the trace says which.
@@ -180,11 +183,7 @@ impl Loader {
         })?;
         let mut todo: Vec<usize> = Vec::with_capacity(wanted.len());
         for (kernel, variant) in wanted {
-            let chosen = match self.selection.get() {
-                Some(all) => all.kernel(kernel, *variant)?.selected().map(|c| c.object),
-                None => self.package.choose(&mut state.verdicts, kernel, *variant),
-            };
-            let Some(index) = chosen else {
+            let Some(index) = self.chosen(&mut state, kernel, *variant)? else {
                 drop(state);
                 let all = self.selection();
                 let choice = all.kernel(kernel, *variant)?;
@@ -203,22 +202,60 @@ impl Loader {
         }
         let package = &self.package;
         std::thread::scope(|scope| {
-            // Two objects ahead at most: verified bytes wait in memory, not the whole set.
-            let (tx, rx) = std::sync::mpsc::sync_channel(2);
-            let order = &todo;
-            scope.spawn(move || {
-                for &index in order {
-                    let bytes = package.object(index).and_then(|o| package.read_object(&o));
-                    if tx.send((index, bytes)).is_err() {
-                        break;
-                    }
-                }
-            });
-            for (index, bytes) in rx {
-                self.load_verified(&mut state, index, bytes?)?;
+            // Two readers take every other object (reading and hashing one costs about half
+            // of what the driver spends loading it); one object ahead each, so verified bytes
+            // wait in memory, not the whole set.
+            let readers: Vec<_> = (0..READERS)
+                .map(|r| {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                    let mine = todo.iter().skip(r).step_by(READERS).copied();
+                    scope.spawn(move || {
+                        for index in mine {
+                            let bytes = package.object(index).and_then(|o| package.read_object(&o));
+                            if tx.send(bytes).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    rx
+                })
+                .collect();
+            for (n, &index) in todo.iter().enumerate() {
+                let bytes = readers[n % READERS]
+                    .recv()
+                    .map_err(|_| LoaderError::Poisoned {
+                        what: "object reader thread",
+                    })??;
+                self.load_verified(&mut state, index, bytes)?;
             }
             Ok(())
         })
+    }
+
+    /// The object for `kernel` (`variant`), remembered once chosen; `None` when nothing runs.
+    fn chosen(
+        &self,
+        state: &mut State,
+        kernel: &str,
+        variant: Option<&str>,
+    ) -> Result<Option<usize>> {
+        let known = state
+            .chosen
+            .iter()
+            .find(|(k, v, _)| &**k == kernel && v.as_deref() == variant);
+        if let Some(&(_, _, index)) = known {
+            return Ok(Some(index));
+        }
+        let chosen = match self.selection.get() {
+            Some(all) => all.kernel(kernel, variant)?.selected().map(|c| c.object),
+            None => self.package.choose(&mut state.verdicts, kernel, variant),
+        };
+        if let Some(index) = chosen {
+            state
+                .chosen
+                .push((kernel.into(), variant.map(Into::into), index));
+        }
+        Ok(chosen)
     }
 
     fn load_object(&self, state: &mut State, index: usize) -> Result<Arc<LoadedModule>> {

@@ -309,22 +309,19 @@ pub(crate) fn choose(
     variant: Option<&str>,
 ) -> Option<usize> {
     // Names are compared in place; only the candidates' records are read whole.
-    let of_kernel = || {
-        (0..ix.object_count())
-            .filter(|&i| ix.object_kernel_is(i, kernel))
-            .filter_map(|i| ix.object_variant(i).ok().map(|v| (i, v)))
-    };
+    let of_kernel = || (0..ix.object_count()).filter(|&i| ix.object_kernel_is(i, kernel));
     // Without a variant: the kernel's objects without one, else its first variant.
     let variant = match variant {
         Some(v) => Some(v),
+        None if of_kernel().any(|i| ix.object_variant_is(i, None)) => None,
         None => of_kernel()
-            .map(|(_, v)| v)
+            .filter_map(|i| ix.object_variant(i).ok())
             .min_by(|a, b| variant_order(*a, *b))?,
     };
     let mut best: Option<(SortKey, &str, usize)> = None;
     let candidates = of_kernel()
-        .filter(|(_, v)| *v == variant)
-        .filter_map(|(i, _)| ix.object(i).ok().map(|o| (i, o)));
+        .filter(|&i| ix.object_variant_is(i, variant))
+        .filter_map(|i| ix.object(i).ok().map(|o| (i, o)));
     for (i, o) in candidates {
         let key = verdicts.key(&o);
         let better = match best {

@@ -705,6 +705,24 @@ impl<'a> LoadIndex<'a> {
         }
     }
 
+    /// Whether object `i`'s variant is `variant`, compared in place (the load path's filter).
+    pub fn object_variant_is(&self, i: usize, variant: Option<&str>) -> bool {
+        let at = self.objects_at + i * OBJECT + 8;
+        if i >= self.objects as usize {
+            return false;
+        }
+        match (u32_at(self.data, at), u32_at(self.data, at + 4), variant) {
+            (Some(NONE), Some(_), None) => true,
+            (Some(NONE), Some(_), Some(_)) | (Some(_), Some(_), None) => false,
+            (Some(off), Some(len), Some(v)) => {
+                self.strings
+                    .get(off as usize..(off as usize).saturating_add(len as usize))
+                    == Some(v.as_bytes())
+            }
+            _ => false,
+        }
+    }
+
     /// Object `i`'s variant, reading that one span (the load path's filter).
     pub fn object_variant(&self, i: usize) -> Result<Option<&'a str>, LoadIndexError> {
         if i >= self.objects as usize {

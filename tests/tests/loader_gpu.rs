@@ -635,7 +635,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         Ok((first, all))
     };
     // Where the time beyond the driver goes, each stage alone over every object.
-    let stages = || -> Result<[f64; 4], String> {
+    let stages = || -> Result<[f64; 12], String> {
         let t = Instant::now();
         let package = Package::open(ours_dir).map_err(e)?;
         let open = secs(t);
@@ -668,7 +668,108 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
             std::hint::black_box(<sha2::Sha256 as sha2::Digest>::digest(bytes));
         }
         let sha_s = secs(t);
-        Ok([open, read_s, blake3_s, sha_s])
+        // The parts of the kbuild path beside the driver, each alone.
+        let t = Instant::now();
+        for _ in 0..19 {
+            std::hint::black_box(std::fs::metadata(ours_dir.join("manifest.json")).map_err(e)?);
+        }
+        let stat_s = secs(t);
+        let t = Instant::now();
+        let loader = Loader::from_package(Package::open(ours_dir).map_err(e)?, gpu);
+        loader.preload(&wanted).map_err(e)?;
+        let preload_s = secs(t);
+        let t = Instant::now();
+        let mut fs = Vec::new();
+        for (k, v, entries) in &needs {
+            for name in entries {
+                fs.push(
+                    loader
+                        .function(k, v.as_deref(), entry_str(name))
+                        .map_err(e)?,
+                );
+            }
+        }
+        let functions_s = secs(t);
+        drop(fs);
+        drop(loader);
+        // Raw driver calls split: cuModuleLoadData alone, then cuModuleGetFunction, then the
+        // attribute queries kbuild adds.
+        let mut modules = Vec::new();
+        let t = Instant::now();
+        for (_, bytes, _) in &objects {
+            // SAFETY: a complete cubin that outlives the call.
+            modules.push(
+                unsafe { result::module::load_data(bytes.as_ptr().cast::<c_void>()) }.map_err(e)?,
+            );
+        }
+        let load_s = secs(t);
+        let t = Instant::now();
+        let mut raw_fs = Vec::new();
+        for (m, (_, _, names)) in modules.iter().zip(&objects) {
+            for name in names {
+                // SAFETY: `m` is live.
+                raw_fs.push(unsafe { result::module::get_function(*m, name.clone()) }.map_err(e)?);
+            }
+        }
+        let get_s = secs(t);
+        let t = Instant::now();
+        for f in &raw_fs {
+            // SAFETY: `f` belongs to a live module.
+            std::hint::black_box(unsafe { kbuild_loader::cuda::attributes(*f) }.map_err(e)?);
+        }
+        let attr_s = secs(t);
+        for m in modules {
+            // SAFETY: loaded above, unloaded once.
+            unsafe { result::module::unload(m) }.map_err(e)?;
+        }
+        // The preload's pipeline by hand: a second thread reads and verifies, this one loads.
+        let t = Instant::now();
+        let mut waited = 0.0;
+        let mut modules = Vec::new();
+        std::thread::scope(|scope| -> Result<(), String> {
+            let (tx, rx) = std::sync::mpsc::sync_channel(2);
+            let package = &package;
+            let order = &sel_objects;
+            scope.spawn(move || {
+                for &i in order {
+                    let r = package.object(i).and_then(|o| package.read_object(&o));
+                    if tx.send(r).is_err() {
+                        break;
+                    }
+                }
+            });
+            loop {
+                let w = Instant::now();
+                let Ok(bytes) = rx.recv() else { break };
+                waited += secs(w);
+                let bytes = bytes.map_err(e)?;
+                // SAFETY: a complete cubin that outlives the call.
+                modules.push(
+                    unsafe { result::module::load_data(bytes.as_ptr().cast::<c_void>()) }
+                        .map_err(e)?,
+                );
+            }
+            Ok(())
+        })?;
+        let pipelined_s = secs(t);
+        for m in modules {
+            // SAFETY: loaded above, unloaded once.
+            unsafe { result::module::unload(m) }.map_err(e)?;
+        }
+        Ok([
+            open,
+            read_s,
+            blake3_s,
+            sha_s,
+            stat_s,
+            preload_s,
+            functions_s,
+            load_s,
+            get_s,
+            attr_s,
+            pipelined_s,
+            waited,
+        ])
     };
     let carried = dir;
     for _ in 0..WARMUP {
@@ -681,7 +782,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         stages()?;
     }
     let mut rows: [(Vec<f64>, Vec<f64>); 6] = Default::default();
-    let mut stage: [Vec<f64>; 4] = Default::default();
+    let mut stage: [Vec<f64>; 12] = Default::default();
     for i in 0..N {
         // Alternate which goes first, so neither always runs on a cache the other warmed.
         let (r, o) = if i % 2 == 0 {
@@ -753,6 +854,14 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         "read files",
         "blake3 verify",
         "sha256 (for comparison)",
+        "19 stat calls",
+        "kbuild open + preload (no functions)",
+        "kbuild functions after preload",
+        "raw cuModuleLoadData",
+        "raw cuModuleGetFunction",
+        "raw attribute queries (what kbuild adds per function)",
+        "pipelined by hand: read+verify thread, cuModuleLoadData here",
+        "of which waiting for the reader",
     ]
     .iter()
     .zip(stage.iter_mut())
