@@ -2,6 +2,7 @@
 //! device, or one simulated by `--device TARGET` / `KBUILD_DEVICE` for explain and tests.
 //! An absent runtime or zero devices is a normal result, not an error.
 
+use kbuild_base::env::{names, Env};
 use kbuild_manifest::compat::{
     cuda_processor, driver_version, runtime_loads_generic, Device, NEWEST_DRIVER,
     NO_GENERIC_RUNTIME,
@@ -228,15 +229,17 @@ pub struct DeviceOptions {
     pub no_generic: bool,
     /// Which detected device when several (default 0, CUDA first).
     pub index: Option<usize>,
+    /// Where detection looks for the HIP runtime.
+    pub hip: HipSearch,
 }
 
 impl DeviceOptions {
-    /// Options from `KBUILD_DEVICE` (the CLI gives flags precedence over it).
-    pub fn from_env() -> DeviceOptions {
+    /// Options from `KBUILD_DEVICE` and the HIP search variables of `env` (the CLI gives
+    /// flags precedence over them).
+    pub fn from_env(env: &Env) -> DeviceOptions {
         DeviceOptions {
-            device: std::env::var("KBUILD_DEVICE")
-                .ok()
-                .filter(|s| !s.is_empty()),
+            device: env.str(names::KBUILD_DEVICE).map(String::from),
+            hip: HipSearch::from_env(env),
             ..DeviceOptions::default()
         }
     }
@@ -296,7 +299,7 @@ pub fn resolve(opts: &DeviceOptions) -> Result<ResolvedDevice> {
             detected: None,
         });
     }
-    resolve_detected(&detect(), opts)
+    resolve_detected(&detect_with(&opts.hip), opts)
 }
 
 /// Pick from an existing detection (so `kbuild devices` and explain agree).

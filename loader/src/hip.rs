@@ -11,6 +11,7 @@
 //! offsets below are those of `hip_runtime_api.h` (ROCm 5.2: measured here with gcc
 //! `offsetof` on Debian's libamdhip64-dev; R0600: the ROCm 6 header's struct).
 
+use kbuild_base::env::{names, Env};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -42,27 +43,34 @@ pub struct HipSearch {
 }
 
 impl Default for HipSearch {
-    /// `KBUILD_HIP_SEARCH=DIR[:DIR]` replaces the whole search (no system search); otherwise
-    /// `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then the system search.
+    /// `/opt/rocm/lib`, then the system search (no environment: see [`HipSearch::from_env`]).
     fn default() -> HipSearch {
-        if let Some(only) = std::env::var_os("KBUILD_HIP_SEARCH") {
-            return HipSearch {
-                dirs: std::env::split_paths(&only).collect(),
-                system: false,
-            };
+        HipSearch {
+            dirs: vec![PathBuf::from("/opt/rocm/lib")],
+            system: true,
         }
-        let mut dirs = Vec::new();
-        for var in ["ROCM_PATH", "HIP_PATH"] {
-            if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
-                dirs.push(PathBuf::from(p).join("lib"));
-            }
-        }
-        dirs.push(PathBuf::from("/opt/rocm/lib"));
-        HipSearch { dirs, system: true }
     }
 }
 
 impl HipSearch {
+    /// `KBUILD_HIP_SEARCH=DIR[:DIR]` replaces the whole search (no system search); otherwise
+    /// `$ROCM_PATH/lib`, `$HIP_PATH/lib`, `/opt/rocm/lib`, then the system search.
+    pub fn from_env(env: &Env) -> HipSearch {
+        if let Some(only) = env.get(names::KBUILD_HIP_SEARCH) {
+            return HipSearch {
+                dirs: std::env::split_paths(only).collect(),
+                system: false,
+            };
+        }
+        let mut dirs: Vec<PathBuf> = [names::ROCM_PATH, names::HIP_PATH]
+            .iter()
+            .filter_map(|var| env.path(var))
+            .map(|p| p.join("lib"))
+            .collect();
+        dirs.extend(HipSearch::default().dirs);
+        HipSearch { dirs, system: true }
+    }
+
     /// Only these directories (tests; a pinned ROCm).
     pub fn only(dirs: impl IntoIterator<Item = PathBuf>) -> HipSearch {
         HipSearch {

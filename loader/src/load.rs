@@ -37,16 +37,21 @@ impl Gpu {
     /// Resolve `opts` (detect, or simulate `--device`) and open the device's runtime.
     pub fn open(opts: &DeviceOptions) -> Result<Gpu> {
         let device = detect::resolve(opts)?;
-        Gpu::from_resolved(device)
+        Gpu::from_resolved_with(device, &opts.hip)
     }
 
     /// Open the runtime of an already resolved device (a simulated one opens nothing).
     pub fn from_resolved(device: ResolvedDevice) -> Result<Gpu> {
+        Gpu::from_resolved_with(device, &HipSearch::default())
+    }
+
+    /// [`Gpu::from_resolved`], finding the HIP runtime through `hip`.
+    pub fn from_resolved_with(device: ResolvedDevice, hip: &HipSearch) -> Result<Gpu> {
         let backend = match (&device.detected, device.device) {
             (None, _) => Backend::Simulated,
             (Some(d), Device::Cuda { .. }) => Backend::Cuda(CudaDevice::open(d.index)?),
             (Some(d), Device::Amd { .. }) => {
-                let rt = HipRuntime::open(&HipSearch::default())?;
+                let rt = HipRuntime::open(hip)?;
                 rt.set_device(d.index)?;
                 Backend::Hip(Arc::new(rt), d.index)
             }

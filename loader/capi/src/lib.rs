@@ -105,13 +105,11 @@ pub unsafe extern "C" fn kbuild_loader_open(
 ) -> *mut KbuildLoader {
     guard(std::ptr::null_mut(), || {
         let path = req_str(path, "path")?;
-        let mut opts = match opt_str(device, "device")? {
-            Some(d) => DeviceOptions {
-                device: Some(d.to_string()),
-                ..DeviceOptions::default()
-            },
-            None => DeviceOptions::from_env(),
-        };
+        // The C ABI is an edge: the environment of the process that loaded it.
+        let mut opts = DeviceOptions::from_env(&kbuild_base::env::Env::from_process());
+        if let Some(d) = opt_str(device, "device")? {
+            opts.device = Some(d.to_string());
+        }
         if let Some(d) = opt_str(driver, "driver")? {
             opts.driver = Some(parse_version(d).ok_or_else(|| LoaderError::Argument {
                 name: format!("driver `{d}`"),

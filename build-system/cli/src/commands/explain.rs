@@ -14,8 +14,8 @@ use kbuild_loader::Package;
 use crate::cli::ExplainArgs;
 
 /// `kbuild devices [--json]`: always exits 0; no runtime or no device is a normal answer.
-pub fn run_devices(json: bool, _env: &Env) -> ExitCode {
-    let detection = detect::detect();
+pub fn run_devices(json: bool, env: &Env) -> ExitCode {
+    let detection = detect::detect_with(&kbuild_loader::hip::HipSearch::from_env(env));
     if json {
         println!("{}", devices_json(&detection));
     } else {
@@ -25,7 +25,7 @@ pub fn run_devices(json: bool, _env: &Env) -> ExitCode {
 }
 
 /// `kbuild explain`: exit 0 when every kernel has a selection, 1 when any has none.
-pub fn run_explain(args: ExplainArgs, _env: &Env) -> Result<ExitCode> {
+pub fn run_explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     let path = match &args.path {
         Some(p) => p.clone(),
         None => default_out_dir(args.manifest_path.as_deref())?,
@@ -36,6 +36,7 @@ pub fn run_explain(args: ExplainArgs, _env: &Env) -> Result<ExitCode> {
         driver: args.driver,
         no_generic: args.no_generic,
         index: None,
+        hip: kbuild_loader::hip::HipSearch::from_env(env),
     };
     let device = detect::resolve(&opts)?;
     let mut selection = package.select(&device.device);

@@ -310,6 +310,7 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
                 driver: args.driver,
                 no_generic: args.no_generic,
                 index: None,
+                hip: kbuild_loader::hip::HipSearch::from_env(env),
             };
             let r = detect::resolve(&opts)?;
             Some((r.device, r.describe()))

@@ -15,13 +15,13 @@ use kbuild_engine::{GdnEngine, Geometry, Inputs};
 use kbuild_loader::{DeviceOptions, Gpu, Loader};
 
 /// `kbuild run ...`
-pub fn run(cmd: RunCommand, _env: &Env) -> Result<ExitCode> {
+pub fn run(cmd: RunCommand, env: &Env) -> Result<ExitCode> {
     match cmd {
-        RunCommand::Gdn(args) => run_gdn(args),
+        RunCommand::Gdn(args) => run_gdn(args, env),
     }
 }
 
-fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
+fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
     let geometry = Geometry::with_layers(args.layers as usize);
     geometry.validate()?;
     for &t in &args.tokens {
@@ -68,7 +68,7 @@ fn run_gdn(args: GdnArgs) -> Result<ExitCode> {
         Some(b) => b.clone(),
         None => super::explain::default_out_dir(args.manifest_path.as_deref())?,
     };
-    let gpu = Gpu::open(&DeviceOptions::from_env())?;
+    let gpu = Gpu::open(&DeviceOptions::from_env(env))?;
     let loader = Loader::open(&bundle, &gpu)?;
     let mut engine = GdnEngine::new(&loader, geometry)?;
     let check = args.check || !args.bench;
