@@ -72,7 +72,7 @@ mod tests {
     use super::*;
     use kbuild_manifest::compat::{judge, Device, NO_GENERIC_RUNTIME};
     use kbuild_manifest::read::{walk, Format};
-    use kbuild_manifest::target::{Feature, ProcessorKind, PROCESSORS};
+    use kbuild_manifest::target::{ProcessorKind, PROCESSORS};
 
     /// The readers' fixtures: real objects from nvcc and clang (containers walked).
     fn fixture_objects() -> Vec<(String, Vec<u8>)> {
@@ -101,39 +101,6 @@ mod tests {
                 // The target a fatbin entry records keeps the `f` a standalone cubin lacks.
                 let real = m.container_target.clone().unwrap_or_default();
                 out.push((format!("{name}|{real}"), m.data.into_owned()));
-            }
-        }
-        out
-    }
-
-    fn catalogue_targets() -> Vec<Target> {
-        let mut out = Vec::new();
-        for p in PROCESSORS {
-            let base = Target {
-                processor: p,
-                ptx: false,
-                xnack: Feature::Any,
-                sramecc: Feature::Any,
-            };
-            out.push(base);
-            match p.kind {
-                ProcessorKind::Cuda { .. } => out.push(Target { ptx: true, ..base }),
-                ProcessorKind::Amd {
-                    xnack: true,
-                    sramecc: true,
-                    ..
-                } => {
-                    for xnack in [Feature::On, Feature::Off, Feature::Any] {
-                        for sramecc in [Feature::On, Feature::Off, Feature::Any] {
-                            out.push(Target {
-                                xnack,
-                                sramecc,
-                                ..base
-                            });
-                        }
-                    }
-                }
-                _ => {}
             }
         }
         out
@@ -178,7 +145,7 @@ mod tests {
     fn audit_and_selection_agree_on_real_objects() {
         let objects = fixture_objects();
         assert!(objects.len() >= 15, "{} objects", objects.len());
-        let (targets, devices) = (catalogue_targets(), devices());
+        let (targets, devices) = (kbuild_manifest::fixtures::every_target(), devices());
         for (name, bytes) in &objects {
             let container = name.rsplit('|').next().unwrap_or_default();
             let ident = identify(bytes).unwrap();

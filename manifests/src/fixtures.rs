@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::manifest::{Manifest, ObjectRecord, Package, Provenance, SCHEMA};
+use crate::target::{Feature, ProcessorKind, Target, PROCESSORS};
 
 /// A manifest of `objects`: kernels in first-seen order, targets as the objects list them.
 pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manifest {
@@ -70,4 +71,38 @@ pub fn bundle_parts(targets: &[&str]) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
     }
     let m = manifest("pkg", "1.2.3", records);
     (m.to_json().into_bytes(), objects)
+}
+
+/// Every catalogue target with every xnack/sramecc setting it takes, and PTX for CUDA.
+pub fn every_target() -> Vec<Target> {
+    let mut out = Vec::new();
+    for p in PROCESSORS {
+        let base = Target {
+            processor: p,
+            ptx: false,
+            xnack: Feature::Any,
+            sramecc: Feature::Any,
+        };
+        out.push(base);
+        match p.kind {
+            ProcessorKind::Cuda { .. } => out.push(Target { ptx: true, ..base }),
+            ProcessorKind::Amd {
+                xnack: true,
+                sramecc: true,
+                ..
+            } => {
+                for x in [Feature::Any, Feature::On, Feature::Off] {
+                    for s in [Feature::Any, Feature::On, Feature::Off] {
+                        out.push(Target {
+                            xnack: x,
+                            sramecc: s,
+                            ..base
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }

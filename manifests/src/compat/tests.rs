@@ -500,36 +500,7 @@ const ALL_RULES: [Rule; 19] = [
 // ---- properties over the whole catalogue ----
 
 fn all_targets() -> Vec<Target> {
-    let mut out = Vec::new();
-    for p in PROCESSORS {
-        let base = Target {
-            processor: p,
-            ptx: false,
-            xnack: Feature::Any,
-            sramecc: Feature::Any,
-        };
-        out.push(base);
-        match p.kind {
-            ProcessorKind::Cuda { .. } => out.push(Target { ptx: true, ..base }),
-            ProcessorKind::Amd {
-                xnack: true,
-                sramecc: true,
-                ..
-            } => {
-                for x in [Feature::Any, Feature::On, Feature::Off] {
-                    for s in [Feature::Any, Feature::On, Feature::Off] {
-                        out.push(Target {
-                            xnack: x,
-                            sramecc: s,
-                            ..base
-                        });
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
+    crate::fixtures::every_target()
 }
 
 fn all_devices() -> Vec<Device> {
