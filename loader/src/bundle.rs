@@ -95,7 +95,9 @@ struct NoSource;
 
 impl ObjectSource for NoSource {
     fn read(&self, path: &str, _sha256: &str) -> Result<Vec<u8>> {
-        Err(LoaderError::Other(format!("{path}: no object source")))
+        Err(LoaderError::NoSource {
+            path: path.to_string(),
+        })
     }
 
     fn describe(&self) -> String {

@@ -312,19 +312,14 @@ pub fn resolve_detected(detection: &Detection, opts: &DeviceOptions) -> Result<R
         });
     }
     let i = opts.index.unwrap_or(0);
-    let d = all.get(i).ok_or_else(|| {
-        LoaderError::Other(format!(
-            "device index {i} out of range ({} detected)",
-            all.len()
-        ))
+    let d = all.get(i).ok_or_else(|| LoaderError::DeviceIndex {
+        index: i,
+        found: all.len(),
     })?;
-    let mut device = d.device.ok_or_else(|| {
-        LoaderError::Other(format!(
-            "{} ({}): {}",
-            d.arch,
-            d.name,
-            d.note.clone().unwrap_or_default()
-        ))
+    let mut device = d.device.ok_or_else(|| LoaderError::UnsupportedDevice {
+        arch: d.arch.clone(),
+        name: d.name.clone(),
+        note: d.note.clone().unwrap_or_default(),
     })?;
     // `no_generic` on a real device: judge as on a runtime without generic support.
     if let Device::Amd { runtime, .. } = &mut device {

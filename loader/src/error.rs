@@ -98,10 +98,19 @@ pub enum LoaderError {
     Argument { name: String, problem: &'static str },
     #[error("the {what} was poisoned by a panic in another thread")]
     Poisoned { what: &'static str },
-    /// Messages of the HIP runtime wrapper and device detection that have no variant of
-    /// their own yet.
-    #[error("{0}")]
-    Other(String),
+    /// `--device-index` / `index` past the devices found.
+    #[error("device index {index} out of range ({found} detected)")]
+    DeviceIndex { index: usize, found: usize },
+    /// A detected device kbuild cannot target (an unknown architecture).
+    #[error("{arch} ({name}): {note}")]
+    UnsupportedDevice {
+        arch: String,
+        name: String,
+        note: String,
+    },
+    /// A package made while its index is being built has no objects to hand out yet.
+    #[error("{path}: no object source")]
+    NoSource { path: String },
 }
 
 fn variant_text(v: &Option<String>) -> String {

@@ -311,8 +311,10 @@ impl HipRuntime {
             )
         };
         let mut buf = vec![0u8; PROPS_BUFFER];
-        let index = c_int::try_from(device)
-            .map_err(|_| LoaderError::Other(format!("device index {device} out of range")))?;
+        let index = c_int::try_from(device).map_err(|_| LoaderError::Argument {
+            name: format!("device index {device}"),
+            problem: "does not fit the runtime's int",
+        })?;
         // SAFETY: the buffer is larger than either struct layout.
         self.check("hipGetDeviceProperties", unsafe {
             f(buf.as_mut_ptr().cast(), index)
@@ -349,8 +351,9 @@ impl HipRuntime {
     /// `module` must be a live module handle.
     pub unsafe fn module_get_function(&self, module: HipModule, name: &str) -> Result<HipFunction> {
         let f = self.symbol::<FnModuleGetFunction>("hipModuleGetFunction")?;
-        let c = CString::new(name)
-            .map_err(|_| LoaderError::Other(format!("entry name `{name}` has a NUL byte")))?;
+        let c = CString::new(name).map_err(|_| LoaderError::NulByte {
+            what: format!("entry name `{name}`"),
+        })?;
         let mut func: HipFunction = std::ptr::null_mut();
         self.check("hipModuleGetFunction", f(&mut func, module, c.as_ptr()))?;
         Ok(func)

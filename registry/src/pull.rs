@@ -24,9 +24,42 @@ pub enum PullError {
     Lock(#[from] LockError),
     #[error(transparent)]
     Sign(#[from] SignError),
-    #[error("{0}")]
-    Resolve(String),
+    #[error("{registry} has no versions of {name}")]
+    NoVersions { registry: String, name: String },
+    #[error("no version of {name} in {registry} matches `{req}` (available: {available})")]
+    NoMatchingVersion {
+        name: String,
+        registry: String,
+        req: String,
+        available: String,
+    },
+    #[error("{name} {version} has no objects for target {target}")]
+    NoTarget {
+        name: String,
+        version: String,
+        target: String,
+    },
+    /// The caller's target selection refused the manifest (nothing runs on the device).
+    #[error(transparent)]
+    Select(SelectError),
+    #[error("--offline: no cached version of {name} from {registry} matches{want} (cached: {cached}); pull it once online")]
+    NotCached {
+        name: String,
+        registry: String,
+        want: String,
+        cached: String,
+    },
+    #[error("--offline: {name} {version} is cached without target {target} (cached: {cached}); pull it online for this device")]
+    TargetNotCached {
+        name: String,
+        version: String,
+        target: String,
+        cached: String,
+    },
 }
+
+/// Why a caller's target selection refused a manifest.
+pub type SelectError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What `NAME@...` asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,7 +141,7 @@ pub struct Pulled {
 /// device runs); an `Err` from it is the user-facing reason nothing fits.
 pub fn pull(
     req: &PullRequest,
-    select: &dyn Fn(&Manifest) -> Result<Vec<String>, String>,
+    select: &dyn Fn(&Manifest) -> Result<Vec<String>, SelectError>,
 ) -> Result<Pulled, PullError> {
     let registry = req.registry.describe();
     if let Some(l) = &req.locked {
@@ -146,26 +179,31 @@ pub fn pull(
                 .max()
                 .map(|v| v.to_string())
                 .ok_or_else(|| {
-                    PullError::Resolve(if versions.is_empty() {
-                        format!("{registry} has no versions of {}", req.name)
+                    if versions.is_empty() {
+                        PullError::NoVersions {
+                            registry: registry.clone(),
+                            name: req.name.into(),
+                        }
                     } else {
-                        format!(
-                            "no version of {} in {registry} matches `{r}` (available: {})",
-                            req.name,
-                            versions.join(", ")
-                        )
-                    })
+                        PullError::NoMatchingVersion {
+                            name: req.name.into(),
+                            registry: registry.clone(),
+                            req: r.to_string(),
+                            available: versions.join(", "),
+                        }
+                    }
                 })?
         }
     };
     let resolved = req.registry.resolve(req.name, &reference, req.progress)?;
     let available = resolved.targets();
-    let targets = select(&resolved.manifest).map_err(PullError::Resolve)?;
+    let targets = select(&resolved.manifest).map_err(PullError::Select)?;
     if let Some(t) = targets.iter().find(|t| !available.contains(t)) {
-        return Err(PullError::Resolve(format!(
-            "{} {} has no objects for target {t}",
-            req.name, resolved.version
-        )));
+        return Err(PullError::NoTarget {
+            name: req.name.into(),
+            version: resolved.version.clone(),
+            target: t.clone(),
+        });
     }
     let entry = LockedPackage {
         name: req.name.into(),
@@ -255,7 +293,7 @@ fn drift(req: &PullRequest, what: String) -> PullError {
 fn pull_offline(
     req: &PullRequest,
     registry: &str,
-    select: &dyn Fn(&Manifest) -> Result<Vec<String>, String>,
+    select: &dyn Fn(&Manifest) -> Result<Vec<String>, SelectError>,
     locked: Option<&LockedPackage>,
 ) -> Result<Pulled, PullError> {
     let refs = req.cache.refs(Some(registry), Some(req.name));
@@ -267,30 +305,31 @@ fn pull_offline(
         })
         .filter(|r| locked.is_none_or(|l| l.version == r.version))
         .max_by_key(|r| semver::Version::parse(&r.version).ok())
-        .ok_or_else(|| {
-            PullError::Resolve(format!(
-                "--offline: no cached version of {} from {registry} matches{} (cached: {}); pull it once online",
-                req.name,
-                match req.want {
-                    Want::Req(q) => format!(" `{q}`"),
-                    Want::Digest(d) => format!(" {d}"),
-                },
-                if refs.is_empty() {
-                    "none".to_string()
-                } else {
-                    refs.iter().map(|r| r.version.clone()).collect::<Vec<_>>().join(", ")
-                }
-            ))
+        .ok_or_else(|| PullError::NotCached {
+            name: req.name.into(),
+            registry: registry.to_string(),
+            want: match req.want {
+                Want::Req(q) => format!(" `{q}`"),
+                Want::Digest(d) => format!(" {d}"),
+            },
+            cached: if refs.is_empty() {
+                "none".to_string()
+            } else {
+                refs.iter()
+                    .map(|r| r.version.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         })?;
     let full = req.cache.open(pick)?;
-    let targets = select(full.manifest()).map_err(PullError::Resolve)?;
+    let targets = select(full.manifest()).map_err(PullError::Select)?;
     if let Some(t) = targets.iter().find(|t| !pick.layers.contains_key(*t)) {
-        return Err(PullError::Resolve(format!(
-            "--offline: {} {} is cached without target {t} (cached: {}); pull it online for this device",
-            req.name,
-            pick.version,
-            pick.layers.keys().cloned().collect::<Vec<_>>().join(", ")
-        )));
+        return Err(PullError::TargetNotCached {
+            name: req.name.into(),
+            version: pick.version.clone(),
+            target: t.clone(),
+            cached: pick.layers.keys().cloned().collect::<Vec<_>>().join(", "),
+        });
     }
     let layers: BTreeMap<String, String> = targets
         .iter()

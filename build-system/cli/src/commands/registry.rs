@@ -331,10 +331,10 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         trust: &trust,
         progress: &progress,
     };
-    let select = |m: &Manifest| -> Result<Vec<String>, String> {
+    let select = |m: &Manifest| -> Result<Vec<String>, pull::SelectError> {
         match &device {
             None => Ok(m.targets.clone()),
-            Some((d, label)) => device_targets(m, d, label),
+            Some((d, label)) => device_targets(m, d, label).map_err(Into::into),
         }
     };
     let pulled = pull::pull(&req, &select)?;
