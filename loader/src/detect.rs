@@ -312,7 +312,7 @@ pub fn resolve_detected(detection: &Detection, opts: &DeviceOptions) -> Result<R
         });
     }
     let i = opts.index.unwrap_or(0);
-    let d = all.get(i).ok_or_else(|| LoaderError::DeviceIndex {
+    let d = all.get(i).ok_or(LoaderError::DeviceIndex {
         index: i,
         found: all.len(),
     })?;
