@@ -34,9 +34,7 @@ impl ObjectSource for BundleSource {
 }
 
 /// Whether `bytes` start like a bundle (a zstd frame).
-pub fn looks_like_bundle(bytes: &[u8]) -> bool {
-    bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
-}
+pub use kbuild_base::looks_like_bundle;
 
 impl Package {
     /// Open a bundle file, verified by the registry's reader.

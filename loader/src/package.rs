@@ -653,11 +653,7 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
 }
 
 /// Lowercase hex sha256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest: [u8; 32] = Sha256::digest(bytes).into();
-    let mut buf = [0u8; 64];
-    hex_into(&digest, &mut buf).to_string()
-}
+pub use kbuild_base::digest::sha256_hex;
 
 #[cfg(test)]
 mod tests_support {

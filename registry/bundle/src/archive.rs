@@ -170,7 +170,7 @@ impl<R: Read> Read for Capped<R> {
 
 /// Unpack an archive, refusing anything outside what kbuild writes (see the module docs).
 pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
-    if !bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+    if !kbuild_base::looks_like_bundle(bytes) {
         return Err(ArchiveError::NotZstd);
     }
     // The frame header's declared content size: refuse a bomb before inflating anything.
