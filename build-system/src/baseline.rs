@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kbuild_bundle::archive::Limits;
-use kbuild_report::demangle::demangle;
+use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::{load_side, Diff, SideError, Snapshot, SnapshotError};
 
 use crate::build::{build, BuildError, BuildOptions};
@@ -96,12 +96,7 @@ pub fn check(manifest: &Path, path: &Path) -> Result<BaselineCheck, BaselineErro
     let head = snapshot_at(manifest, manifest.display().to_string())?;
     let baseline = read_baseline(path)?;
     let base = baseline.restricted_to(&head.targets);
-    let names = demangle(
-        [&base, &head]
-            .iter()
-            .flat_map(|s| s.objects.iter())
-            .flat_map(|o| o.resources.keys()),
-    );
+    let names = demangle_snapshots(&[&base, &head]);
     let label = shown(path);
     let diff = Diff::new(&base, &head, &label, "this build", &names);
     let toolchains = (baseline.toolchains != head.toolchains && !head.toolchains.is_empty())

@@ -480,6 +480,26 @@ fn verify(key: &str, set: &[Dep], meta: &EntryMeta, object: &[u8]) -> Result<(),
     Ok(())
 }
 
+#[cfg(test)]
+mod mode_tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("read".parse::<RemoteMode>().ok(), Some(RemoteMode::Read));
+        assert_eq!(
+            "read-write".parse::<RemoteMode>().ok(),
+            Some(RemoteMode::ReadWrite)
+        );
+        let e = "write".parse::<RemoteMode>().unwrap_err();
+        assert!(matches!(&e, RemoteCacheError::Mode(m) if m == "write"));
+        assert_eq!(
+            e.to_string(),
+            "remote cache mode `write`: expected `read` or `read-write`"
+        );
+    }
+}
+
 #[cfg(all(test, feature = "remote-cache"))]
 mod tests {
     use super::*;
@@ -501,21 +521,6 @@ mod tests {
         assert!(verify("k", &deps, &m, b"obj").is_ok());
         assert!(verify("k", &deps, &m, b"obJ").is_err());
         assert!(verify("k", &[], &m, b"obj").is_err());
-    }
-
-    #[test]
-    fn modes_parse() {
-        assert_eq!("read".parse::<RemoteMode>().ok(), Some(RemoteMode::Read));
-        assert_eq!(
-            "read-write".parse::<RemoteMode>().ok(),
-            Some(RemoteMode::ReadWrite)
-        );
-        let e = "write".parse::<RemoteMode>().unwrap_err();
-        assert!(matches!(&e, RemoteCacheError::Mode(m) if m == "write"));
-        assert_eq!(
-            e.to_string(),
-            "remote cache mode `write`: expected `read` or `read-write`"
-        );
     }
 
     #[test]

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use crate::diff::Snapshot;
+
 /// Demangled forms of the Itanium-mangled (`_Z...`) names among `names`, through
 /// `llvm-cxxfilt-19` / `llvm-cxxfilt` / `c++filt`; empty when none is mangled or no demangler
 /// runs (names then show as they are).
@@ -41,4 +43,14 @@ pub fn demangle<'a>(names: impl IntoIterator<Item = &'a String>) -> BTreeMap<Str
             .collect();
     }
     BTreeMap::new()
+}
+
+/// [`demangle`] over every entry name of `snaps` (both sides of a diff).
+pub fn demangle_snapshots(snaps: &[&Snapshot]) -> BTreeMap<String, String> {
+    demangle(
+        snaps
+            .iter()
+            .flat_map(|s| s.objects.iter())
+            .flat_map(|o| o.resources.keys()),
+    )
 }

@@ -12,7 +12,7 @@ use kbuild_base::time::Date;
 use kbuild_build::build::BuildOptions;
 use kbuild_build::worktree::build_base_and_head;
 use kbuild_bundle::archive::Limits;
-use kbuild_report::demangle::demangle;
+use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::gate::{self, GateReport};
 use kbuild_report::diff::{self, load_allowlist, load_side, Diff};
 
@@ -99,12 +99,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
             ))
         }
     };
-    let names = demangle(
-        [&base, &head]
-            .iter()
-            .flat_map(|s| s.objects.iter())
-            .flat_map(|o| o.resources.keys()),
-    );
+    let names = demangle_snapshots(&[&base, &head]);
     let d = Diff::new(&base, &head, &base_label, &head_label, &names);
     let rules = args.fail_on.map(|f| f.0).unwrap_or_default();
     let gates = (!rules.is_empty() || !allow.is_empty())
