@@ -298,12 +298,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
     };
     let name = nonempty(&raw.package.name, "package.name")?;
     let version = nonempty(&raw.package.version, "package.version")?;
-    if !is_semver(&version) {
-        return Err(at(
-            raw.package.version.span(),
-            format!("package.version `{version}` is not a semantic version (MAJOR.MINOR.PATCH)"),
-        ));
-    }
+    // The same rules every manifest is read back with: the name and version become file
+    // names (`dist/NAME-VERSION.kbundle`) and registry paths.
+    kbuild_base::ident::check_package_name("package.name", &name)
+        .map_err(|e| at(raw.package.name.span(), e.to_string()))?;
+    kbuild_base::ident::check_version("package.version", &version)
+        .map_err(|e| at(raw.package.version.span(), e.to_string()))?;
 
     let targets = |list: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<Target>, ConfigError> {
         let mut out = Vec::new();
@@ -517,15 +517,6 @@ fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn is_semver(s: &str) -> bool {
-    let core = s.split(['-', '+']).next().unwrap_or("");
-    let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `a/b/../c` → `a/c` without touching the file system (the directory may not exist yet).

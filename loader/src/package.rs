@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::Device;
@@ -50,19 +50,12 @@ impl DirSource {
 
 impl ObjectSource for DirSource {
     fn read(&self, path: &str, _sha256: &str) -> Result<Vec<u8>> {
-        let rel = Path::new(path);
-        let safe = rel
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        if !safe || path.is_empty() {
-            return Err(LoaderError::Package {
+        let full = kbuild_base::ident::confined(&self.root, "object path", path).map_err(|e| {
+            LoaderError::Package {
                 path: self.root.join("manifest.json"),
-                what: format!(
-                    "object path `{path}` must be relative and stay inside the directory"
-                ),
-            });
-        }
-        let full = self.root.join(rel);
+                what: e.to_string(),
+            }
+        })?;
         std::fs::read(&full).map_err(|e| LoaderError::io(full, "reading the code object", e))
     }
 

@@ -2,7 +2,21 @@
 
 use std::collections::BTreeMap;
 
+use kbuild_base::ident::{self, IdentError};
 use serde::{Deserialize, Serialize};
+
+/// sha256 fields become blob file names (`objects/sha256/<hex>`): 64 lowercase hex digits.
+fn check_sha256(field: &str, hex: &str) -> Result<(), IdentError> {
+    if kbuild_base::digest::is_sha256_hex(hex) {
+        Ok(())
+    } else {
+        Err(IdentError {
+            field: field.to_string(),
+            value: hex.escape_debug().take(200).collect(),
+            why: "is not a sha256 (64 lowercase hex digits)",
+        })
+    }
+}
 
 /// The schema tag every manifest carries.
 pub const SCHEMA: &str = "kbuild.manifest/v1";
@@ -114,6 +128,9 @@ pub enum ManifestError {
     NoSchema,
     #[error("manifest schema \"{found}\" is not supported (this kbuild reads \"{SCHEMA}\"); rebuild it with this kbuild")]
     Schema { found: String },
+    /// A name, version, target or path that would not be safe as a file name or path.
+    #[error("manifest: {0}")]
+    Field(#[from] IdentError),
 }
 
 impl Manifest {
@@ -129,7 +146,30 @@ impl Manifest {
             Some(s) if s != SCHEMA => return Err(ManifestError::Schema { found: s }),
             Some(_) => {}
         }
-        Ok(serde_json::from_slice(data)?)
+        let m: Manifest = serde_json::from_slice(data)?;
+        m.check_fields()?;
+        Ok(m)
+    }
+
+    /// Every string of the manifest that kbuild may turn into a file name or path: the package
+    /// name and version, the targets, the object and container paths and digests. Checked on
+    /// every parse, so a hostile bundle, OCI config or cache entry never reaches a path.
+    pub fn check_fields(&self) -> Result<(), IdentError> {
+        ident::check_package_name("package.name", &self.package.name)?;
+        ident::check_version("package.version", &self.package.version)?;
+        for (i, t) in self.targets.iter().enumerate() {
+            ident::check_component(&format!("targets[{i}]"), t)?;
+        }
+        for (i, o) in self.objects.iter().enumerate() {
+            ident::check_component(&format!("objects[{i}].target"), &o.target)?;
+            ident::check_relative_path(&format!("objects[{i}].path"), &o.path)?;
+            check_sha256(&format!("objects[{i}].sha256"), &o.sha256)?;
+        }
+        for (i, c) in self.containers.iter().enumerate() {
+            ident::check_relative_path(&format!("containers[{i}].path"), &c.path)?;
+            check_sha256(&format!("containers[{i}].sha256"), &c.sha256)?;
+        }
+        Ok(())
     }
 
     /// Pretty JSON with a trailing newline; stable field order.

@@ -78,22 +78,9 @@ pub struct InvalidName {
 
 /// A package name kbuild accepts as a path component and an OCI repository component.
 pub fn check_name(name: &str) -> Result<(), InvalidName> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(InvalidName {
-            name: name.to_string(),
-        })
-    }
+    kbuild_base::ident::check_package_name("package name", name).map_err(|_| InvalidName {
+        name: name.to_string(),
+    })
 }
 
 pub struct DirStore {

@@ -228,14 +228,21 @@ pub fn pull(
         &resolved.manifest_digest,
         sigs.as_ref(),
     )?;
-    // Served from the cache when it already holds these targets of this artifact.
+    // Served from the cache when it already holds these targets of this artifact, with the
+    // very manifest resolved and checked above (never the one a ref file names).
     if let Some(c) = req.cache.get_ref(&registry, req.name, &resolved.version) {
         let have_all = c.artifact == resolved.artifact
+            && c.manifest == resolved.manifest_digest
             && targets
                 .iter()
                 .all(|t| c.layers.get(t) == entry.layers.get(t));
         if have_all {
-            if let Ok(b) = req.cache.open(&c) {
+            let opened = req
+                .cache
+                .open(&c)
+                .ok()
+                .filter(|b| b.manifest_digest() == resolved.manifest_digest);
+            if let Some(b) = opened {
                 let bundle = b.restrict(&targets).map_err(StoreError::from)?;
                 if sigs.is_some() {
                     // Newly signed since it was cached: remember the signatures.

@@ -1,11 +1,13 @@
 //! The leaf of kbuild's crate graph: helpers every other crate needs exactly once.
 //! Atomic writes ([`fs`]), digests ([`digest`]), UTC dates ([`time`]), kbuild's directories
-//! ([`dirs`]) and [`env::Env`], the only code that reads the process environment.
+//! ([`dirs`]), the rules for outside names and paths ([`ident`]) and [`env::Env`], the only
+//! code that reads the process environment.
 
 pub mod digest;
 pub mod dirs;
 pub mod env;
 pub mod fs;
+pub mod ident;
 pub mod time;
 
 /// zstd frame magic: every kbuild bundle (`NAME-VERSION.kbundle`, tar+zstd) starts with it.

@@ -20,8 +20,10 @@ use kbuild_base::env::{names, Env};
 /// zstd level of every archive kbuild writes. Changing it changes every bundle's bytes.
 pub const ZSTD_LEVEL: i32 = 12;
 
-/// Default cap on the unpacked bytes of one archive (tar stream), 8 GiB.
-pub const DEFAULT_MAX_UNPACKED: u64 = 8 << 30;
+/// Default cap on the unpacked bytes of one archive (tar stream), 256 MiB: a bundle is
+/// unpacked into memory, so this bounds what any bundle, honest or hostile, can make a reader
+/// hold. `KBUILD_MAX_UNPACKED_BYTES` raises it for a genuinely larger bundle.
+pub const DEFAULT_MAX_UNPACKED: u64 = 256 << 20;
 
 /// What a reader accepts.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +75,9 @@ pub enum ArchiveError {
     NotKbuild(String),
     #[error("archive entry `{0}` appears twice")]
     Duplicate(String),
+    /// An entry the reader's caller refused from its name and declared size alone.
+    #[error("archive entry `{name}`: {why}")]
+    Refused { name: String, why: String },
     #[error("writing archive: {0}")]
     Write(String),
 }
@@ -170,6 +175,17 @@ impl<R: Read> Read for Capped<R> {
 
 /// Unpack an archive, refusing anything outside what kbuild writes (see the module docs).
 pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
+    read_checked(bytes, limits, &mut |_, _, _| Ok(()))
+}
+
+/// [`read`], asking `admit(entries so far, name, declared size)` before each entry's data is
+/// inflated: a bundle reader refuses an entry its manifest does not declare before a byte of
+/// it is in memory.
+pub fn read_checked(
+    bytes: &[u8],
+    limits: Limits,
+    admit: &mut dyn FnMut(&[Entry], &str, u64) -> Result<(), ArchiveError>,
+) -> Result<Vec<Entry>, ArchiveError> {
     if !kbuild_base::looks_like_bundle(bytes) {
         return Err(ArchiveError::NotZstd);
     }
@@ -241,6 +257,7 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
             if declared_total > limits.max_unpacked {
                 return Err(too_large(&format!("entry `{name}` declares {size} bytes")));
             }
+            admit(&out, &name, size)?;
             let mut data = Vec::with_capacity(size.min(64 << 20) as usize);
             entry
                 .read_to_end(&mut data)

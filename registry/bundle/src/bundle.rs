@@ -12,7 +12,7 @@
 //! target is there with the recorded size, nothing unreferenced is there.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path};
+use std::path::Path;
 
 use kbuild_manifest::manifest::{Manifest, ManifestError};
 
@@ -63,6 +63,60 @@ pub enum BundleError {
     ManifestTooLarge(u64),
 }
 
+/// Whether a bundle's next archive entry `name` of `size` bytes may be inflated, given the
+/// entries read so far (`manifest`: the first entry, parsed once it is read).
+fn admit_entry(
+    manifest: &mut Option<Manifest>,
+    so_far: &[archive::Entry],
+    name: &str,
+    size: u64,
+) -> Result<(), ArchiveError> {
+    let refuse = |why: String| ArchiveError::Refused {
+        name: name.to_string(),
+        why,
+    };
+    let Some(first) = so_far.first() else {
+        if name != "manifest.json" {
+            return Err(ArchiveError::NotKbuild(name.to_string()));
+        }
+        if size > MAX_MANIFEST_BYTES {
+            return Err(refuse(format!(
+                "declares {size} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes for a manifest"
+            )));
+        }
+        return Ok(());
+    };
+    if manifest.is_none() {
+        let m = Manifest::from_json(&first.data).map_err(|e| {
+            refuse(format!(
+                "comes after a manifest.json that is not valid: {e}"
+            ))
+        })?;
+        *manifest = Some(m);
+    }
+    let Some(m) = manifest.as_ref() else {
+        return Ok(());
+    };
+    if name == "targets.json" {
+        // A list of the manifest's target names: far below this.
+        if size > 1 << 20 {
+            return Err(refuse(format!("declares {size} bytes for a target list")));
+        }
+        return Ok(());
+    }
+    let hex = name.trim_start_matches("objects/sha256/");
+    match m.objects.iter().find(|o| o.sha256 == hex) {
+        None => Err(refuse("no object of the manifest has this sha256".into())),
+        Some(o) if o.size != size => Err(refuse(format!(
+            "declares {size} bytes; the manifest records {} for {} on {}",
+            o.size,
+            record_label(o),
+            o.target
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// A verified bundle in memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bundle {
@@ -93,7 +147,12 @@ impl Bundle {
 
     /// Verify a bundle held in memory.
     pub fn from_bytes(bytes: &[u8], limits: Limits) -> Result<Bundle, BundleError> {
-        let entries = archive::read(bytes, limits)?;
+        // Each entry is judged from its tar header before it is inflated: manifest.json first
+        // and bounded, then only objects it declares, at the sizes it declares.
+        let mut declared: Option<Manifest> = None;
+        let entries = archive::read_checked(bytes, limits, &mut |so_far, name, size| {
+            admit_entry(&mut declared, so_far, name, size)
+        })?;
         let mut it = entries.into_iter();
         let first = it
             .next()
@@ -230,19 +289,8 @@ impl Bundle {
         manifest.containers.clear();
         let mut objects = BTreeMap::new();
         for o in &manifest.objects {
-            let rel = Path::new(&o.path);
-            if rel.is_absolute()
-                || rel
-                    .components()
-                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-            {
-                return Err(BundleError::Build(format!(
-                    "{}: object path `{}` leaves the build directory",
-                    mpath.display(),
-                    o.path
-                )));
-            }
-            let p = dir.join(rel);
+            let p = kbuild_base::ident::confined(dir, "object path", &o.path)
+                .map_err(|e| BundleError::Build(format!("{}: {e}", mpath.display())))?;
             let data = std::fs::read(&p).map_err(|err| BundleError::Io {
                 path: p.display().to_string(),
                 err,

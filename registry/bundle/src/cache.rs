@@ -28,6 +28,9 @@ pub enum CacheError {
     Corrupt { path: String, what: String },
     #[error("cached bundle: {0}")]
     Bundle(#[from] BundleError),
+    /// A name or version that is no safe path component (from a registry or a ref file).
+    #[error("registry cache: {0}")]
+    Field(#[from] kbuild_base::ident::IdentError),
 }
 
 /// One pulled version.
@@ -125,12 +128,17 @@ impl Cache {
         Ok(Some(bytes))
     }
 
-    fn ref_path(&self, registry: &str, name: &str, version: &str) -> PathBuf {
-        self.root
+    /// `refs/<registry key>/<name>/<version>.json`; the name and version are checked first,
+    /// so no string from a registry leaves the cache directory.
+    fn ref_path(&self, registry: &str, name: &str, version: &str) -> Result<PathBuf, CacheError> {
+        kbuild_base::ident::check_package_name("package name", name)?;
+        kbuild_base::ident::check_version("package version", version)?;
+        Ok(self
+            .root
             .join("refs")
             .join(registry_key(registry))
             .join(name)
-            .join(format!("{version}.json"))
+            .join(format!("{version}.json")))
     }
 
     /// Store a verified (subset) bundle pulled from `registry`. Targets cached before for the
@@ -170,7 +178,7 @@ impl Cache {
                 }
             }
         }
-        let p = self.ref_path(registry, &r.name, &r.version);
+        let p = self.ref_path(registry, &r.name, &r.version)?;
         let mut text = serde_json::to_vec_pretty(&r).unwrap_or_default();
         text.push(b'\n');
         fsx::write_atomic(&p, &text).map_err(|err| CacheError::Io {
@@ -181,8 +189,11 @@ impl Cache {
     }
 
     pub fn get_ref(&self, registry: &str, name: &str, version: &str) -> Option<CachedRef> {
-        let p = self.ref_path(registry, name, version);
-        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+        let p = self.ref_path(registry, name, version).ok()?;
+        let r: CachedRef = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+        // A ref file is only what it says where it lies: another name or version is a damaged
+        // (or planted) file, not a hit.
+        (r.name == name && r.version == version && r.registry == registry).then_some(r)
     }
 
     /// Every cached ref, optionally only one registry's and one name's.
@@ -214,6 +225,10 @@ impl Cache {
                     if let Some(r) = std::fs::read(f.path())
                         .ok()
                         .and_then(|b| serde_json::from_slice::<CachedRef>(&b).ok())
+                        .filter(|r| {
+                            self.ref_path(&r.registry, &r.name, &r.version)
+                                .is_ok_and(|p| p == f.path())
+                        })
                     {
                         out.push(r);
                     }
@@ -237,11 +252,9 @@ impl Cache {
 
     /// The cached bundle of a ref (its cached targets only), re-verified.
     pub fn open(&self, r: &CachedRef) -> Result<Bundle, CacheError> {
+        let ref_path = self.ref_path(&r.registry, &r.name, &r.version)?;
         let missing = |what: String| CacheError::Corrupt {
-            path: self
-                .ref_path(&r.registry, &r.name, &r.version)
-                .display()
-                .to_string(),
+            path: ref_path.display().to_string(),
             what,
         };
         let mhex = digest::oci_hex(&r.manifest).unwrap_or_default();
@@ -250,6 +263,12 @@ impl Cache {
             .ok_or_else(|| missing(format!("manifest blob {mhex} is missing")))?;
         let m = kbuild_manifest::manifest::Manifest::from_json(&manifest)
             .map_err(|e| missing(e.to_string()))?;
+        if m.package.name != r.name || m.package.version != r.version {
+            return Err(missing(format!(
+                "its manifest is {} {}, not {} {}",
+                m.package.name, m.package.version, r.name, r.version
+            )));
+        }
         let targets: Vec<String> = m
             .targets
             .iter()
