@@ -31,7 +31,12 @@ typedef struct kbuild_launch_config {
   void *stream;
 } kbuild_launch_config;
 
-/* Open `path` (a build directory holding manifest.json, or a manifest file).
+/* Open `path` (a build directory holding manifest.json, a manifest file, or a bundle).
+ * A bundle gets the signature policy of the environment, as `kbuild pull` applies it:
+ * KBUILD_SIGNATURE_POLICY (require | warn | off; default warn) and the trusted public keys
+ * listed in KBUILD_TRUSTED_KEYS (`.pub` files, `:`-separated). Under require, an unsigned
+ * bundle is refused (NULL). The C ABI does not read the kbuild config file: set these.
+ * A build directory is local and unsigned: no policy applies to it.
  * device: NULL (KBUILD_DEVICE if set, else detect), "auto" (detect), or a target to simulate:
  *         "sm_90", "9.0", "gfx1151", "gfx90a:sramecc+:xnack-". A simulated device can be
  *         explained but not loaded onto.

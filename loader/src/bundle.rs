@@ -36,29 +36,82 @@ impl ObjectSource for BundleSource {
 /// Whether `bytes` start like a bundle (a zstd frame).
 pub use kbuild_base::looks_like_bundle;
 
+/// The signature policy and trusted keys applied when a bundle or pulled entry is opened,
+/// exactly as `kbuild pull` applies them. Build the value from the user's settings
+/// (`Trust::load` of kbuild-bundle's `config` feature reads the kbuild config and
+/// `KBUILD_SIGNATURE_POLICY`); [`Trust::default`] is the `warn` policy with no keys.
+pub use kbuild_bundle::sign::{Policy, Trust, Verdict};
+
+/// One line for a verdict that let a package through.
+fn trust_note(v: &Verdict) -> String {
+    match v {
+        Verdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
+        Verdict::Warning(m) => m.clone(),
+        Verdict::NotChecked => "signatures not checked (policy off)".into(),
+    }
+}
+
+fn untrusted(path: &Path, e: impl std::fmt::Display) -> LoaderError {
+    LoaderError::Untrusted {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
 impl Package {
-    /// Open a bundle file, verified by the registry's reader.
-    pub fn open_bundle(path: &Path) -> Result<Package> {
-        let bundle =
-            Bundle::open(path, kbuild_bundle::archive::Limits::default()).map_err(|e| {
-                LoaderError::Package {
-                    path: path.to_path_buf(),
-                    what: e.to_string(),
-                }
-            })?;
-        Package::from_bundle(bundle, path.to_path_buf())
+    /// Open a build directory, manifest or bundle, applying `trust` to a bundle (with the
+    /// `NAME-VERSION.kbundle.sig` file beside it). Build directories and manifests are local
+    /// and unsigned: no policy applies to them.
+    pub fn open_trusted(path: &Path, trust: &Trust) -> Result<Package> {
+        if crate::package::starts_like_bundle(path) {
+            Package::open_bundle(path, trust)
+        } else {
+            Package::open(path)
+        }
     }
 
-    /// A pulled version from the local registry cache (`kbuild pull`).
-    pub fn from_cache(cache: &Cache, entry: &CachedRef) -> Result<Package> {
+    /// Open a bundle file, verified by the registry's reader, and apply `trust` to it (its
+    /// `.sig` file beside it): under `require`, a bundle without a valid signature by a
+    /// trusted key is refused before anything of it is used.
+    pub fn open_bundle(path: &Path, trust: &Trust) -> Result<Package> {
+        let (bundle, verdict) = kbuild_bundle::verify_bundle_file(
+            path,
+            trust,
+            kbuild_bundle::archive::Limits::default(),
+        )
+        .map_err(|e| match e {
+            kbuild_bundle::VerifyError::Signature(s) => untrusted(path, s),
+            kbuild_bundle::VerifyError::Bundle { err, .. } => LoaderError::Package {
+                path: path.to_path_buf(),
+                what: err.to_string(),
+            },
+        })?;
+        Ok(Package::from_bundle(bundle, path.to_path_buf())?.with_trust(trust_note(&verdict)))
+    }
+
+    /// A pulled version from the local registry cache (`kbuild pull`), with `trust` applied
+    /// to the signatures cached with it, as at pull.
+    pub fn from_cache(cache: &Cache, entry: &CachedRef, trust: &Trust) -> Result<Package> {
+        let origin = cache
+            .root()
+            .join(format!("{}@{}", entry.name, entry.version));
         let bundle = cache.open(entry).map_err(|e| LoaderError::Package {
             path: cache.root().to_path_buf(),
             what: e.to_string(),
         })?;
-        let origin = cache
-            .root()
-            .join(format!("{}@{}", entry.name, entry.version));
-        Package::from_bundle(bundle, origin)
+        let sigs = cache.signatures(entry).map_err(|e| LoaderError::Package {
+            path: cache.root().to_path_buf(),
+            what: e.to_string(),
+        })?;
+        let verdict = trust
+            .check(
+                bundle.name(),
+                bundle.version(),
+                bundle.manifest_digest(),
+                sigs.as_ref(),
+            )
+            .map_err(|e| untrusted(&origin, e))?;
+        Ok(Package::from_bundle(bundle, origin)?.with_trust(trust_note(&verdict)))
     }
 
     /// A bundle file's bytes held in memory (e.g. `include_bytes!` of a bundle a build script

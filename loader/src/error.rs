@@ -23,6 +23,10 @@ pub enum LoaderError {
     },
     #[error("{path}: {what}")]
     Package { path: PathBuf, what: String },
+    /// The signature policy refused a bundle or pulled entry (`require` and no valid
+    /// signature by a trusted key).
+    #[error("{path}: {reason}")]
+    Untrusted { path: PathBuf, reason: String },
     /// A load index (`manifest.kbi`, or the one encoded in memory from a manifest) that cannot
     /// be made or read.
     #[error("{path}: {source}")]

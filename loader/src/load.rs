@@ -127,6 +127,13 @@ impl Loader {
         Ok(Loader::from_package(Package::open(path)?, gpu))
     }
 
+    /// Open a build directory, manifest or bundle for `gpu`, applying `trust` to a bundle
+    /// ([`Package::open_trusted`]).
+    #[cfg(feature = "registry")]
+    pub fn open_trusted(path: &Path, gpu: &Gpu, trust: &crate::bundle::Trust) -> Result<Loader> {
+        Ok(Loader::from_package(Package::open_trusted(path, trust)?, gpu))
+    }
+
     /// A loader over any package (a bundle or pulled cache entry of the registry).
     pub fn from_package(package: Package, gpu: &Gpu) -> Loader {
         let state = State {

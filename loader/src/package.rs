@@ -88,12 +88,17 @@ impl ObjectSource for NoObjects {
 const NOT_A_FILE: ManifestStamp = ManifestStamp {
     len: 0,
     mtime_ns: -1,
+    ctime_ns: -1,
+    ino: 0,
     blake3: [0; 32],
 };
 
-/// How much of `manifest.kbi` opening reads at once: a build's whole index fits (the file of
-/// one with 125 objects is 66 kB, its head about 30 kB), so the resource blobs come along in
-/// the same read.
+/// The largest `manifest.kbi` opening reads (a larger one is ignored: the JSON is read).
+const MAX_INDEX_BYTES: u64 = 256 << 20;
+
+/// Up to this size `manifest.kbi` stays in memory whole after opening: a build's does (the
+/// file of one with 125 objects is 66 kB, its head about 30 kB); a larger one keeps its head
+/// and reads resource blobs from the file when asked.
 const FIRST_READ: u64 = if cfg!(test) {
     // The unit tests' indexes are small: read them in two steps, blobs from the file later.
     256
@@ -228,6 +233,9 @@ pub struct Package {
     index: Arc<Index>,
     source: Box<dyn ObjectSource>,
     origin: PathBuf,
+    /// What the signature policy said when a bundle or pulled entry was opened; `None` for
+    /// a build directory or manifest (local and unsigned).
+    trust: Option<String>,
 }
 
 impl std::fmt::Debug for Package {
@@ -257,8 +265,9 @@ impl Package {
         // One stat: opening is on the load path of every process.
         let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
         #[cfg(feature = "registry")]
-        if !is_dir && path.is_file() && starts_like_bundle(path) {
-            return Package::open_bundle(path);
+        if !is_dir && starts_like_bundle(path) {
+            // The default policy (`warn`, no keys): see [`Package::open_trusted`].
+            return Package::open_bundle(path, &crate::bundle::Trust::default());
         }
         let (manifest_path, root) = if is_dir {
             (path.join("manifest.json"), path.to_path_buf())
@@ -273,6 +282,7 @@ impl Package {
             index,
             source: Box::new(DirSource::new(&root)),
             origin: manifest_path.clone(),
+            trust: None,
         };
         if cached {
             if let Some(index) = open_load_index(&manifest_path, &root) {
@@ -339,6 +349,7 @@ impl Package {
             index: Arc::new(Index::encode(manifest, NOT_A_FILE, None, &origin)?),
             source,
             origin,
+            trust: None,
         })
     }
 
@@ -515,6 +526,19 @@ impl Package {
         }
     }
 
+    /// What the signature policy said when this bundle or pulled entry was opened
+    /// (`verified by key …`, or the `warn` policy's message); `None` for a build directory
+    /// or manifest, which are local and unsigned.
+    pub fn trust_note(&self) -> Option<&str> {
+        self.trust.as_deref()
+    }
+
+    #[cfg(feature = "registry")]
+    pub(crate) fn with_trust(mut self, note: String) -> Package {
+        self.trust = Some(note);
+        self
+    }
+
     #[cfg(feature = "registry")]
     pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
         self.source = source;
@@ -564,7 +588,7 @@ fn read_at(file: &std::fs::File, range: std::ops::Range<u64>) -> std::io::Result
 }
 
 #[cfg(feature = "registry")]
-fn starts_like_bundle(path: &Path) -> bool {
+pub(crate) fn starts_like_bundle(path: &Path) -> bool {
     let mut head = [0u8; 4];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut head))
@@ -599,33 +623,32 @@ pub fn verify(o: &IndexObject<'_>, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The load index beside `manifest_path`, when there is one, it is intact and it was written
-/// for the manifest as it is now: the same file (length and mtime), or, when the mtime differs
-/// (a copy that did not keep it), the same bytes (blake3). Anything else (a damaged file, an
-/// index of another layout version): `None`, and the caller reads the JSON, which reports any
-/// error in the manifest itself.
+/// The load index beside `manifest_path`, when there is one, it is intact (its own digest
+/// holds) and it was written for the manifest as it is now: the same file (length, mtime,
+/// ctime and inode), or the same bytes (blake3, for a copy). Anything else (a damaged or
+/// edited file, an index of another layout version): `None`, and the caller reads the JSON,
+/// which reports any error in the manifest itself.
 fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
     let path = root.join(LOAD_INDEX_FILE);
     let mut file = std::fs::File::open(&path).ok()?;
     let len = file.metadata().ok()?.len();
-    // One read: the whole file when it is small (a build's is), else a prefix that holds
-    // the head unless the manifest is very large.
-    // One read syscall for an index up to FIRST_READ (`read_to_end` would grow its reads
-    // from 8 kB).
-    let mut bytes = vec![0u8; usize::try_from(len.min(FIRST_READ)).ok()?];
-    file.read_exact(&mut bytes).ok()?;
-    let head = head_len(bytes.get(..HEADER_LEN)?).ok()?;
-    if head > len {
+    if len > MAX_INDEX_BYTES {
         return None;
     }
-    let head = usize::try_from(head).ok()?;
-    if bytes.len() as u64 != len {
+    // One read syscall for the whole file (`read_to_end` would grow its reads from 8 kB):
+    // its digest covers every byte.
+    let mut bytes = vec![0u8; usize::try_from(len).ok()?];
+    file.read_exact(&mut bytes).ok()?;
+    if !kbuild_manifest::load_index::body_intact(&bytes) {
+        return None;
+    }
+    let head = usize::try_from(head_len(bytes.get(..HEADER_LEN)?).ok()?).ok()?;
+    if head > bytes.len() {
+        return None;
+    }
+    if len > FIRST_READ {
         // Only the head is kept; the blobs are read from the file when asked for.
-        let have = bytes.len();
-        bytes.resize(head, 0);
-        if head > have {
-            file.read_exact(&mut bytes[have..]).ok()?;
-        }
+        bytes.truncate(head);
     }
     let ix = LoadIndex::parse(&bytes).ok()?;
     let stamp = ix.stamp();
@@ -792,9 +815,18 @@ mod tests {
         let (dir, mut m) = build_dir();
         m.objects[0].path = "../../etc/passwd".into();
         std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
-        let p = Package::open(dir.path()).unwrap();
-        let e = p.read_verified(0).unwrap_err().to_string();
-        assert!(e.contains("must be relative and stay inside"), "{e}");
+        // Refused when the manifest is read, before any path is made.
+        let e = Package::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("objects[0].path `../../etc/passwd`") && e.contains("stays inside"),
+            "{e}"
+        );
+        // A source asked for such a path directly refuses it too.
+        let e = DirSource::new(dir.path())
+            .read("../../etc/passwd", "")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stays inside its directory"), "{e}");
     }
 
     #[test]
@@ -943,18 +975,33 @@ mod load_index_tests {
         let bytes = std::fs::read(&ix).unwrap();
         std::fs::write(&ix, &bytes[..HEADER_LEN + 10]).unwrap();
         assert!(!Package::open(dir.path()).unwrap().has_load_index());
-        // Cut inside the resource blobs: the head is whole, so the index opens, and loading
-        // an object whose record is missing names the file.
+        // Cut inside the resource blobs: the head is whole, but the index's own digest no
+        // longer holds, so the JSON is read and every record is there.
         let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
         std::fs::write(&ix, &bytes[..head + 1]).unwrap();
         let p = Package::open(dir.path()).unwrap();
-        assert!(p.has_load_index());
+        assert!(!p.has_load_index());
         let last = p.objects().len() - 1;
-        let e = p.record(last).unwrap_err().to_string();
-        assert!(
-            e.contains(LOAD_INDEX_FILE) && e.contains("past the end"),
-            "{e}"
-        );
+        assert!(p.record(last).is_ok());
+        // Two object records swapped in place, the stamp kept (an index edited to point one
+        // kernel at another's object): refused whole, the manifest's choice stands.
+        let at = HEADER_LEN + p.kernels().len() * 8;
+        let mut swapped = bytes.clone();
+        let (a, b) = swapped[at..].split_at_mut(144);
+        a.swap_with_slice(&mut b[..144]);
+        std::fs::write(&ix, &swapped).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(!p.has_load_index());
+        assert_eq!(p.record(0).unwrap().path, m.objects[0].path);
+        // Any single flipped byte after the header is caught the same way.
+        for i in (HEADER_LEN..bytes.len()).step_by(37) {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x20;
+            std::fs::write(&ix, &bad).unwrap();
+            assert!(!Package::open(dir.path()).unwrap().has_load_index(), "byte {i}");
+        }
+        std::fs::write(&ix, &bytes).unwrap();
+        assert!(Package::open(dir.path()).unwrap().has_load_index());
         std::fs::write(&ix, b"garbage").unwrap();
         let p = Package::open(dir.path()).unwrap();
         assert!(!p.has_load_index());

@@ -1,23 +1,26 @@
 //! The load index `manifest.kbi`: what the run-time loader needs from a manifest, in a
 //! fixed-layout binary file it can use without parsing JSON.
 //!
-//! The build writes it beside `manifest.json`, after it, and records the manifest's length,
-//! modification time and blake3 in it: it is a cache of the manifest. A loader uses it at once
-//! while the manifest has that length and mtime (any rewrite changes them); when only the mtime
-//! differs (a copy that does not keep mtimes), after checking the manifest's blake3; else it
-//! reads the JSON and encodes the same index in memory ([`encode`]), so that one reader serves
-//! both. Opening is on the load path of every process: a loader reads the head (everything but
-//! the resource blobs) in one read, and selecting and loading a kernel reads fixed-layout
-//! records in place: no allocation, no decoding.
+//! The build writes it beside `manifest.json`, after it: it is a cache of the manifest, bound
+//! to the manifest's content and to its own. The header records the manifest's length,
+//! mtime, ctime, inode and blake3, and the blake3 of the index's own bytes after the header.
+//! A loader uses the index only when its own digest holds (a damaged or edited index is never
+//! trusted whole) and the manifest is the stamped file: the same length, mtime, ctime and
+//! inode (any write or rename changes the ctime, and no program can set it back), or else the
+//! same bytes (blake3, for a copy). Anything else: the loader reads the JSON and encodes the
+//! same index in memory ([`encode`]), so that one reader serves both. Opening is on the load
+//! path of every process: selecting and loading a kernel reads fixed-layout records in place:
+//! no allocation, no decoding.
 //!
 //! Layout (little-endian). A span is `(u32 offset, u32 length)` into the string or blob
 //! section; an absent optional string has offset `u32::MAX`.
 //!
 //! ```text
-//! header      80 B   magic "KBLOADIX", u32 version (2), u32 kernels, u32 objects,
+//! header      128 B  magic "KBLOADIX", u32 version (3), u32 kernels, u32 objects,
 //!                    u32 entries, u32 strings length, u32 blobs length,
 //!                    u64 manifest length, i64 manifest mtime (ns since the epoch),
-//!                    manifest blake3 (32 bytes)
+//!                    manifest blake3 (32 bytes), i64 manifest ctime (ns), u64 manifest
+//!                    inode, blake3 of every byte after the header (32 bytes)
 //! kernels     8 B each     name span, in the manifest's kernel order
 //! objects     144 B each   kernel, variant, target, path, format spans; sha256 (32 raw
 //!                          bytes); u64 size; u16 PTX ISA major, u16 minor (0xffff: none);
@@ -31,8 +34,9 @@
 //! strings, blobs
 //! ```
 //!
-//! Version 1 (no blake3, no per-entry figures) is refused with [`LoadIndexError::Version`]: a
-//! loader then reads the JSON, and the next build rewrites the file.
+//! Versions 1 (no blake3, no per-entry figures) and 2 (no digest of its own, bound to the
+//! manifest's length and mtime only) are refused with [`LoadIndexError::Version`]: a loader
+//! then reads the JSON, and the next build rewrites the file.
 //!
 //! The reader is a pure function over `&[u8]`: section sizes are checked against the data,
 //! every span is checked (and its UTF-8) when it is read, [`LoadIndex::validate`] checks them
@@ -48,9 +52,9 @@ use crate::target::Version;
 pub const LOAD_INDEX_FILE: &str = "manifest.kbi";
 const MAGIC: &[u8; 8] = b"KBLOADIX";
 /// The layout version this crate writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes of the header, which say how long the rest is ([`head_len`]).
-pub const HEADER_LEN: usize = 80;
+pub const HEADER_LEN: usize = 128;
 const SPAN: usize = 8;
 const OBJECT: usize = 144;
 const ENTRY: usize = 48;
@@ -83,8 +87,13 @@ pub enum LoadIndexError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManifestStamp {
     pub len: u64,
-    /// Modification time, ns since the Unix epoch.
+    /// Modification time, ns since the Unix epoch (-1: unknown).
     pub mtime_ns: i64,
+    /// Status-change time, ns since the Unix epoch (-1: unknown). Every write, rename or
+    /// `touch` moves it, and unlike the mtime it cannot be set back.
+    pub ctime_ns: i64,
+    /// Inode number (0: unknown).
+    pub ino: u64,
     /// blake3 of the manifest's bytes.
     pub blake3: [u8; 32],
 }
@@ -92,22 +101,50 @@ pub struct ManifestStamp {
 impl ManifestStamp {
     /// The stamp of a manifest file from its metadata and bytes.
     pub fn of(meta: &std::fs::Metadata, bytes: &[u8]) -> ManifestStamp {
+        let (ctime_ns, ino) = ctime_ino(meta);
         ManifestStamp {
             len: meta.len(),
             mtime_ns: mtime_ns(meta),
+            ctime_ns,
+            ino,
             blake3: *blake3::hash(bytes).as_bytes(),
         }
     }
 
-    /// Whether `meta` is the stamped file, unchanged: same length and mtime.
+    /// Whether `meta` is the stamped file, unwritten since: the same length, mtime, ctime and
+    /// inode, all known.
     pub fn same_file(&self, meta: &std::fs::Metadata) -> bool {
-        self.len == meta.len() && self.mtime_ns == mtime_ns(meta) && self.mtime_ns >= 0
+        let (ctime_ns, ino) = ctime_ino(meta);
+        self.len == meta.len()
+            && self.mtime_ns == mtime_ns(meta)
+            && self.mtime_ns >= 0
+            && self.ctime_ns == ctime_ns
+            && self.ctime_ns >= 0
+            && self.ino == ino
+            && self.ino != 0
     }
 
     /// Whether `bytes` are the stamped file's content.
     pub fn same_content(&self, bytes: &[u8]) -> bool {
         self.len == bytes.len() as u64 && *blake3::hash(bytes).as_bytes() == self.blake3
     }
+}
+
+#[cfg(unix)]
+fn ctime_ino(meta: &std::fs::Metadata) -> (i64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let ns = meta
+        .ctime()
+        .checked_mul(1_000_000_000)
+        .and_then(|s| s.checked_add(meta.ctime_nsec()))
+        .filter(|n| *n >= 0)
+        .unwrap_or(-1);
+    (ns, meta.ino())
+}
+
+#[cfg(not(unix))]
+fn ctime_ino(_: &std::fs::Metadata) -> (i64, u64) {
+    (-1, 0)
 }
 
 /// What the loader compares with the runtime's figures after loading an entry, as the
@@ -262,6 +299,9 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     out.extend_from_slice(&stamp.len.to_le_bytes());
     out.extend_from_slice(&stamp.mtime_ns.to_le_bytes());
     out.extend_from_slice(&stamp.blake3);
+    out.extend_from_slice(&stamp.ctime_ns.to_le_bytes());
+    out.extend_from_slice(&stamp.ino.to_le_bytes());
+    out.extend_from_slice(&[0u8; 32]);
     for k in kernels {
         put_span(&mut out, k);
     }
@@ -269,6 +309,8 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     out.extend_from_slice(&entries);
     out.extend_from_slice(strings.data.as_bytes());
     out.extend_from_slice(&blobs);
+    let own = body_digest(&out);
+    out[SELF_DIGEST_AT..HEADER_LEN].copy_from_slice(&own);
     Ok(out)
 }
 
@@ -429,6 +471,20 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
         .map(u64::from_le_bytes)
 }
 
+/// Where the index's digest of its own bytes lies in the header.
+const SELF_DIGEST_AT: usize = HEADER_LEN - 32;
+
+/// blake3 of every byte of a whole index file after its header.
+pub fn body_digest(file: &[u8]) -> [u8; 32] {
+    *blake3::hash(file.get(HEADER_LEN..).unwrap_or_default()).as_bytes()
+}
+
+/// Whether the whole index file `file` matches the digest its header records: the check
+/// that makes an index trusted only as written (a record swapped, a byte flipped: refused).
+pub fn body_intact(file: &[u8]) -> bool {
+    file.get(SELF_DIGEST_AT..HEADER_LEN) == Some(body_digest(file).as_slice())
+}
+
 fn digest_at(d: &[u8], at: usize) -> Option<&[u8; 32]> {
     d.get(at..at.checked_add(32)?)?.try_into().ok()
 }
@@ -479,6 +535,8 @@ impl<'a> LoadIndex<'a> {
             len: u64_at(data, 32).unwrap_or(0),
             mtime_ns: u64_at(data, 40).unwrap_or(0) as i64,
             blake3,
+            ctime_ns: u64_at(data, 80).unwrap_or(0) as i64,
+            ino: u64_at(data, 88).unwrap_or(0),
         };
         let objects_at = HEADER_LEN + kernels as usize * SPAN;
         let entries_at = objects_at + objects as usize * OBJECT;
@@ -509,6 +567,8 @@ impl<'a> LoadIndex<'a> {
             stamp: ManifestStamp {
                 len: 0,
                 mtime_ns: -1,
+                ctime_ns: -1,
+                ino: 0,
                 blake3: [0; 32],
             },
             objects_at: HEADER_LEN,
@@ -919,6 +979,8 @@ mod tests {
         let stamp = ManifestStamp {
             len: 4242,
             mtime_ns: 1_700_000_000_123_456_789,
+            ctime_ns: -1,
+            ino: 0,
             blake3: [7; 32],
         };
         let bytes = encode(&m, stamp).unwrap();
@@ -994,6 +1056,8 @@ mod tests {
             ManifestStamp {
                 len: 1,
                 mtime_ns: 2,
+                ctime_ns: -1,
+                ino: 0,
                 blake3: [3; 32],
             },
         )
@@ -1034,6 +1098,8 @@ mod tests {
         let stamp = ManifestStamp {
             len: 0,
             mtime_ns: -1,
+            ctime_ns: -1,
+            ino: 0,
             blake3: [0; 32],
         };
         let e = encode(&m, stamp).unwrap_err().to_string();
@@ -1058,6 +1124,8 @@ mod tests {
             ManifestStamp {
                 len: 1,
                 mtime_ns: 2,
+                ctime_ns: -1,
+                ino: 0,
                 blake3: [3; 32],
             },
         )

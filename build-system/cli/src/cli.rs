@@ -178,6 +178,9 @@ pub struct ExplainArgs {
     /// Manifest path used to find the default out-dir.
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+    /// The signature policy for a bundle (its `.sig` file beside it), as at pull.
+    #[command(flatten)]
+    pub trust: TrustArgs,
 }
 
 /// Registry flags shared by publish, pull, ls and sign.
@@ -334,10 +337,13 @@ pub enum RunCommand {
 /// Arguments of `kbuild run gdn`.
 #[derive(Args, Debug)]
 pub struct GdnArgs {
-    /// The kernels: a build directory (holding manifest.json) or a manifest. Default: the
-    /// project's out-dir.
-    #[arg(long, value_name = "DIR|MANIFEST")]
+    /// The kernels: a build directory (holding manifest.json), a manifest or a bundle.
+    /// Default: the project's out-dir.
+    #[arg(long, value_name = "DIR|MANIFEST|BUNDLE")]
     pub bundle: Option<PathBuf>,
+    /// The signature policy for a bundle, as at pull.
+    #[command(flatten)]
+    pub trust: TrustArgs,
     /// Layers of the stack (the production geometry has 36).
     #[arg(long, value_name = "N", default_value_t = 36, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub layers: u32,

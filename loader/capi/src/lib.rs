@@ -10,6 +10,7 @@ use std::path::Path;
 use kbuild_manifest::compat::parse_version;
 
 use kbuild_loader::explain::{explain_json, explain_text};
+use kbuild_loader::bundle::Trust;
 use kbuild_loader::{DeviceOptions, Function, Gpu, LaunchConfig, Loader, LoaderError, Stream};
 
 /// `flags` bit of [`kbuild_loader_open`]: a simulated AMD runtime loads no generic objects.
@@ -90,7 +91,8 @@ pub struct KbuildLaunchConfig {
     pub stream: *mut c_void,
 }
 
-/// Open a build directory or manifest. `device`: NULL (KBUILD_DEVICE, else detect), "auto",
+/// Open a build directory, manifest or bundle (under the environment's signature policy,
+/// `KBUILD_SIGNATURE_POLICY` and `KBUILD_TRUSTED_KEYS`). `device`: NULL (KBUILD_DEVICE, else detect), "auto",
 /// or a target to simulate ("sm_90", "gfx1151"). `driver`: NULL or a simulated CUDA driver
 /// version ("13.0"). Returns NULL on error.
 ///
@@ -106,7 +108,8 @@ pub unsafe extern "C" fn kbuild_loader_open(
     guard(std::ptr::null_mut(), || {
         let path = req_str(path, "path")?;
         // The C ABI is an edge: the environment of the process that loaded it.
-        let mut opts = DeviceOptions::from_env(&kbuild_base::env::Env::from_process());
+        let env = kbuild_base::env::Env::from_process();
+        let mut opts = DeviceOptions::from_env(&env);
         if let Some(d) = opt_str(device, "device")? {
             opts.device = Some(d.to_string());
         }
@@ -118,7 +121,13 @@ pub unsafe extern "C" fn kbuild_loader_open(
         }
         opts.no_generic = flags & KBUILD_NO_GENERIC != 0;
         let gpu = Gpu::open(&opts)?;
-        let loader = Loader::open(Path::new(path), &gpu)?;
+        // A bundle gets the signature policy of the environment (KBUILD_SIGNATURE_POLICY,
+        // KBUILD_TRUSTED_KEYS), as pull applies it; a build directory is local and unsigned.
+        let trust = Trust::from_env(&env).map_err(|e| LoaderError::Untrusted {
+            path: Path::new(path).to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let loader = Loader::open_trusted(Path::new(path), &gpu, &trust)?;
         let device = CString::new(gpu.device().device.name()).unwrap_or_default();
         Ok(Box::into_raw(Box::new(KbuildLoader { loader, device })))
     })

@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 use kbuild_base::digest;
 #[cfg(feature = "config")]
 use kbuild_base::dirs::Dirs;
-#[cfg(feature = "config")]
 use kbuild_base::env::{names, Env};
 
 pub const PAYLOAD_SCHEMA: &str = "kbuild.signature-payload/v1";
@@ -83,16 +82,41 @@ pub struct Payload {
     pub version: String,
     /// `sha256:<hex>` of the bundle's manifest.json (= the OCI config blob).
     pub manifest: String,
+    /// When it was signed (RFC 3339, UTC), inside the signed bytes: with the version, what
+    /// tells a newer signed release from an older one a registry rolls back to. Absent in
+    /// signatures made before kbuild recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_at: Option<String>,
 }
 
 impl Payload {
+    /// The payload for `name` `version` with manifest `manifest_digest`, signed now.
     pub fn new(name: &str, version: &str, manifest_digest: &str) -> Payload {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        Payload::at(name, version, manifest_digest, now)
+    }
+
+    /// The payload, signed at `unix_secs`.
+    pub fn at(name: &str, version: &str, manifest_digest: &str, unix_secs: i64) -> Payload {
         Payload {
             schema: PAYLOAD_SCHEMA.into(),
             name: name.into(),
             version: version.into(),
             manifest: manifest_digest.into(),
+            signed_at: Some(kbuild_base::time::rfc3339_utc(unix_secs)),
         }
+    }
+
+    /// Whether this payload signs exactly `name` `version` with `manifest_digest` (whenever
+    /// it was signed).
+    fn covers(&self, name: &str, version: &str, manifest_digest: &str) -> bool {
+        self.schema == PAYLOAD_SCHEMA
+            && self.name == name
+            && self.version == version
+            && self.manifest == manifest_digest
     }
 
     fn bytes(&self) -> Vec<u8> {
@@ -319,7 +343,8 @@ impl Trust {
     #[cfg(feature = "config")]
     /// Read `[signatures] policy` and `trusted-keys` (key text or paths to `.pub` files,
     /// relative to the config file) from the config file, if it exists; then
-    /// `KBUILD_SIGNATURE_POLICY` overrides the policy. The config file is
+    /// `KBUILD_SIGNATURE_POLICY` overrides the policy and `KBUILD_TRUSTED_KEYS` adds keys
+    /// ([`Trust::from_env`]). The config file is
     /// [`kbuild_base::dirs::Dirs::config_file`] of `env`.
     pub fn load(env: &Env) -> Result<Trust, SignError> {
         let path = Dirs::from_env(env).config_file;
@@ -333,12 +358,32 @@ impl Trust {
                 })
             }
         };
+        trust.apply_env(env)?;
+        Ok(trust)
+    }
+
+    /// The trust the environment alone gives (no config file): `KBUILD_SIGNATURE_POLICY`
+    /// (default `warn`) and the `.pub` files `KBUILD_TRUSTED_KEYS` lists (`:`-separated).
+    /// What an embedder without the `config` feature (the C ABI) applies.
+    pub fn from_env(env: &Env) -> Result<Trust, SignError> {
+        let mut trust = Trust::default();
+        trust.apply_env(env)?;
+        Ok(trust)
+    }
+
+    /// `KBUILD_SIGNATURE_POLICY` over the policy, `KBUILD_TRUSTED_KEYS` added to the keys.
+    fn apply_env(&mut self, env: &Env) -> Result<(), SignError> {
         if let Some(p) = env.str(names::KBUILD_SIGNATURE_POLICY) {
-            trust.policy = p
+            self.policy = p
                 .parse()
                 .map_err(|e| SignError::Config(format!("KBUILD_SIGNATURE_POLICY: {e}")))?;
         }
-        Ok(trust)
+        if let Some(list) = env.str(names::KBUILD_TRUSTED_KEYS) {
+            for k in list.split(':').filter(|k| !k.is_empty()) {
+                self.add_key(k, Path::new("."))?;
+            }
+        }
+        Ok(())
     }
 
     #[cfg(feature = "config")]
@@ -414,7 +459,6 @@ impl Trust {
         if self.keys.is_empty() {
             return Err(Unverified::NoTrustedKeys);
         }
-        let want = Payload::new(name, version, manifest_digest);
         let mut problems = Vec::new();
         for s in &sigs.signatures {
             let Some(key) = self.keys.iter().find(|k| k.id() == s.key_id) else {
@@ -423,7 +467,7 @@ impl Trust {
                 });
                 continue;
             };
-            if s.payload != want {
+            if !s.payload.covers(name, version, manifest_digest) {
                 problems.push(SignatureProblem::OtherPayload {
                     key_id: s.key_id.clone(),
                     name: s.payload.name.clone(),
@@ -438,7 +482,9 @@ impl Trust {
                 .ok()
                 .and_then(|b| <[u8; 64]>::try_from(b).ok())
                 .map(|b| ed25519_dalek::Signature::from_bytes(&b))
-                .is_some_and(|sig| key.0.verify_strict(&want.bytes(), &sig).is_ok());
+                // Over the payload as signed (its time included), re-encoded: serde writes the
+                // fields in declaration order, as when it was signed.
+                .is_some_and(|sig| key.0.verify_strict(&s.payload.bytes(), &sig).is_ok());
             if ok {
                 return Ok(s.key_id.clone());
             }
@@ -509,8 +555,30 @@ mod tests {
         bad.signatures[0].signature = B64.encode(raw);
         assert_eq!(
             reason(trust.check("pkg", "1.0.0", &d, Some(&bad))),
-            Unverified::Signatures(vec![SignatureProblem::DoesNotVerify { key_id }])
+            Unverified::Signatures(vec![SignatureProblem::DoesNotVerify {
+                key_id: key_id.clone()
+            }])
         );
+        // The signing time is signed: moving it (to pass an old release off as new) breaks
+        // the signature; a signature from before the field existed still verifies.
+        assert!(file.signatures[0].payload.signed_at.is_some());
+        let mut moved = file.clone();
+        moved.signatures[0].payload.signed_at = Some("2099-01-01T00:00:00Z".into());
+        assert_eq!(
+            reason(trust.check("pkg", "1.0.0", &d, Some(&moved))),
+            Unverified::Signatures(vec![SignatureProblem::DoesNotVerify {
+                key_id: key_id.clone()
+            }])
+        );
+        let mut legacy = Payload::at("pkg", "1.0.0", &d, 0);
+        legacy.signed_at = None;
+        let mut old = SignatureFile::new();
+        old.add(sk.sign(legacy));
+        assert!(!String::from_utf8(old.to_json()).unwrap().contains("signed_at"));
+        assert!(matches!(
+            trust.check("pkg", "1.0.0", &d, Some(&old)).unwrap(),
+            Verdict::Verified { .. }
+        ));
         let warn = Trust {
             policy: Policy::Warn,
             ..trust.clone()

@@ -30,7 +30,11 @@ pub fn run_explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
         Some(p) => p.clone(),
         None => default_out_dir(args.manifest_path.as_deref())?,
     };
-    let package = Package::open(&path)?;
+    // A bundle gets the signature policy pull applies; a build dir is local and unsigned.
+    let package = Package::open_trusted(&path, &args.trust.trust(env)?)?;
+    if let Some(note) = package.trust_note() {
+        eprintln!("{}: {note}", path.display());
+    }
     let opts = DeviceOptions {
         device: args.device.clone(),
         driver: args.driver,

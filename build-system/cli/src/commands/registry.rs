@@ -51,7 +51,8 @@ impl RegistryArgs {
 }
 
 impl TrustArgs {
-    fn trust(&self, env: &Env) -> Result<Trust> {
+    /// The user's trust settings (kbuild config, environment), then these flags.
+    pub(crate) fn trust(&self, env: &Env) -> Result<Trust> {
         let mut t = Trust::load(env)?;
         if let Some(p) = self.signature_policy {
             t.policy = p;

@@ -69,7 +69,7 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
         None => super::explain::default_out_dir(args.manifest_path.as_deref())?,
     };
     let gpu = Gpu::open(&DeviceOptions::from_env(env))?;
-    let loader = Loader::open(&bundle, &gpu)?;
+    let loader = Loader::open_trusted(&bundle, &gpu, &args.trust.trust(env)?)?;
     let mut engine = GdnEngine::new(&loader, geometry)?;
     let check = args.check || !args.bench;
     if !args.json {
