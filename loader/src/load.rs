@@ -131,7 +131,10 @@ impl Loader {
     /// ([`Package::open_trusted`]).
     #[cfg(feature = "registry")]
     pub fn open_trusted(path: &Path, gpu: &Gpu, trust: &crate::bundle::Trust) -> Result<Loader> {
-        Ok(Loader::from_package(Package::open_trusted(path, trust)?, gpu))
+        Ok(Loader::from_package(
+            Package::open_trusted(path, trust)?,
+            gpu,
+        ))
     }
 
     /// A loader over any package (a bundle or pulled cache entry of the registry).

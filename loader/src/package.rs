@@ -998,7 +998,10 @@ mod load_index_tests {
             let mut bad = bytes.clone();
             bad[i] ^= 0x20;
             std::fs::write(&ix, &bad).unwrap();
-            assert!(!Package::open(dir.path()).unwrap().has_load_index(), "byte {i}");
+            assert!(
+                !Package::open(dir.path()).unwrap().has_load_index(),
+                "byte {i}"
+            );
         }
         std::fs::write(&ix, &bytes).unwrap();
         assert!(Package::open(dir.path()).unwrap().has_load_index());

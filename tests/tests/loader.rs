@@ -500,7 +500,12 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
         kbuild_bundle::cache::Cache::new(&cache.join("registry")).refs(None, Some("loader-e2e"));
     assert_eq!(entries.len(), 1, "{entries:?}");
     let cache = kbuild_bundle::cache::Cache::new(&cache.join("registry"));
-    let package = kbuild_loader::Package::from_cache(&cache, &entries[0]).unwrap();
+    let package = kbuild_loader::Package::from_cache(
+        &cache,
+        &entries[0],
+        &kbuild_loader::bundle::Trust::default(),
+    )
+    .unwrap();
     let targets: Vec<&str> = package.objects().iter().map(|o| o.target).collect();
     assert!(targets.contains(&"gfx1100"), "{targets:?}");
     assert!(

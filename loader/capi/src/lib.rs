@@ -9,8 +9,8 @@ use std::path::Path;
 
 use kbuild_manifest::compat::parse_version;
 
-use kbuild_loader::explain::{explain_json, explain_text};
 use kbuild_loader::bundle::Trust;
+use kbuild_loader::explain::{explain_json, explain_text};
 use kbuild_loader::{DeviceOptions, Function, Gpu, LaunchConfig, Loader, LoaderError, Stream};
 
 /// `flags` bit of [`kbuild_loader_open`]: a simulated AMD runtime loads no generic objects.

@@ -253,11 +253,11 @@ pub fn read_checked(
                 return Err(ArchiveError::TooManyEntries(limits.max_entries));
             }
             let size = entry.header().size().map_err(|e| corrupt(e, &tripped))?;
+            admit(&out, &name, size)?;
             declared_total = declared_total.saturating_add(size);
             if declared_total > limits.max_unpacked {
                 return Err(too_large(&format!("entry `{name}` declares {size} bytes")));
             }
-            admit(&out, &name, size)?;
             let mut data = Vec::with_capacity(size.min(64 << 20) as usize);
             entry
                 .read_to_end(&mut data)

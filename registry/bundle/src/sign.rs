@@ -574,7 +574,9 @@ mod tests {
         legacy.signed_at = None;
         let mut old = SignatureFile::new();
         old.add(sk.sign(legacy));
-        assert!(!String::from_utf8(old.to_json()).unwrap().contains("signed_at"));
+        assert!(!String::from_utf8(old.to_json())
+            .unwrap()
+            .contains("signed_at"));
         assert!(matches!(
             trust.check("pkg", "1.0.0", &d, Some(&old)).unwrap(),
             Verdict::Verified { .. }
