@@ -178,13 +178,16 @@ pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
     read_checked(bytes, limits, &mut |_, _, _| Ok(()))
 }
 
+/// Asked before an entry is inflated: (entries read so far, its name, its declared size).
+pub type Admit<'a> = dyn FnMut(&[Entry], &str, u64) -> Result<(), ArchiveError> + 'a;
+
 /// [`read`], asking `admit(entries so far, name, declared size)` before each entry's data is
 /// inflated: a bundle reader refuses an entry its manifest does not declare before a byte of
 /// it is in memory.
 pub fn read_checked(
     bytes: &[u8],
     limits: Limits,
-    admit: &mut dyn FnMut(&[Entry], &str, u64) -> Result<(), ArchiveError>,
+    admit: &mut Admit<'_>,
 ) -> Result<Vec<Entry>, ArchiveError> {
     if !kbuild_base::looks_like_bundle(bytes) {
         return Err(ArchiveError::NotZstd);
