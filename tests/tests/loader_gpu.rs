@@ -635,7 +635,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         Ok((first, all))
     };
     // Where the time beyond the driver goes, each stage alone over every object.
-    let stages = || -> Result<[f64; 12], String> {
+    let stages = || -> Result<[f64; 18], String> {
         let t = Instant::now();
         let package = Package::open(ours_dir).map_err(e)?;
         let open = secs(t);
@@ -756,6 +756,84 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
             // SAFETY: loaded above, unloaded once.
             unsafe { result::module::unload(m) }.map_err(e)?;
         }
+        // The same pipeline with one reader thread and buffers reused from a pool of two
+        // (no fresh allocation, so no page faults beside the driver's own mappings).
+        let t = Instant::now();
+        let mut pooled_wait = 0.0;
+        let mut modules = Vec::new();
+        std::thread::scope(|scope| -> Result<(), String> {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<u8>, String>>(1);
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            for _ in 0..2 {
+                let _ = back_tx.send(Vec::with_capacity(256 << 10));
+            }
+            let package = &package;
+            let order = &sel_objects;
+            scope.spawn(move || {
+                use std::io::Read as _;
+                for &i in order {
+                    let Ok(mut buf) = back_rx.recv() else { break };
+                    buf.clear();
+                    let r = package.object(i).map_err(e).and_then(|o| {
+                        let mut f = std::fs::File::open(ours_dir.join(o.path)).map_err(e)?;
+                        f.read_to_end(&mut buf).map_err(e)?;
+                        kbuild_loader::package::verify(&o, &buf).map_err(e)?;
+                        Ok(buf)
+                    });
+                    if tx.send(r).is_err() {
+                        break;
+                    }
+                }
+            });
+            loop {
+                let w = Instant::now();
+                let Ok(bytes) = rx.recv() else { break };
+                pooled_wait += secs(w);
+                let bytes = bytes?;
+                // SAFETY: a complete cubin that outlives the call.
+                modules.push(
+                    unsafe { result::module::load_data(bytes.as_ptr().cast::<c_void>()) }
+                        .map_err(e)?,
+                );
+                let _ = back_tx.send(bytes);
+            }
+            Ok(())
+        })?;
+        let pooled_s = secs(t);
+        for m in modules {
+            // SAFETY: loaded above, unloaded once.
+            unsafe { result::module::unload(m) }.map_err(e)?;
+        }
+        // kbuild's `function` path split into its steps, on a fresh loader after preload:
+        // choosing the module, the record and entry lookup, cuModuleGetFunction (with the
+        // CString and the context check), the attribute queries, the comparison.
+        let loader = Loader::from_package(Package::open(ours_dir).map_err(e)?, gpu);
+        loader.preload(&wanted).map_err(e)?;
+        let (mut module_s, mut record_s, mut get_fn_s, mut attrs_s) = (0.0, 0.0, 0.0, 0.0);
+        for (k, v, entries) in &needs {
+            for name in entries {
+                let name = entry_str(name);
+                let t = Instant::now();
+                let m = loader.module(k, v.as_deref()).map_err(e)?;
+                module_s += secs(t);
+                let t = Instant::now();
+                let r = m.record().map_err(e)?;
+                std::hint::black_box(r.entry(name).is_some());
+                record_s += secs(t);
+                let t = Instant::now();
+                let f = m
+                    .cuda_module()
+                    .ok_or("not CUDA")?
+                    .function(name)
+                    .map_err(e)?;
+                get_fn_s += secs(t);
+                let t = Instant::now();
+                // SAFETY: `f` belongs to the live module `m`.
+                std::hint::black_box(unsafe { kbuild_loader::cuda::attributes(f) }.map_err(e)?);
+                attrs_s += secs(t);
+            }
+        }
+        drop(loader);
         Ok([
             open,
             read_s,
@@ -769,6 +847,12 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
             attr_s,
             pipelined_s,
             waited,
+            pooled_s,
+            pooled_wait,
+            module_s,
+            record_s,
+            get_fn_s,
+            attrs_s,
         ])
     };
     let carried = dir;
@@ -782,7 +866,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         stages()?;
     }
     let mut rows: [(Vec<f64>, Vec<f64>); 6] = Default::default();
-    let mut stage: [Vec<f64>; 12] = Default::default();
+    let mut stage: [Vec<f64>; 18] = Default::default();
     for i in 0..N {
         // Alternate which goes first, so neither always runs on a cache the other warmed.
         let (r, o) = if i % 2 == 0 {
@@ -862,6 +946,12 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         "raw attribute queries (what kbuild adds per function)",
         "pipelined by hand: read+verify thread, cuModuleLoadData here",
         "of which waiting for the reader",
+        "pipelined, one reader, pooled buffers",
+        "of which waiting for the reader",
+        "function split: module()",
+        "function split: record + entry",
+        "function split: cuModuleGetFunction (CString, context check)",
+        "function split: attribute queries",
     ]
     .iter()
     .zip(stage.iter_mut())
