@@ -555,9 +555,9 @@ impl OciClient {
                         ureq::Error::Transport(t) => format!("token endpoint {realm}: {t}"),
                     },
                 })?;
-                let body = read_all(resp, MAX_DOCUMENT, None).map_err(|e| OciError::Auth {
+                let body = read_all(resp, MAX_MANIFEST, None).map_err(|e| OciError::Auth {
                     host: self.host.clone(),
-                    message: format!("reading the token: {e}"),
+                    message: format!("reading the token from {realm}: {e}"),
                 })?;
                 let token = auth::token_from_response(&body).ok_or_else(|| OciError::Auth {
                     host: self.host.clone(),
@@ -1337,6 +1337,83 @@ mod tests {
         assert!(parse_reference("oci://u:p@host/r").is_err());
         assert!(parse_reference("oci://host/Upper").is_err());
         assert!(parse_reference("http://host/r").is_err());
+    }
+
+    #[test]
+    fn links_and_locations_stay_on_the_registry_origin() {
+        let c = OciClient::new(
+            "127.0.0.1:5000",
+            "r",
+            OciOptions {
+                plain_http: true,
+                ..OciOptions::default()
+            },
+        );
+        let url = "http://127.0.0.1:5000/v2/r/tags/list";
+        assert_eq!(
+            c.next_link(url, r#"</v2/r/tags/list?last=a&n=2>; rel="next""#)
+                .unwrap()
+                .as_deref(),
+            Some("http://127.0.0.1:5000/v2/r/tags/list?last=a&n=2")
+        );
+        assert!(c
+            .next_link(
+                url,
+                "<http://127.0.0.1:5000/v2/r/tags/list?last=b>;rel=next"
+            )
+            .unwrap()
+            .is_some());
+        assert_eq!(c.next_link(url, r#"</v2/r/x>; rel="prev""#).unwrap(), None);
+        for foreign in [
+            "http://127.0.0.1:5001/v2/r/tags/list",
+            "https://127.0.0.1:5000/v2/r/tags/list",
+            "http://localhost:5000/v2/r/tags/list",
+        ] {
+            let e = c
+                .next_link(url, &format!("<{foreign}>; rel=\"next\""))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("another origin") && e.contains(foreign), "{e}");
+            let e = c
+                .upload_location("POST", url, foreign)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("Location") && e.contains(foreign), "{e}");
+        }
+        assert_eq!(
+            c.upload_location("POST", url, "/v2/r/blobs/uploads/1?s=2")
+                .unwrap(),
+            "http://127.0.0.1:5000/v2/r/blobs/uploads/1?s=2"
+        );
+        // A declared size over the cap is refused before any request.
+        let small = OciClient::new(
+            "127.0.0.1:1",
+            "r",
+            OciOptions {
+                plain_http: true,
+                max_layer_bytes: 10,
+                ..OciOptions::default()
+            },
+        );
+        let d = Descriptor {
+            media_type: LAYER_MEDIA_TYPE.into(),
+            digest: format!("sha256:{}", "0".repeat(64)),
+            size: 11,
+            artifact_type: None,
+            annotations: BTreeMap::new(),
+        };
+        let e = small.get_blob(&d, &crate::progress::Silent).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OciError::TooLarge {
+                    declared: 11,
+                    limit: 10,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     /// The bearer flow (401 + `WWW-Authenticate: Bearer` → token endpoint with the basic
