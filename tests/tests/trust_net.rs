@@ -662,8 +662,9 @@ fn upload_location_to_another_origin_gets_no_authorization() {
     );
 }
 
-/// A redirect (307) to another origin: followed for the body, never with `Authorization`.
-/// Guarded in `OciClient::new` (`RedirectAuthHeaders::Never`) and `OciClient::exchange`.
+/// A redirect (307) to another origin: followed for the body, never with `Authorization`
+/// (`OciClient::new`, `RedirectAuthHeaders::Never`); a 401 from the redirect's target is not
+/// answered (`OciClient::exchange`, the final URL's origin).
 #[test]
 fn redirect_to_another_origin_gets_no_authorization() {
     let evil = Hostile::start(|_| Resp::json(200, r#"{"name":"kb-small","tags":["0.2.0"]}"#));
@@ -692,6 +693,42 @@ fn redirect_to_another_origin_gets_no_authorization() {
     );
     assert_no_secret(&evil, "a 307 redirect");
     assert!(o.status.success(), "{}", text(&o));
+    // The redirect's target asks for credentials itself (a Bearer challenge naming a token
+    // realm): it is not answered, so neither it nor the realm gets anything.
+    let realm = Hostile::start(|_| Resp::json(200, r#"{"token":"t"}"#));
+    let challenge = format!("Bearer realm=\"{}/token\",service=\"evil\"", realm.base());
+    let evil =
+        Hostile::start(move |_| Resp::new(401).header("WWW-Authenticate", challenge.clone()));
+    let evil_base = evil.base();
+    let registry = Hostile::start(move |r| {
+        Resp::new(307).header("Location", format!("{evil_base}{}", r.path))
+    });
+    let host = registry.host();
+    let o = env.kb_env(
+        env.path(),
+        &[
+            "ls",
+            "kb-small",
+            "--registry",
+            &registry.url("kb-small"),
+            "--plain-http",
+            "--retries",
+            "0",
+        ],
+        &[
+            ("KBUILD_REGISTRY_USER", "u"),
+            ("KBUILD_REGISTRY_PASSWORD", SECRET),
+            ("KBUILD_REGISTRY_HOST", host.as_str()),
+        ],
+    );
+    assert_no_secret(&evil, "a redirect target's challenge");
+    assert_no_secret(&realm, "the token realm of a redirect target's challenge");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&evil.host()) && err.contains("own origin"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
