@@ -5,6 +5,20 @@
 //! docker-style `config.json` (`auths.<host>.auth` = base64 `user:password`): the file in
 //! `KBUILD_REGISTRY_AUTH_FILE`, `REGISTRY_AUTH_FILE`, `$DOCKER_CONFIG/config.json` or
 //! `~/.docker/config.json`. They are never printed: `Debug` shows only where they came from.
+//!
+//! Scope: credentials belong to one host and go nowhere else.
+//! - A config.json entry goes to the host of its key only (`host[:port]`, compared exactly).
+//! - The `KBUILD_REGISTRY_USER`/`PASSWORD` pair goes to the host `KBUILD_REGISTRY_HOST` names
+//!   when that is set; when it is not, to the host the client was opened for (the one
+//!   `--registry` or the remote cache's `oci://` URL names), never to a host a server answer
+//!   names. Set `KBUILD_REGISTRY_HOST` when a project's Kbuild.toml (`remote-cache`) or a
+//!   `KBUILD_REGISTRY` you did not choose could name another host.
+//! - A bearer token realm on the registry's own origin (scheme, host, port) gets the
+//!   registry's credentials, as the token flow intends. A realm on another origin gets only
+//!   credentials configured for that realm's own host (a config.json entry for it, or
+//!   `KBUILD_REGISTRY_HOST` naming it); otherwise the token is asked for anonymously. A
+//!   plain-http realm is refused unless it is the registry's own (plain-http) origin: never
+//!   for an https registry, never on another origin. See [`realm_access`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,7 +57,19 @@ impl Credentials {
 #[derive(Clone, Default)]
 pub struct AuthConfig {
     pub user_password: Option<(String, String)>,
+    /// `KBUILD_REGISTRY_HOST`: the one host (`host[:port]`) the pair goes to. `None`: the host
+    /// the client was opened for.
+    pub user_password_host: Option<String>,
     pub files: Vec<PathBuf>,
+}
+
+/// The scope of a credentials lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The host the client was opened for (`--registry`, the remote cache URL).
+    Configured,
+    /// Any other host (a token realm elsewhere): only credentials named for it explicitly.
+    Other,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -53,6 +79,7 @@ impl std::fmt::Debug for AuthConfig {
                 "user_password",
                 &self.user_password.as_ref().map(|_| "<set>"),
             )
+            .field("user_password_host", &self.user_password_host)
             .field("files", &self.files)
             .finish()
     }
@@ -81,18 +108,34 @@ impl AuthConfig {
         }
         AuthConfig {
             user_password,
+            user_password_host: env
+                .str(names::KBUILD_REGISTRY_HOST)
+                .map(normalize_host)
+                .filter(|h| !h.is_empty()),
             files,
         }
     }
 
-    /// Credentials for `host` (`host[:port]`).
+    /// Credentials for the host the client was opened for (`host[:port]`).
     pub fn find(&self, host: &str) -> Option<Credentials> {
+        self.find_scoped(host, Scope::Configured)
+    }
+
+    /// Credentials for `host`: the env pair when `KBUILD_REGISTRY_HOST` names `host` (or,
+    /// for [`Scope::Configured`], when it is unset), else a config.json entry for `host`.
+    pub fn find_scoped(&self, host: &str, scope: Scope) -> Option<Credentials> {
         if let Some((user, password)) = &self.user_password {
-            return Some(Credentials {
-                user: user.clone(),
-                password: password.clone(),
-                source: "KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD".into(),
-            });
+            let bound = match &self.user_password_host {
+                Some(h) => *h == normalize_host(host),
+                None => scope == Scope::Configured,
+            };
+            if bound {
+                return Some(Credentials {
+                    user: user.clone(),
+                    password: password.clone(),
+                    source: "KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD".into(),
+                });
+            }
         }
         for path in &self.files {
             let Ok(text) = std::fs::read_to_string(path) else {
@@ -104,6 +147,129 @@ impl AuthConfig {
         }
         None
     }
+
+    /// Why the env pair was not used for `host`, when it is set but bound to another host.
+    pub fn unbound_note(&self, host: &str) -> Option<String> {
+        let bound = self.user_password_host.as_ref()?;
+        (self.user_password.is_some() && *bound != normalize_host(host)).then(|| {
+            format!(
+                "KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD are for KBUILD_REGISTRY_HOST={bound} only, not for {host}"
+            )
+        })
+    }
+}
+
+/// `host[:port]` as compared for credentials: lowercase, without a scheme or a path
+/// (`https://Reg.example:5000/v2/` → `reg.example:5000`).
+pub fn normalize_host(spec: &str) -> String {
+    let s = spec.trim();
+    let s = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .or_else(|| s.strip_prefix("oci://"))
+        .unwrap_or(s);
+    s.split('/').next().unwrap_or(s).to_ascii_lowercase()
+}
+
+/// The origin of a URL: scheme, host and port (the default port of the scheme when none is
+/// written). `Authorization` is only ever sent to the registry's own origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Origin {
+    /// The origin of `http(s)://host[:port]/...`; `None` for another scheme, credentials in
+    /// the URL, or a malformed authority.
+    pub fn of_url(url: &str) -> Option<Origin> {
+        let (scheme, rest) = url.split_once("://")?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return None,
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        if authority.is_empty() || authority.contains('@') {
+            return None;
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (h, after) = v6.split_once(']')?;
+            let port = match after.strip_prefix(':') {
+                Some(p) => p.parse().ok()?,
+                None if after.is_empty() => default,
+                None => return None,
+            };
+            (format!("[{h}]"), port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), p.parse().ok()?),
+                None => (authority.to_string(), default),
+            }
+        };
+        if host.is_empty() {
+            return None;
+        }
+        Some(Origin {
+            scheme,
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+
+    /// `host:port`, or `host` when the port is the scheme's default (as written in `oci://`).
+    pub fn authority(&self) -> String {
+        let default = if self.scheme == "https" { 443 } else { 80 };
+        if self.port == default {
+            self.host.clone()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+/// What a bearer token realm may be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RealmAccess {
+    /// The registry's own origin: its credentials.
+    Registry,
+    /// Another origin over https: only credentials configured for that host
+    /// ([`Scope::Other`]), else none.
+    Foreign,
+}
+
+/// Whether the token realm `realm` (a URL from a `WWW-Authenticate` challenge) may be asked
+/// for a token for `registry`, and with which credentials; `Err` says why not. A plain-http
+/// realm is accepted only as the registry's own plain-http origin: an https registry never
+/// sends anything over plain http, and a plain-http registry (a local test registry) never
+/// sends a token request to another origin in the clear.
+pub fn realm_access(registry: &Origin, realm: &str) -> Result<RealmAccess, String> {
+    let r = Origin::of_url(realm).ok_or_else(|| {
+        format!("the token realm `{realm}` is not an http(s) URL without credentials")
+    })?;
+    if r == *registry {
+        return Ok(RealmAccess::Registry);
+    }
+    if r.scheme != "https" {
+        return Err(if registry.scheme == "https" {
+            format!(
+                "the token realm {realm} is plain http for an https registry; refusing to send a token request in the clear"
+            )
+        } else {
+            format!(
+                "the token realm {realm} is plain http on another origin than the registry ({registry}); refusing it"
+            )
+        });
+    }
+    Ok(RealmAccess::Foreign)
 }
 
 /// Look `host` up in a docker `config.json` (`auths` keys may carry a scheme and a path).
@@ -120,13 +286,13 @@ pub fn from_docker_config(text: &str, host: &str, source: &str) -> Option<Creden
         password: Option<String>,
     }
     let file: File = serde_json::from_str(text).ok()?;
-    let key_host = |k: &str| {
-        let k = k
-            .trim_start_matches("https://")
-            .trim_start_matches("http://");
-        k.split('/').next().unwrap_or(k).to_string()
-    };
-    let entry = file.auths.iter().find(|(k, _)| key_host(k) == host)?.1;
+    // The entry's own host only: `https://h:5000/v2/` is `h:5000`, never `h` or `h:5001`.
+    let host = normalize_host(host);
+    let entry = file
+        .auths
+        .iter()
+        .find(|(k, _)| normalize_host(k) == host)?
+        .1;
     let (user, password) = match (&entry.auth, &entry.username, &entry.password) {
         (Some(a), _, _) => {
             let raw = B64.decode(a.trim()).ok()?;
@@ -299,6 +465,64 @@ mod tests {
     }
 
     #[test]
+    fn env_pair_is_bound_to_its_host() {
+        let env = Env::empty()
+            .with(names::KBUILD_REGISTRY_USER, "u")
+            .with(names::KBUILD_REGISTRY_PASSWORD, "p");
+        let free = AuthConfig::from_env(&env);
+        assert!(free.find("a:1").is_some());
+        assert!(free.find_scoped("a:1", Scope::Other).is_none());
+        let bound = AuthConfig::from_env(&env.with(names::KBUILD_REGISTRY_HOST, "https://A:1/"));
+        assert!(bound.find("a:1").is_some());
+        assert!(bound.find_scoped("a:1", Scope::Other).is_some());
+        assert!(bound.find("a:2").is_none() && bound.find("a").is_none());
+        assert!(bound
+            .unbound_note("b")
+            .is_some_and(|n| n.contains("KBUILD_REGISTRY_HOST=a:1")));
+        assert!(bound.unbound_note("a:1").is_none());
+    }
+
+    #[test]
+    fn origins_and_realms() {
+        let o = |u: &str| Origin::of_url(u).unwrap();
+        assert_eq!(
+            o("https://R.example/v2/x"),
+            o("https://r.example:443/token")
+        );
+        assert_ne!(o("https://r.example/"), o("http://r.example/"));
+        assert_ne!(o("http://127.0.0.1:5000/"), o("http://127.0.0.1:5001/"));
+        assert_eq!(o("http://[::1]:80/x").authority(), "[::1]");
+        assert_eq!(o("https://h:5000?x").authority(), "h:5000");
+        assert!(Origin::of_url("https://u:p@h/").is_none());
+        assert!(Origin::of_url("ftp://h/").is_none());
+        assert!(Origin::of_url("https://h:port/").is_none());
+        let https = o("https://reg.example");
+        let http = o("http://127.0.0.1:5000");
+        use RealmAccess::*;
+        assert_eq!(
+            realm_access(&https, "https://reg.example/token"),
+            Ok(Registry)
+        );
+        assert_eq!(
+            realm_access(&https, "https://auth.example/token"),
+            Ok(Foreign)
+        );
+        assert_eq!(
+            realm_access(&https, "https://reg.example:8443/token"),
+            Ok(Foreign)
+        );
+        assert!(realm_access(&https, "http://reg.example/token").is_err());
+        assert!(realm_access(&https, "http://auth.example/token").is_err());
+        assert_eq!(
+            realm_access(&http, "http://127.0.0.1:5000/token"),
+            Ok(Registry)
+        );
+        assert!(realm_access(&http, "http://127.0.0.1:5001/token").is_err());
+        assert_eq!(realm_access(&http, "https://auth.example/t"), Ok(Foreign));
+        assert!(realm_access(&https, "file:///etc/passwd").is_err());
+    }
+
+    #[test]
     fn docker_config_lookup_and_no_secret_in_debug() {
         let auth = B64.encode("alice:s3cret");
         let text = format!(
@@ -312,6 +536,10 @@ mod tests {
             "u"
         );
         assert!(from_docker_config(&text, "nowhere", "cfg").is_none());
+        // Its own host only: not the same host on another port, not the bare host.
+        assert!(from_docker_config(&text, "127.0.0.1:5001", "cfg").is_none());
+        assert!(from_docker_config(&text, "127.0.0.1", "cfg").is_none());
+        assert!(from_docker_config(&text, "OTHER:1", "cfg").is_some());
         assert_eq!(
             c.basic_header(),
             format!("Basic {}", B64.encode("alice:s3cret"))

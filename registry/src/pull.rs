@@ -266,7 +266,9 @@ pub fn pull(
             }
         }
     }
-    let (bundle, layer_bytes) = req.registry.fetch(&resolved, &targets, req.progress)?;
+    let (bundle, layer_bytes) =
+        req.registry
+            .fetch(&resolved, &targets, req.cache.root(), req.progress)?;
     req.cache.store(
         &registry,
         &resolved.artifact,

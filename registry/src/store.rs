@@ -36,7 +36,7 @@ pub enum Registry {
     Oci {
         host: String,
         repo: Option<String>,
-        opts: OciOptions,
+        opts: Box<OciOptions>,
     },
 }
 
@@ -54,9 +54,9 @@ pub struct Resolved {
 }
 
 enum Source {
-    Dir(Bundle),
+    Dir(Box<Bundle>),
     Oci {
-        client: OciClient,
+        client: Box<OciClient>,
         fetched: oci::FetchedManifest,
         layers: BTreeMap<String, oci::Descriptor>,
     },
@@ -106,7 +106,7 @@ impl Registry {
             return Ok(Registry::Oci {
                 host,
                 repo: (!repo.is_empty()).then_some(repo),
-                opts,
+                opts: Box::new(opts),
             });
         }
         if let Some((scheme, _)) = spec.split_once("://") {
@@ -146,7 +146,7 @@ impl Registry {
             Registry::Oci { host, repo, opts } => {
                 crate::dir::check_name(name)?;
                 let repo = repo.clone().unwrap_or_else(|| name.to_string());
-                Ok(OciClient::new(host, &repo, opts.clone()))
+                Ok(OciClient::new(host, &repo, (**opts).clone()))
             }
             Registry::Dir(_) => Err(StoreError::Invalid("not an OCI registry".into())),
         }
@@ -226,7 +226,7 @@ impl Registry {
                     manifest: bundle.manifest().clone(),
                     manifest_json: bundle.manifest_json().to_vec(),
                     manifest_digest: bundle.manifest_digest().into(),
-                    source: Source::Dir(bundle),
+                    source: Source::Dir(Box::new(bundle)),
                 }
             }
             Registry::Oci { .. } => {
@@ -263,7 +263,7 @@ impl Registry {
                     manifest,
                     manifest_json: config,
                     source: Source::Oci {
-                        client,
+                        client: Box::new(client),
                         fetched,
                         layers: art.layers,
                     },
@@ -288,11 +288,14 @@ impl Registry {
     }
 
     /// Fetch the objects of `targets` only, verify them, and return the subset bundle and the
-    /// bytes transferred.
+    /// bytes transferred. Each OCI layer streams into a temporary file under `spool` (created
+    /// if missing, the file removed afterwards, whatever happens), size- and digest-checked on
+    /// the way, before it is unpacked.
     pub fn fetch(
         &self,
         r: &Resolved,
         targets: &[String],
+        spool: &Path,
         progress: &dyn Progress,
     ) -> Result<(Bundle, u64), StoreError> {
         match &r.source {
@@ -304,7 +307,7 @@ impl Registry {
                     let desc = layers.get(t).ok_or_else(|| {
                         StoreError::Invalid(format!("{}: no layer for target {t}", r.artifact))
                     })?;
-                    let blob = client.get_blob(desc, progress)?;
+                    let blob = spooled_blob(client, desc, spool, progress)?;
                     bytes += blob.len() as u64;
                     let entries = archive::read(&blob, self.limits()).map_err(|e| {
                         StoreError::Invalid(format!("layer for {t} ({}): {e}", desc.digest))
@@ -371,4 +374,38 @@ impl Registry {
             _ => Err(StoreError::Invalid("mismatched registry".into())),
         }
     }
+}
+
+/// A temporary file removed when dropped.
+struct SpoolFile(PathBuf);
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A layer streamed to a file under `spool` and checked there, then read back: nothing of
+/// it is held in memory before its size and digest are known to be right.
+fn spooled_blob(
+    client: &OciClient,
+    desc: &oci::Descriptor,
+    spool: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<u8>, StoreError> {
+    let io = |path: &Path, e: std::io::Error| {
+        StoreError::Oci(OciError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    };
+    std::fs::create_dir_all(spool).map_err(|e| io(spool, e))?;
+    let hex = digest::oci_hex(&desc.digest).unwrap_or("blob");
+    let file = SpoolFile(spool.join(format!(
+        ".layer-{}-{}.tmp",
+        std::process::id(),
+        &hex[..hex.len().min(16)]
+    )));
+    client.get_blob_to(desc, &file.0, progress)?;
+    std::fs::read(&file.0).map_err(|e| io(&file.0, e))
 }

@@ -23,6 +23,22 @@
 //! the tag, so an interrupted publish leaves no visible version. Manifests over
 //! [`MAX_MANIFEST`] are refused.
 //!
+//! Trust: `Authorization` goes to the registry's own origin (scheme, host, port) only. An
+//! absolute `Link: rel=next` or upload `Location` on another origin is refused; a redirect
+//! is followed without it (ureq drops it on every redirect), and a 401 from anywhere but the
+//! registry's origin is not answered. Which credentials a bearer token realm gets, and which
+//! realms are refused, is [`auth::realm_access`]; what credentials belong to which host is in
+//! [`crate::auth`]. An https registry never talks plain http (redirects included).
+//!
+//! Bounds: a blob declaring more than [`OciOptions::max_layer_bytes`]
+//! (`KBUILD_MAX_LAYER_BYTES`, default the unpacked-size cap) is refused before a byte is read;
+//! layers stream to a file ([`OciClient::get_blob_to`]) and are size- and digest-checked on
+//! the way; tag listing stops at [`MAX_TAG_PAGES`] pages or [`MAX_TAGS`] tags, each page at
+//! most [`MAX_TAG_PAGE`] bytes. Every connect, read and write has a timeout
+//! ([`OciOptions::timeout`], `KBUILD_REGISTRY_TIMEOUT` seconds, default 60), and a document
+//! (a manifest, a tag page, a token, a referrers index, an upload handshake) must arrive whole
+//! within it, so a server that drips bytes cannot hold a request open.
+//!
 //! TLS: certificates are always verified (webpki roots). A registry with a private or
 //! self-signed CA is trusted by naming a PEM file of CA certificates in
 //! `KBUILD_REGISTRY_CA_FILE` ([`OciOptions::ca_file`]); an untrusted certificate is refused
@@ -52,6 +68,18 @@ const MAX_DOCUMENT: u64 = 64 << 20;
 /// The largest OCI manifest kbuild reads: distribution's own limit on a manifest PUT
 /// (4 MiB); a kbuild artifact manifest is a few KiB.
 pub const MAX_MANIFEST: u64 = 4 << 20;
+
+/// The most `tags/list` pages kbuild follows through `Link: rel=next`.
+pub const MAX_TAG_PAGES: usize = 1000;
+
+/// The most tags kbuild collects from one repository.
+pub const MAX_TAGS: usize = 100_000;
+
+/// The largest `tags/list` page read into memory.
+pub const MAX_TAG_PAGE: u64 = 4 << 20;
+
+/// The default connect/read/write timeout, and the deadline of a whole document.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The environment variable naming extra CA certificates (PEM) for registry TLS.
 pub const CA_FILE_ENV: &str = names::KBUILD_REGISTRY_CA_FILE;
@@ -85,6 +113,14 @@ pub enum OciError {
     },
     #[error("{0}")]
     Invalid(String),
+    #[error("{what} declares {declared} bytes, over the limit of {limit} bytes; refusing it before reading (raise KBUILD_MAX_LAYER_BYTES if it is genuine)")]
+    TooLarge {
+        what: String,
+        declared: u64,
+        limit: u64,
+    },
+    #[error("{}: {message}", .path.display())]
+    Io { path: PathBuf, message: String },
     #[error(transparent)]
     CaFile(#[from] CaFileError),
 }
@@ -112,7 +148,13 @@ impl OciError {
     }
 }
 
-/// An OCI content descriptor.
+/// What an exchange carries: a document (bounded, read whole within the timeout) or a
+/// blob stream (each read within the timeout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Document,
+    Stream,
+}
 
 #[derive(Deserialize)]
 struct Index {
@@ -132,8 +174,13 @@ pub struct OciOptions {
     pub retries: u32,
     /// First backoff delay; doubles each retry.
     pub backoff: Duration,
-    /// Connect and per-read/write timeout.
+    /// Connect and per-read/write timeout, and the deadline of a whole document exchange
+    /// (manifest, tag page, token, upload handshake). Default: `KBUILD_REGISTRY_TIMEOUT`
+    /// (seconds), else [`DEFAULT_TIMEOUT`].
     pub timeout: Duration,
+    /// The largest blob (layer) kbuild fetches, by its declared size. Default:
+    /// `KBUILD_MAX_LAYER_BYTES`, else the unpacked-size cap of [`OciOptions::limits`].
+    pub max_layer_bytes: u64,
     /// A PEM file of CA certificates to trust besides the public roots (a registry with a
     /// private or self-signed certificate). Default: `KBUILD_REGISTRY_CA_FILE`. TLS
     /// verification itself is never turned off; `plain_http` is a different thing.
@@ -148,13 +195,25 @@ pub struct OciOptions {
 }
 
 impl OciOptions {
-    /// The defaults with the user's environment: `KBUILD_REGISTRY_CA_FILE`, credentials,
-    /// `KBUILD_MAX_UNPACKED_BYTES`, `SOURCE_DATE_EPOCH`.
+    /// The defaults with the user's environment: `KBUILD_REGISTRY_CA_FILE`, credentials
+    /// (`KBUILD_REGISTRY_USER`/`PASSWORD`/`HOST`, docker config files),
+    /// `KBUILD_REGISTRY_TIMEOUT`, `KBUILD_MAX_LAYER_BYTES`, `KBUILD_MAX_UNPACKED_BYTES`,
+    /// `SOURCE_DATE_EPOCH`.
     pub fn from_env(env: &Env) -> OciOptions {
+        let limits = Limits::from_env(env);
         OciOptions {
             ca_file: env.path(names::KBUILD_REGISTRY_CA_FILE),
             auth: AuthConfig::from_env(env),
-            limits: Limits::from_env(env),
+            timeout: env
+                .str(names::KBUILD_REGISTRY_TIMEOUT)
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(Duration::from_secs_f64)
+                .unwrap_or(DEFAULT_TIMEOUT),
+            max_layer_bytes: env
+                .u64(names::KBUILD_MAX_LAYER_BYTES)
+                .unwrap_or(limits.max_unpacked),
+            limits,
             source_date_epoch: env.source_date_epoch(),
             ..OciOptions::default()
         }
@@ -168,7 +227,8 @@ impl Default for OciOptions {
             chunk_size: 8 << 20,
             retries: 4,
             backoff: Duration::from_millis(250),
-            timeout: Duration::from_secs(60),
+            timeout: DEFAULT_TIMEOUT,
+            max_layer_bytes: Limits::default().max_unpacked,
             ca_file: None,
             auth: AuthConfig::default(),
             limits: Limits::default(),
@@ -189,6 +249,9 @@ pub struct FetchedManifest {
 pub struct OciClient {
     agent: ureq::Agent,
     base: String,
+    /// The registry's origin: the only one `Authorization` is sent to (`None`: a host that
+    /// does not make a URL, so nothing is).
+    origin: Option<auth::Origin>,
     host: String,
     repo: String,
     creds: Option<Credentials>,
@@ -250,6 +313,10 @@ impl OciClient {
             .timeout_connect(opts.timeout)
             .timeout_read(opts.timeout)
             .timeout_write(opts.timeout)
+            // Redirects never carry Authorization (not even to the same host), and an https
+            // registry never downgrades to plain http.
+            .redirect_auth_headers(ureq::RedirectAuthHeaders::Never)
+            .https_only(!opts.plain_http)
             .user_agent(concat!("kbuild/", env!("CARGO_PKG_VERSION")));
         let mut setup_error = None;
         if let Some(path) = &opts.ca_file {
@@ -260,9 +327,11 @@ impl OciClient {
         }
         let agent = builder.build();
         let scheme = if opts.plain_http { "http" } else { "https" };
+        let base = format!("{scheme}://{host}");
         OciClient {
             agent,
-            base: format!("{scheme}://{host}"),
+            origin: auth::Origin::of_url(&base),
+            base,
             host: host.to_string(),
             repo: repo.to_string(),
             creds: opts.auth.find(host),
@@ -307,7 +376,14 @@ impl OciClient {
         }
     }
 
+    /// Whether `url` is on the registry's own origin (the only one credentials go to).
+    fn same_origin(&self, url: &str) -> bool {
+        self.origin.is_some() && auth::Origin::of_url(url) == self.origin
+    }
+
     /// One HTTP exchange with the auth handshake (no retries). Errors for any status ≥ 400.
+    /// `Authorization` is attached, and a 401 answered, only for the registry's own origin.
+    /// A [`Body::Document`] exchange must finish, body included, within the timeout.
     fn exchange(
         &self,
         method: &str,
@@ -315,17 +391,25 @@ impl OciClient {
         headers: &[(&str, String)],
         body: Option<&[u8]>,
         push: bool,
+        kind: Body,
     ) -> Result<ureq::Response, OciError> {
         if let Some(e) = &self.setup_error {
             return Err(OciError::CaFile(e.clone()));
         }
-        let mut authz = self
-            .authorization
-            .lock()
-            .map(|a| a.clone())
-            .unwrap_or_default();
+        let own = self.same_origin(url);
+        let mut authz = if own {
+            self.authorization
+                .lock()
+                .map(|a| a.clone())
+                .unwrap_or_default()
+        } else {
+            None
+        };
         for round in 0..2 {
             let mut req = self.agent.request(method, url);
+            if kind == Body::Document {
+                req = req.timeout(self.opts.timeout);
+            }
             for (k, v) in headers {
                 req = req.set(k, v);
             }
@@ -338,6 +422,16 @@ impl OciClient {
             };
             match res {
                 Ok(r) => return Ok(r),
+                Err(ureq::Error::Status(401, r)) if !own || !self.same_origin(r.get_url()) => {
+                    return Err(OciError::Auth {
+                        host: self.host.clone(),
+                        message: format!(
+                            "{method} {url}: {} asked for credentials; kbuild sends them to the registry's own origin ({}) only",
+                            r.get_url(),
+                            self.base
+                        ),
+                    });
+                }
                 Err(ureq::Error::Status(401, r)) if round == 0 => {
                     let header = r.header("WWW-Authenticate").unwrap_or_default().to_string();
                     let ch = auth::parse_challenge(&header).ok_or_else(|| OciError::Auth {
@@ -397,9 +491,12 @@ impl OciClient {
                 "{what} with the credentials from {}; check them (hint: KBUILD_REGISTRY_USER/KBUILD_REGISTRY_PASSWORD or `auths` in a docker config.json)",
                 c.source
             ),
-            None => format!(
-                "{what}: the registry needs credentials and none were found (hint: set KBUILD_REGISTRY_USER and KBUILD_REGISTRY_PASSWORD, or log in with `docker login`/`oras login` so ~/.docker/config.json has them)"
-            ),
+            None => match self.opts.auth.unbound_note(&self.host) {
+                Some(note) => format!("{what}: the registry needs credentials and none are for it ({note})"),
+                None => format!(
+                    "{what}: the registry needs credentials and none were found (hint: set KBUILD_REGISTRY_USER and KBUILD_REGISTRY_PASSWORD, or log in with `docker login`/`oras login` so ~/.docker/config.json has them)"
+                ),
+            },
         }
     }
 
@@ -419,8 +516,31 @@ impl OciClient {
                     host: self.host.clone(),
                     message: "bearer challenge without a realm".into(),
                 })?;
-                let mut req = self.agent.get(&url);
-                if let Some(c) = &self.creds {
+                let realm = ch
+                    .params
+                    .get("realm")
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                let refused = |message: String| OciError::Auth {
+                    host: self.host.clone(),
+                    message,
+                };
+                let origin = self
+                    .origin
+                    .as_ref()
+                    .ok_or_else(|| refused(format!("{} is not a registry URL", self.base)))?;
+                // The registry's own credentials to its own origin only; a realm elsewhere gets
+                // only credentials configured for that host.
+                let creds = match auth::realm_access(origin, realm).map_err(refused)? {
+                    auth::RealmAccess::Registry => self.creds.clone(),
+                    auth::RealmAccess::Foreign => auth::Origin::of_url(realm).and_then(|r| {
+                        self.opts
+                            .auth
+                            .find_scoped(&r.authority(), auth::Scope::Other)
+                    }),
+                };
+                let mut req = self.agent.get(&url).timeout(self.opts.timeout);
+                if let Some(c) = &creds {
                     req = req.set("Authorization", &c.basic_header());
                 }
                 let resp = req.call().map_err(|e| OciError::Auth {
@@ -432,12 +552,12 @@ impl OciClient {
                                 self.auth_hint(code)
                             )
                         }
-                        ureq::Error::Transport(t) => format!("token endpoint: {t}"),
+                        ureq::Error::Transport(t) => format!("token endpoint {realm}: {t}"),
                     },
                 })?;
-                let body = read_all(resp, MAX_DOCUMENT, None).map_err(|e| OciError::Auth {
+                let body = read_all(resp, MAX_MANIFEST, None).map_err(|e| OciError::Auth {
                     host: self.host.clone(),
-                    message: format!("reading the token: {e}"),
+                    message: format!("reading the token from {realm}: {e}"),
                 })?;
                 let token = auth::token_from_response(&body).ok_or_else(|| OciError::Auth {
                     host: self.host.clone(),
@@ -477,13 +597,29 @@ impl OciClient {
         }
     }
 
-    /// Versions: the repository's tags that are semver versions, ascending.
+    /// The repository's tags, in the registry's order, following `Link: rel=next` on the
+    /// registry's own origin only, at most [`MAX_TAG_PAGES`] pages and [`MAX_TAGS`] tags.
     pub fn tags(&self, progress: &dyn Progress) -> Result<Vec<String>, OciError> {
+        let first = self.url("tags/list");
         let mut tags = Vec::new();
-        let mut next = Some(self.url("tags/list"));
+        let mut seen = std::collections::BTreeSet::new();
+        let mut next = Some(first.clone());
         while let Some(url) = next.take() {
-            let resp = match self.retry(progress, || self.exchange("GET", &url, &[], None, false)) {
-                Err(OciError::Status { code: 404, .. }) => return Ok(Vec::new()),
+            if seen.len() >= MAX_TAG_PAGES {
+                return Err(OciError::Invalid(format!(
+                    "GET {first}: the registry's tags/list goes on past {MAX_TAG_PAGES} pages ({} tags so far); refusing an endless tag list",
+                    tags.len()
+                )));
+            }
+            if !seen.insert(url.clone()) {
+                return Err(OciError::Invalid(format!(
+                    "GET {url}: the registry's tags/list Link points back to a page already read; refusing a tag list that loops"
+                )));
+            }
+            let resp = match self.retry(progress, || {
+                self.exchange("GET", &url, &[], None, false, Body::Document)
+            }) {
+                Err(OciError::Status { code: 404, .. }) if url == first => return Ok(Vec::new()),
                 r => r?,
             };
             let link = resp.header("Link").map(str::to_string);
@@ -492,23 +628,55 @@ impl OciClient {
                 #[serde(default)]
                 tags: Option<Vec<String>>,
             }
-            let body =
-                read_all(resp, MAX_DOCUMENT, None).map_err(|e| self.transport("GET", &url, e))?;
-            let t: Tags = serde_json::from_slice(&body)
-                .map_err(|e| OciError::Invalid(format!("tags/list answer: {e}")))?;
-            tags.extend(t.tags.unwrap_or_default());
-            if let Some(l) = link {
-                // `</v2/repo/tags/list?last=x&n=y>; rel="next"`
-                if let Some(path) = l.split('>').next().and_then(|s| s.strip_prefix('<')) {
-                    next = Some(if path.starts_with("http") {
-                        path.to_string()
-                    } else {
-                        format!("{}{path}", self.base)
-                    });
+            let body = read_all(resp, MAX_TAG_PAGE, None).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    OciError::Invalid(format!(
+                        "GET {url}: a tags/list page larger than {MAX_TAG_PAGE} bytes; refusing it"
+                    ))
+                } else {
+                    self.transport("GET", &url, e)
                 }
+            })?;
+            let t: Tags = serde_json::from_slice(&body)
+                .map_err(|e| OciError::Invalid(format!("GET {url}: tags/list answer: {e}")))?;
+            tags.extend(t.tags.unwrap_or_default());
+            if tags.len() > MAX_TAGS {
+                return Err(OciError::Invalid(format!(
+                    "GET {first}: the registry's tags/list holds more than {MAX_TAGS} tags (after {} pages); refusing an endless tag list",
+                    seen.len()
+                )));
+            }
+            if let Some(l) = link {
+                next = self.next_link(&url, &l)?;
             }
         }
         Ok(tags)
+    }
+
+    /// The `rel="next"` target of a tags/list `Link` header (`</v2/repo/tags/list?last=x>;
+    /// rel="next"`), made absolute; an error when it leaves the registry's origin.
+    fn next_link(&self, url: &str, link: &str) -> Result<Option<String>, OciError> {
+        let Some(target) = link
+            .trim()
+            .strip_prefix('<')
+            .and_then(|s| s.split_once('>'))
+            .filter(|(_, params)| {
+                params
+                    .split(';')
+                    .any(|p| p.to_ascii_lowercase().replace([' ', '"'], "") == "rel=next")
+            })
+            .map(|(t, _)| t.to_string())
+        else {
+            return Ok(None);
+        };
+        let next = self.absolute(&target);
+        if !self.same_origin(&next) {
+            return Err(OciError::Invalid(format!(
+                "GET {url}: the tags/list Link points to another origin ({next}) than the registry ({}); refusing to follow it",
+                self.base
+            )));
+        }
+        Ok(Some(next))
     }
 
     fn transport(&self, method: &str, url: &str, e: std::io::Error) -> OciError {
@@ -533,7 +701,7 @@ impl OciClient {
             ),
         )];
         let fetched = self.retry(progress, || {
-            let resp = match self.exchange("GET", &url, &accept, None, false) {
+            let resp = match self.exchange("GET", &url, &accept, None, false, Body::Document) {
                 Err(OciError::Status { code: 404, .. }) => return Ok(None),
                 r => r?,
             };
@@ -574,20 +742,109 @@ impl OciClient {
         Ok(fetched)
     }
 
-    /// A blob, checked against its descriptor's digest and size.
-    pub fn get_blob(
-        &self,
-        desc: &Descriptor,
-        progress: &dyn Progress,
-    ) -> Result<Vec<u8>, OciError> {
+    /// The label of a blob in messages, and its URL; refuses a declared size over
+    /// [`OciOptions::max_layer_bytes`].
+    fn blob_request(&self, desc: &Descriptor) -> Result<(String, String), OciError> {
         let url = self.url(&format!("blobs/{}", desc.digest));
         let label = desc
             .annotations
             .get(TARGET_ANNOTATION)
             .cloned()
             .unwrap_or_else(|| short(&desc.digest));
+        if desc.size > self.opts.max_layer_bytes {
+            return Err(OciError::TooLarge {
+                what: format!("{}: blob {label} ({})", self.host, desc.digest),
+                declared: desc.size,
+                limit: self.opts.max_layer_bytes,
+            });
+        }
+        Ok((url, label))
+    }
+
+    /// A blob, streamed into the file `path` (created or truncated), checked on the way
+    /// against its descriptor's size and digest: at most `size + 1` bytes are read, and a
+    /// declared size over [`OciOptions::max_layer_bytes`] is refused before any. Returns the
+    /// bytes written. On an error the file may hold a partial body; the caller removes it.
+    pub fn get_blob_to(
+        &self,
+        desc: &Descriptor,
+        path: &Path,
+        progress: &dyn Progress,
+    ) -> Result<u64, OciError> {
+        use std::io::Write as _;
+        let (url, label) = self.blob_request(desc)?;
+        let io = |e: std::io::Error| OciError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        self.retry(progress, || {
+            let resp = match self.exchange("GET", &url, &[], None, false, Body::Stream) {
+                Err(OciError::Status { code: 404, .. }) => {
+                    return Err(OciError::NotFound(format!("blob {}", desc.digest)))
+                }
+                r => r?,
+            };
+            let mut file = std::fs::File::create(path).map_err(io)?;
+            let mut reader = resp.into_reader().take(desc.size.saturating_add(1));
+            let mut hasher = digest::Hasher::default();
+            let mut buf = vec![0u8; 256 << 10];
+            let mut n: u64 = 0;
+            progress.begin(&label, desc.size);
+            let copied = loop {
+                let k = match reader.read(&mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(k) => k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => break Err(self.transport("GET", &url, e)),
+                };
+                n += k as u64;
+                if n > desc.size {
+                    break Err(OciError::Digest {
+                        what: format!("blob {} (size)", desc.digest),
+                        expected: format!("{} bytes", desc.size),
+                        actual: "more bytes".into(),
+                    });
+                }
+                hasher.update(&buf[..k]);
+                if let Err(e) = file.write_all(&buf[..k]) {
+                    break Err(io(e));
+                }
+                progress.advance(k as u64);
+            };
+            progress.end();
+            copied?;
+            file.flush().map_err(io)?;
+            if n != desc.size {
+                return Err(OciError::Digest {
+                    what: format!("blob {} (size)", desc.digest),
+                    expected: format!("{} bytes", desc.size),
+                    actual: format!("{n} bytes"),
+                });
+            }
+            let actual = hasher.finish_oci();
+            if actual != desc.digest {
+                return Err(OciError::Digest {
+                    what: format!("GET {url}: blob {label}"),
+                    expected: desc.digest.clone(),
+                    actual,
+                });
+            }
+            Ok(n)
+        })
+    }
+
+    /// A blob in memory, checked against its descriptor's digest and size; a declared size
+    /// over [`OciOptions::max_layer_bytes`] is refused before any byte is read. For small
+    /// blobs (a config, a signature file, a cached object); layers go through
+    /// [`OciClient::get_blob_to`].
+    pub fn get_blob(
+        &self,
+        desc: &Descriptor,
+        progress: &dyn Progress,
+    ) -> Result<Vec<u8>, OciError> {
+        let (url, label) = self.blob_request(desc)?;
         let bytes = self.retry(progress, || {
-            let resp = match self.exchange("GET", &url, &[], None, false) {
+            let resp = match self.exchange("GET", &url, &[], None, false, Body::Stream) {
                 Err(OciError::Status { code: 404, .. }) => {
                     return Err(OciError::NotFound(format!("blob {}", desc.digest)))
                 }
@@ -631,7 +888,9 @@ impl OciClient {
 
     fn blob_exists(&self, digest: &str, progress: &dyn Progress) -> Result<bool, OciError> {
         let url = self.url(&format!("blobs/{digest}"));
-        match self.retry(progress, || self.exchange("HEAD", &url, &[], None, true)) {
+        match self.retry(progress, || {
+            self.exchange("HEAD", &url, &[], None, true, Body::Document)
+        }) {
             Ok(_) => Ok(true),
             Err(OciError::Status { code: 404, .. }) => Ok(false),
             Err(e) => Err(e),
@@ -644,6 +903,19 @@ impl OciClient {
         } else {
             format!("{}{location}", self.base)
         }
+    }
+
+    /// An upload `Location` made absolute; an error when it leaves the registry's origin (the
+    /// blob and the registry's `Authorization` would go there).
+    fn upload_location(&self, method: &str, url: &str, location: &str) -> Result<String, OciError> {
+        let abs = self.absolute(location);
+        if !self.same_origin(&abs) {
+            return Err(OciError::Invalid(format!(
+                "{method} {url}: the upload Location {abs} is on another origin than the registry ({}); refusing to send the blob there",
+                self.base
+            )));
+        }
+        Ok(abs)
     }
 
     /// Upload a blob unless the registry has it. Returns whether it uploaded.
@@ -669,10 +941,17 @@ impl OciClient {
                 &[("Content-Length", "0".into())],
                 Some(&[]),
                 true,
+                Body::Document,
             )?;
-            let mut location = self.absolute(resp.header("Location").ok_or_else(|| {
-                OciError::Invalid("upload start answered without a Location".into())
-            })?);
+            let mut location = self.upload_location(
+                "POST",
+                &start_url,
+                resp.header("Location").ok_or_else(|| {
+                    OciError::Invalid(format!(
+                        "POST {start_url}: upload start answered without a Location"
+                    ))
+                })?,
+            )?;
             progress.begin(label, bytes.len() as u64);
             let mut offset = 0usize;
             let chunk = self.opts.chunk_size.max(1);
@@ -689,6 +968,7 @@ impl OciClient {
                     &headers,
                     Some(&bytes[offset..end]),
                     true,
+                    Body::Stream,
                 );
                 let r = match r {
                     Ok(r) => r,
@@ -698,7 +978,13 @@ impl OciClient {
                     }
                 };
                 if let Some(l) = r.header("Location") {
-                    location = self.absolute(l);
+                    match self.upload_location("PATCH", &location, l) {
+                        Ok(next) => location = next,
+                        Err(e) => {
+                            progress.end();
+                            return Err(e);
+                        }
+                    }
                 }
                 progress.advance((end - offset) as u64);
                 offset = end;
@@ -712,6 +998,7 @@ impl OciClient {
                 &[("Content-Length", "0".into())],
                 Some(&[]),
                 true,
+                Body::Stream,
             ) {
                 Ok(_) => Ok(()),
                 // The answer to a committing PUT was lost: the registry may have the blob
@@ -735,7 +1022,7 @@ impl OciClient {
         let url = self.url(&format!("manifests/{reference}"));
         let headers = [("Content-Type", IMAGE_MANIFEST.to_string())];
         let resp = self.retry(progress, || {
-            self.exchange("PUT", &url, &headers, Some(bytes), true)
+            self.exchange("PUT", &url, &headers, Some(bytes), true, Body::Document)
         })?;
         let ours = digest::oci_digest(bytes);
         match resp.header("Docker-Content-Digest") {
@@ -844,6 +1131,7 @@ impl OciClient {
             &[("Accept", IMAGE_INDEX.into())],
             None,
             false,
+            Body::Document,
         ) {
             Ok(resp) => {
                 let body = read_all(resp, MAX_DOCUMENT, None)
@@ -1049,6 +1337,83 @@ mod tests {
         assert!(parse_reference("oci://u:p@host/r").is_err());
         assert!(parse_reference("oci://host/Upper").is_err());
         assert!(parse_reference("http://host/r").is_err());
+    }
+
+    #[test]
+    fn links_and_locations_stay_on_the_registry_origin() {
+        let c = OciClient::new(
+            "127.0.0.1:5000",
+            "r",
+            OciOptions {
+                plain_http: true,
+                ..OciOptions::default()
+            },
+        );
+        let url = "http://127.0.0.1:5000/v2/r/tags/list";
+        assert_eq!(
+            c.next_link(url, r#"</v2/r/tags/list?last=a&n=2>; rel="next""#)
+                .unwrap()
+                .as_deref(),
+            Some("http://127.0.0.1:5000/v2/r/tags/list?last=a&n=2")
+        );
+        assert!(c
+            .next_link(
+                url,
+                "<http://127.0.0.1:5000/v2/r/tags/list?last=b>;rel=next"
+            )
+            .unwrap()
+            .is_some());
+        assert_eq!(c.next_link(url, r#"</v2/r/x>; rel="prev""#).unwrap(), None);
+        for foreign in [
+            "http://127.0.0.1:5001/v2/r/tags/list",
+            "https://127.0.0.1:5000/v2/r/tags/list",
+            "http://localhost:5000/v2/r/tags/list",
+        ] {
+            let e = c
+                .next_link(url, &format!("<{foreign}>; rel=\"next\""))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("another origin") && e.contains(foreign), "{e}");
+            let e = c
+                .upload_location("POST", url, foreign)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("Location") && e.contains(foreign), "{e}");
+        }
+        assert_eq!(
+            c.upload_location("POST", url, "/v2/r/blobs/uploads/1?s=2")
+                .unwrap(),
+            "http://127.0.0.1:5000/v2/r/blobs/uploads/1?s=2"
+        );
+        // A declared size over the cap is refused before any request.
+        let small = OciClient::new(
+            "127.0.0.1:1",
+            "r",
+            OciOptions {
+                plain_http: true,
+                max_layer_bytes: 10,
+                ..OciOptions::default()
+            },
+        );
+        let d = Descriptor {
+            media_type: LAYER_MEDIA_TYPE.into(),
+            digest: format!("sha256:{}", "0".repeat(64)),
+            size: 11,
+            artifact_type: None,
+            annotations: BTreeMap::new(),
+        };
+        let e = small.get_blob(&d, &crate::progress::Silent).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OciError::TooLarge {
+                    declared: 11,
+                    limit: 10,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     /// The bearer flow (401 + `WWW-Authenticate: Bearer` → token endpoint with the basic
