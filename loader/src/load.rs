@@ -6,6 +6,7 @@
 //! place: choosing the object and reading its record allocate nothing.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kbuild_manifest::compat::Device;
@@ -118,8 +119,8 @@ impl std::fmt::Debug for Loader {
     }
 }
 
-/// Threads that read and verify objects ahead of the driver in [`Loader::preload`].
-const READERS: usize = 2;
+/// How many objects [`Loader::preload`]'s reader thread reads ahead of the driver at most.
+const LOOKAHEAD: usize = 8;
 
 impl Loader {
     /// Open a build directory or manifest for `gpu`.
@@ -189,8 +190,10 @@ impl Loader {
     }
 
     /// Load every module of `wanted` (kernel, variant) now, in that order. While the driver
-    /// loads one object, a second thread reads and verifies the next, so the files and the
-    /// digests cost (nearly) nothing beyond the driver's own time. Later [`Loader::module`] and
+    /// loads one object, a second thread reads and verifies the next ones (at most
+    /// LOOKAHEAD ahead); this thread reads an object itself when the reader has not claimed it
+    /// yet, so the files and the digests cost little beyond the driver's own time and nothing
+    /// waits for the reader thread to start. Later [`Loader::module`] and
     /// [`Loader::function`] calls for them find the modules loaded.
     pub fn preload(&self, wanted: &[(&str, Option<&str>)]) -> Result<()> {
         let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
@@ -216,34 +219,82 @@ impl Loader {
             return Ok(());
         }
         let package = &self.package;
+        let n = todo.len();
+        // One slot per object: the verified bytes, put there by whoever read them.
+        let slots: Vec<Mutex<Option<Result<Vec<u8>>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+        // The next object nobody has claimed: the reader thread and this one both take from
+        // it, in order, so this thread reads an object itself whenever the reader has not got
+        // to it yet (the first ones, while the reader starts) and never waits on a sleeping
+        // thread.
+        let next = AtomicUsize::new(0);
+        // How far this thread has got, so the reader stays at most LOOKAHEAD objects ahead.
+        let loading = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let read = |i: usize| {
+            package
+                .object(todo[i])
+                .and_then(|o| package.read_object(&o))
+        };
+        let put = |i: usize, r: Result<Vec<u8>>| {
+            if let Ok(mut slot) = slots[i].lock() {
+                *slot = Some(r);
+            }
+        };
         std::thread::scope(|scope| {
-            // Two readers take every other object (reading and hashing one costs about half
-            // of what the driver spends loading it); one object ahead each, so verified bytes
-            // wait in memory, not the whole set.
-            let readers: Vec<_> = (0..READERS)
-                .map(|r| {
-                    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                    let mine = todo.iter().skip(r).step_by(READERS).copied();
-                    scope.spawn(move || {
-                        for index in mine {
-                            let bytes = package.object(index).and_then(|o| package.read_object(&o));
-                            if tx.send(bytes).is_err() {
-                                break;
+            scope.spawn(|| loop {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let at = next.load(Ordering::Acquire);
+                if at >= n {
+                    break;
+                }
+                if at >= loading.load(Ordering::Acquire) + LOOKAHEAD {
+                    std::thread::yield_now();
+                    continue;
+                }
+                if next
+                    .compare_exchange(at, at + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    put(at, read(at));
+                }
+            });
+            let result = (|| {
+                for i in 0..n {
+                    loading.store(i, Ordering::Release);
+                    let claimed_here = next
+                        .compare_exchange(i, i + 1, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok();
+                    let bytes = if claimed_here {
+                        read(i)
+                    } else {
+                        // The reader holds it: it is a few µs from done.
+                        let mut spins = 0u32;
+                        loop {
+                            let taken = slots[i]
+                                .lock()
+                                .map_err(|_| LoaderError::Poisoned {
+                                    what: "object reader slot",
+                                })?
+                                .take();
+                            if let Some(r) = taken {
+                                break r;
+                            }
+                            spins = spins.saturating_add(1);
+                            if spins < 1 << 14 {
+                                std::hint::spin_loop();
+                            } else {
+                                std::thread::yield_now();
                             }
                         }
-                    });
-                    rx
-                })
-                .collect();
-            for (n, &index) in todo.iter().enumerate() {
-                let bytes = readers[n % READERS]
-                    .recv()
-                    .map_err(|_| LoaderError::Poisoned {
-                        what: "object reader thread",
-                    })??;
-                self.load_verified(&mut state, index, bytes)?;
-            }
-            Ok(())
+                    }?;
+                    self.load_verified(&mut state, todo[i], bytes)?;
+                }
+                Ok(())
+            })();
+            stop.store(true, Ordering::Release);
+            result
         })
     }
 
@@ -415,7 +466,8 @@ impl LoadedModule {
                 (RawFunction::Hip(f), loaded)
             }
         };
-        let checks = check_attributes(record.path, entry, &found.figures, &loaded)?;
+        // Compared now (a difference is an error); the readable table is made when asked for.
+        check_attributes(record.path, entry, &found.figures, &loaded)?;
         Ok(Function {
             module: Arc::clone(self),
             entry: entry.to_string(),
@@ -424,7 +476,8 @@ impl LoadedModule {
                 .figures
                 .max_threads()
                 .or_else(|| u32::try_from(loaded.max_threads).ok().filter(|t| *t > 0)),
-            checks,
+            compared: (found.figures, loaded),
+            checks: std::sync::OnceLock::new(),
         })
     }
 }
@@ -462,7 +515,8 @@ pub struct AttributeCheck {
     pub note: String,
 }
 
-/// Compare the runtime's figures with the manifest's; a difference is an error.
+/// Compare the runtime's figures with the manifest's; a difference is an error. Nothing is
+/// allocated when they agree (this is on every function's load path).
 ///
 /// CUDA: `NUM_REGS` = `registers`; `LOCAL_SIZE_BYTES` = `scratch_bytes`;
 /// `SHARED_SIZE_BYTES` = `lds_bytes`, or `lds_bytes + reserved_shared_bytes` (the sm_90+
@@ -475,17 +529,57 @@ fn check_attributes(
     entry: &str,
     figures: &LoadFigures,
     loaded: &Loaded,
-) -> Result<Vec<AttributeCheck>> {
-    let mismatch =
-        |field: &'static str, loaded: i64, manifest: String| LoaderError::AttributeMismatch {
-            object: object.to_string(),
-            entry: entry.to_string(),
-            field,
-            loaded,
-            manifest,
-        };
-    let mut out = Vec::new();
-    match *figures {
+) -> Result<()> {
+    for c in compared_fields(figures, loaded) {
+        if !c.agrees {
+            return Err(LoaderError::AttributeMismatch {
+                object: object.to_string(),
+                entry: entry.to_string(),
+                field: c.field,
+                loaded: c.loaded,
+                manifest: c.manifest_text(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The compared attributes as [`AttributeCheck`]s (all agreed: loading checked them).
+fn describe_attributes(figures: &LoadFigures, loaded: &Loaded) -> Vec<AttributeCheck> {
+    compared_fields(figures, loaded)
+        .map(|c| AttributeCheck {
+            field: c.field,
+            loaded: c.loaded,
+            manifest: c.manifest_text(),
+            note: c.note.into(),
+        })
+        .collect()
+}
+
+/// One attribute compared: what the runtime says, what the manifest says, whether they agree.
+struct Compared {
+    field: &'static str,
+    loaded: i64,
+    manifest: i64,
+    /// The sm_90+ shared-memory reservation, shown beside `lds_bytes`.
+    reserved: i64,
+    agrees: bool,
+    note: &'static str,
+}
+
+impl Compared {
+    fn manifest_text(&self) -> String {
+        if self.reserved > 0 {
+            format!("{} (+{} reserved)", self.manifest, self.reserved)
+        } else {
+            self.manifest.to_string()
+        }
+    }
+}
+
+fn compared_fields(figures: &LoadFigures, loaded: &Loaded) -> impl Iterator<Item = Compared> {
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let fields: [Option<Compared>; 3] = match *figures {
         LoadFigures::Cuda {
             registers,
             lds_bytes,
@@ -494,74 +588,75 @@ fn check_attributes(
             ..
         } => {
             let regs = loaded.registers.unwrap_or(-1);
-            if regs != i64::from(registers) {
-                return Err(mismatch("registers", regs, registers.to_string()));
-            }
-            out.push(AttributeCheck {
-                field: "registers",
-                loaded: regs,
-                manifest: registers.to_string(),
-                note: "NUM_REGS".into(),
-            });
-            let lds = i64::try_from(lds_bytes).unwrap_or(i64::MAX);
+            let lds = as_i64(lds_bytes);
             let reserved = i64::try_from(reserved_shared_bytes).unwrap_or(0);
-            let manifest_shared = if reserved > 0 {
-                format!("{lds} (+{reserved} reserved)")
-            } else {
-                lds.to_string()
-            };
-            let note = if loaded.shared_bytes == lds {
-                "SHARED_SIZE_BYTES = lds_bytes"
+            let (shared_ok, shared_note) = if loaded.shared_bytes == lds {
+                (true, "SHARED_SIZE_BYTES = lds_bytes")
             } else if reserved > 0 && loaded.shared_bytes == lds + reserved {
-                "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes"
+                (
+                    true,
+                    "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes",
+                )
             } else {
-                return Err(mismatch("lds_bytes", loaded.shared_bytes, manifest_shared));
+                (false, "SHARED_SIZE_BYTES")
             };
-            out.push(AttributeCheck {
-                field: "lds_bytes",
-                loaded: loaded.shared_bytes,
-                manifest: manifest_shared,
-                note: note.into(),
-            });
-            let scratch = i64::try_from(scratch_bytes).unwrap_or(i64::MAX);
-            if loaded.local_bytes != scratch {
-                return Err(mismatch(
-                    "scratch_bytes",
-                    loaded.local_bytes,
-                    scratch.to_string(),
-                ));
-            }
-            out.push(AttributeCheck {
-                field: "scratch_bytes",
-                loaded: loaded.local_bytes,
-                manifest: scratch.to_string(),
-                note: "LOCAL_SIZE_BYTES".into(),
-            });
+            let scratch = as_i64(scratch_bytes);
+            [
+                Some(Compared {
+                    field: "registers",
+                    loaded: regs,
+                    manifest: i64::from(registers),
+                    reserved: 0,
+                    agrees: regs == i64::from(registers),
+                    note: "NUM_REGS",
+                }),
+                Some(Compared {
+                    field: "lds_bytes",
+                    loaded: loaded.shared_bytes,
+                    manifest: lds,
+                    reserved,
+                    agrees: shared_ok,
+                    note: shared_note,
+                }),
+                Some(Compared {
+                    field: "scratch_bytes",
+                    loaded: loaded.local_bytes,
+                    manifest: scratch,
+                    reserved: 0,
+                    agrees: loaded.local_bytes == scratch,
+                    note: "LOCAL_SIZE_BYTES",
+                }),
+            ]
         }
         LoadFigures::Amd {
             lds_bytes,
             scratch_bytes,
             ..
         } => {
-            for (field, got, want) in [
-                ("lds_bytes", loaded.shared_bytes, lds_bytes),
-                ("scratch_bytes", loaded.local_bytes, scratch_bytes),
-            ] {
-                let want = i64::try_from(want).unwrap_or(i64::MAX);
-                if got != want {
-                    return Err(mismatch(field, got, want.to_string()));
-                }
-                out.push(AttributeCheck {
-                    field,
-                    loaded: got,
-                    manifest: want.to_string(),
-                    note: "hipFuncGetAttribute".into(),
-                });
-            }
+            let (lds, scratch) = (as_i64(lds_bytes), as_i64(scratch_bytes));
+            [
+                Some(Compared {
+                    field: "lds_bytes",
+                    loaded: loaded.shared_bytes,
+                    manifest: lds,
+                    reserved: 0,
+                    agrees: loaded.shared_bytes == lds,
+                    note: "hipFuncGetAttribute",
+                }),
+                Some(Compared {
+                    field: "scratch_bytes",
+                    loaded: loaded.local_bytes,
+                    manifest: scratch,
+                    reserved: 0,
+                    agrees: loaded.local_bytes == scratch,
+                    note: "hipFuncGetAttribute",
+                }),
+                None,
+            ]
         }
-        LoadFigures::Ptx | LoadFigures::None => {}
-    }
-    Ok(out)
+        LoadFigures::Ptx | LoadFigures::None => [None, None, None],
+    };
+    fields.into_iter().flatten()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -577,7 +672,9 @@ pub struct Function {
     entry: String,
     raw: RawFunction,
     max_threads: Option<u32>,
-    checks: Vec<AttributeCheck>,
+    /// The manifest's figures and the runtime's, as compared at load.
+    compared: (LoadFigures, Loaded),
+    checks: std::sync::OnceLock<Vec<AttributeCheck>>,
 }
 
 // SAFETY: function handles are plain driver handles, valid on any thread while the module is.
@@ -597,7 +694,10 @@ impl Function {
 
     /// The attributes compared after load (all matched, or loading failed).
     pub fn attribute_checks(&self) -> &[AttributeCheck] {
-        &self.checks
+        self.checks.get_or_init(|| {
+            let (figures, loaded) = &self.compared;
+            describe_attributes(figures, loaded)
+        })
     }
 
     /// The raw `CUfunction`, for users of the driver API.
@@ -693,10 +793,12 @@ mod tests {
     #[test]
     fn matching_attributes_pass_with_or_without_the_reservation() {
         let r = record(32, 32, 1024, 0);
-        let c = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 32, 0)).unwrap();
+        check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 32, 0)).unwrap();
+        let c = describe_attributes(&r, &loaded(32, 32, 0));
         assert_eq!(c.len(), 3);
         assert_eq!(c[1].note, "SHARED_SIZE_BYTES = lds_bytes");
-        let c = check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 1056, 0)).unwrap();
+        check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 1056, 0)).unwrap();
+        let c = describe_attributes(&r, &loaded(32, 1056, 0));
         assert_eq!(
             c[1].note,
             "SHARED_SIZE_BYTES = lds_bytes + reserved_shared_bytes"

@@ -120,6 +120,10 @@ pub(crate) struct Index {
     /// The parsed manifest: set when the index was encoded from it, else parsed on first use.
     manifest: OnceLock<Manifest>,
     kernels: OnceLock<Vec<String>>,
+    /// The resource blobs once checked against the header's digest: `None` when they are in
+    /// `bytes` (and matched), the section read from `file` when only the head is in memory.
+    /// An index encoded here needs no check.
+    blobs: OnceLock<std::result::Result<Option<Box<[u8]>>, String>>,
 }
 
 impl Index {
@@ -144,7 +148,39 @@ impl Index {
             manifest_path,
             manifest: OnceLock::from(manifest),
             kernels: OnceLock::new(),
+            blobs: OnceLock::from(Ok(None)),
         })
+    }
+
+    /// The verified blob section (see [`Index::blobs`]), read and checked on first use.
+    fn checked_blobs(&self) -> std::result::Result<&[u8], String> {
+        let ix = self.view();
+        let (held, range) = ix.blobs();
+        let checked = self.blobs.get_or_init(|| {
+            let header = self.bytes.get(..HEADER_LEN).unwrap_or_default();
+            if held.len() as u64 == range.end - range.start {
+                return if kbuild_manifest::load_index::blobs_intact(header, held) {
+                    Ok(None)
+                } else {
+                    Err("its resource records do not match the digest in its header".into())
+                };
+            }
+            let Some((file, _)) = &self.file else {
+                return Err("only the head of the index is in memory".into());
+            };
+            let bytes =
+                read_at(file, range).map_err(|e| format!("reading its resource records: {e}"))?;
+            if kbuild_manifest::load_index::blobs_intact(header, &bytes) {
+                Ok(Some(bytes.into_boxed_slice()))
+            } else {
+                Err("its resource records do not match the digest in its header".into())
+            }
+        });
+        match checked {
+            Ok(None) => Ok(held),
+            Ok(Some(b)) => Ok(b),
+            Err(e) => Err(e.clone()),
+        }
     }
 
     /// The index, read in place (O(1)).
@@ -476,17 +512,22 @@ impl Package {
             path: self.index.path(&self.origin),
             source,
         };
-        if o.ix.has_blobs() {
-            return o.ix.resources(&o).map_err(index_err);
-        }
-        let Some((file, path)) = &self.index.file else {
-            return Err(index_err(LoadIndexError::Damaged(
-                "only the head of the index is in memory".into(),
-            )));
-        };
-        let bytes = read_at(file, o.ix.resources_at(&o))
-            .map_err(|e| LoaderError::io(path, "reading a resource record", e))?;
-        decode_resources(&bytes, o.path).map_err(index_err)
+        let blobs = self
+            .index
+            .checked_blobs()
+            .map_err(|what| LoaderError::Package {
+                path: self.index.path(&self.origin),
+                what,
+            })?;
+        let (_, section) = o.ix.blobs();
+        let at = o.ix.resources_at(&o);
+        let rel = (at.start - section.start) as usize..(at.end - section.start) as usize;
+        let bytes = blobs.get(rel).ok_or_else(|| {
+            index_err(LoadIndexError::Damaged(
+                "a resource record lies past the blobs".into(),
+            ))
+        })?;
+        decode_resources(bytes, o.path).map_err(index_err)
     }
 
     /// The bytes of object `index`, after checking them against the manifest's blake3 (or
@@ -635,20 +676,27 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
     if len > MAX_INDEX_BYTES {
         return None;
     }
-    // One read syscall for the whole file (`read_to_end` would grow its reads from 8 kB):
-    // its digest covers every byte.
-    let mut bytes = vec![0u8; usize::try_from(len).ok()?];
+    // One read: the whole file when it is small (a build's is), else a prefix that holds
+    // the head unless the manifest is very large (`read_to_end` would grow its reads from
+    // 8 kB).
+    let mut bytes = vec![0u8; usize::try_from(len.min(FIRST_READ)).ok()?];
     file.read_exact(&mut bytes).ok()?;
-    if !kbuild_manifest::load_index::body_intact(&bytes) {
+    let head = head_len(bytes.get(..HEADER_LEN)?).ok()?;
+    if head > len {
         return None;
     }
-    let head = usize::try_from(head_len(bytes.get(..HEADER_LEN)?).ok()?).ok()?;
-    if head > bytes.len() {
-        return None;
+    let head = usize::try_from(head).ok()?;
+    if bytes.len() as u64 != len {
+        // Only the head is kept; the blobs are read (and checked) when first asked for.
+        let have = bytes.len();
+        bytes.resize(head, 0);
+        if head > have {
+            file.read_exact(&mut bytes[have..]).ok()?;
+        }
     }
-    if len > FIRST_READ {
-        // Only the head is kept; the blobs are read from the file when asked for.
-        bytes.truncate(head);
+    // What selection and loading read is checked now; the resource blobs on first use.
+    if !kbuild_manifest::load_index::head_intact(&bytes) {
+        return None;
     }
     let ix = LoadIndex::parse(&bytes).ok()?;
     let stamp = ix.stamp();
@@ -665,6 +713,7 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
         manifest_path: Some(manifest_path.to_path_buf()),
         manifest: OnceLock::new(),
         kernels: OnceLock::new(),
+        blobs: OnceLock::new(),
     })
 }
 
@@ -975,14 +1024,20 @@ mod load_index_tests {
         let bytes = std::fs::read(&ix).unwrap();
         std::fs::write(&ix, &bytes[..HEADER_LEN + 10]).unwrap();
         assert!(!Package::open(dir.path()).unwrap().has_load_index());
-        // Cut inside the resource blobs: the head is whole, but the index's own digest no
-        // longer holds, so the JSON is read and every record is there.
+        // Cut inside the resource blobs: the head is whole and checks out, so the index opens
+        // and selects; the resource records fail their own digest when first read, and the
+        // error names the index.
         let head = head_len(&bytes[..HEADER_LEN]).unwrap() as usize;
         std::fs::write(&ix, &bytes[..head + 1]).unwrap();
         let p = Package::open(dir.path()).unwrap();
-        assert!(!p.has_load_index());
+        assert!(p.has_load_index());
         let last = p.objects().len() - 1;
-        assert!(p.record(last).is_ok());
+        assert!(p.object(last).is_ok());
+        let e = p.record(last).unwrap_err().to_string();
+        assert!(
+            e.contains(LOAD_INDEX_FILE) && e.contains("past the end"),
+            "{e}"
+        );
         // Two object records swapped in place, the stamp kept (an index edited to point one
         // kernel at another's object): refused whole, the manifest's choice stands.
         let at = HEADER_LEN + p.kernels().len() * 8;
@@ -993,15 +1048,20 @@ mod load_index_tests {
         let p = Package::open(dir.path()).unwrap();
         assert!(!p.has_load_index());
         assert_eq!(p.record(0).unwrap().path, m.objects[0].path);
-        // Any single flipped byte after the header is caught the same way.
+        // Any single flipped byte of the head is caught the same way; one in the blobs when
+        // a resource record is read.
         for i in (HEADER_LEN..bytes.len()).step_by(37) {
             let mut bad = bytes.clone();
             bad[i] ^= 0x20;
             std::fs::write(&ix, &bad).unwrap();
-            assert!(
-                !Package::open(dir.path()).unwrap().has_load_index(),
-                "byte {i}"
-            );
+            let p = Package::open(dir.path()).unwrap();
+            if i < head {
+                assert!(!p.has_load_index(), "byte {i}");
+            } else {
+                assert!(p.has_load_index(), "byte {i}");
+                let bad_record = (0..p.objects().len()).any(|k| p.resources(k).is_err());
+                assert!(bad_record, "byte {i}");
+            }
         }
         std::fs::write(&ix, &bytes).unwrap();
         assert!(Package::open(dir.path()).unwrap().has_load_index());

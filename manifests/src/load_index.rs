@@ -3,8 +3,9 @@
 //!
 //! The build writes it beside `manifest.json`, after it: it is a cache of the manifest, bound
 //! to the manifest's content and to its own. The header records the manifest's length,
-//! mtime, ctime, inode and blake3, and the blake3 of the index's own bytes after the header.
-//! A loader uses the index only when its own digest holds (a damaged or edited index is never
+//! mtime, ctime, inode and blake3, and the blake3 of the index's own bytes: its head (what
+//! selection and loading read) and its resource blobs, each checked before it is used. A
+//! loader uses the index only when its head digest holds (a damaged or edited index is never
 //! trusted whole) and the manifest is the stamped file: the same length, mtime, ctime and
 //! inode (any write or rename changes the ctime, and no program can set it back), or else the
 //! same bytes (blake3, for a copy). Anything else: the loader reads the JSON and encodes the
@@ -16,11 +17,12 @@
 //! section; an absent optional string has offset `u32::MAX`.
 //!
 //! ```text
-//! header      128 B  magic "KBLOADIX", u32 version (3), u32 kernels, u32 objects,
+//! header      160 B  magic "KBLOADIX", u32 version (3), u32 kernels, u32 objects,
 //!                    u32 entries, u32 strings length, u32 blobs length,
 //!                    u64 manifest length, i64 manifest mtime (ns since the epoch),
 //!                    manifest blake3 (32 bytes), i64 manifest ctime (ns), u64 manifest
-//!                    inode, blake3 of every byte after the header (32 bytes)
+//!                    inode, blake3 of the head after the header (kernels, objects,
+//!                    entries, strings; 32 bytes), blake3 of the blobs (32 bytes)
 //! kernels     8 B each     name span, in the manifest's kernel order
 //! objects     144 B each   kernel, variant, target, path, format spans; sha256 (32 raw
 //!                          bytes); u64 size; u16 PTX ISA major, u16 minor (0xffff: none);
@@ -54,7 +56,7 @@ const MAGIC: &[u8; 8] = b"KBLOADIX";
 /// The layout version this crate writes and reads.
 pub const VERSION: u32 = 3;
 /// Bytes of the header, which say how long the rest is ([`head_len`]).
-pub const HEADER_LEN: usize = 128;
+pub const HEADER_LEN: usize = 160;
 const SPAN: usize = 8;
 const OBJECT: usize = 144;
 const ENTRY: usize = 48;
@@ -301,7 +303,7 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     out.extend_from_slice(&stamp.blake3);
     out.extend_from_slice(&stamp.ctime_ns.to_le_bytes());
     out.extend_from_slice(&stamp.ino.to_le_bytes());
-    out.extend_from_slice(&[0u8; 32]);
+    out.extend_from_slice(&[0u8; 64]);
     for k in kernels {
         put_span(&mut out, k);
     }
@@ -309,8 +311,11 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
     out.extend_from_slice(&entries);
     out.extend_from_slice(strings.data.as_bytes());
     out.extend_from_slice(&blobs);
-    let own = body_digest(&out);
-    out[SELF_DIGEST_AT..HEADER_LEN].copy_from_slice(&own);
+    let head = out.len() - blobs.len();
+    let head_digest = *blake3::hash(&out[HEADER_LEN..head]).as_bytes();
+    let blobs_digest = *blake3::hash(&out[head..]).as_bytes();
+    out[HEAD_DIGEST_AT..HEAD_DIGEST_AT + 32].copy_from_slice(&head_digest);
+    out[BLOBS_DIGEST_AT..BLOBS_DIGEST_AT + 32].copy_from_slice(&blobs_digest);
     Ok(out)
 }
 
@@ -471,18 +476,30 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
         .map(u64::from_le_bytes)
 }
 
-/// Where the index's digest of its own bytes lies in the header.
-const SELF_DIGEST_AT: usize = HEADER_LEN - 32;
+/// Where the header records the blake3 of the head (after the header) and of the blobs.
+const HEAD_DIGEST_AT: usize = 96;
+const BLOBS_DIGEST_AT: usize = 128;
 
-/// blake3 of every byte of a whole index file after its header.
-pub fn body_digest(file: &[u8]) -> [u8; 32] {
-    *blake3::hash(file.get(HEADER_LEN..).unwrap_or_default()).as_bytes()
+/// Whether `head` (an index's first [`head_len`] bytes, or more) matches the head digest its
+/// header records: the check that makes an index trusted only as written (a record swapped,
+/// a byte flipped: refused). O(head).
+pub fn head_intact(data: &[u8]) -> bool {
+    let Ok(head) = head_len(data.get(..HEADER_LEN).unwrap_or_default()) else {
+        return false;
+    };
+    let Some(body) = usize::try_from(head)
+        .ok()
+        .and_then(|h| data.get(HEADER_LEN..h))
+    else {
+        return false;
+    };
+    data.get(HEAD_DIGEST_AT..HEAD_DIGEST_AT + 32) == Some(blake3::hash(body).as_bytes().as_slice())
 }
 
-/// Whether the whole index file `file` matches the digest its header records: the check
-/// that makes an index trusted only as written (a record swapped, a byte flipped: refused).
-pub fn body_intact(file: &[u8]) -> bool {
-    file.get(SELF_DIGEST_AT..HEADER_LEN) == Some(body_digest(file).as_slice())
+/// Whether `blobs` (the index's blob section) match the blob digest in `header`.
+pub fn blobs_intact(header: &[u8], blobs: &[u8]) -> bool {
+    header.get(BLOBS_DIGEST_AT..BLOBS_DIGEST_AT + 32)
+        == Some(blake3::hash(blobs).as_bytes().as_slice())
 }
 
 fn digest_at(d: &[u8], at: usize) -> Option<&[u8; 32]> {
@@ -877,6 +894,15 @@ impl<'a> LoadIndex<'a> {
     /// Where `o`'s resource records lie in the file, for a reader that read only the head
     /// (the load path reads the one record it needs later); decode them with
     /// [`decode_resources`].
+    /// The blob section as held (empty when only the head was parsed) and where it lies in
+    /// the file.
+    pub fn blobs(&self) -> (&'a [u8], std::ops::Range<u64>) {
+        (
+            self.blobs,
+            self.blobs_at..self.blobs_at + u64::from(self.blobs_len),
+        )
+    }
+
     pub fn resources_at(&self, o: &IndexObject<'a>) -> std::ops::Range<u64> {
         let start = self.blobs_at + u64::from(o.resources.0);
         start..start + u64::from(o.resources.1)
