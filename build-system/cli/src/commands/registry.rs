@@ -34,7 +34,7 @@ impl RegistryArgs {
     fn open(&self, env: &Env) -> Result<Registry> {
         let spec = match &self.registry {
             Some(r) => r.clone(),
-            None => Dirs::from_env(env)
+            None => Dirs::from_env(env)?
                 .data
                 .join("registry")
                 .display()
@@ -299,7 +299,7 @@ fn device_targets(
 pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
     let (name, want) = pull::parse_spec(&args.spec).map_err(anyhow::Error::msg)?;
     let registry = args.registry.open(env)?;
-    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
+    let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let trust = args.trust.trust(env)?;
     let progress = Bars::new(args.json);
     let device = match &args.device {
@@ -410,7 +410,7 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
 /// `kbuild ls`: cached versions, and the registry's.
 pub fn run_ls(args: LsArgs, env: &Env) -> Result<ExitCode> {
     let registry = args.registry.open(env)?;
-    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
+    let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let cached = cache.refs(None, args.name.as_deref());
     let progress = Bars::new(args.json);
     let mut remote: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -478,17 +478,20 @@ pub fn run_ls(args: LsArgs, env: &Env) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn default_key_dir(env: &Env) -> PathBuf {
-    Dirs::from_env(env)
+fn default_key_dir(env: &Env) -> Result<PathBuf> {
+    Ok(Dirs::from_env(env)?
         .config_file
         .parent()
         .map(|p| p.join("keys"))
-        .unwrap_or_else(|| PathBuf::from("keys"))
+        .unwrap_or_else(|| PathBuf::from("keys")))
 }
 
 /// `kbuild keygen`.
 pub fn run_keygen(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
-    let dir = args.out.clone().unwrap_or_else(|| default_key_dir(env));
+    let dir = match &args.out {
+        Some(d) => d.clone(),
+        None => default_key_dir(env)?,
+    };
     let secret = dir.join(format!("{}.key", args.name));
     let public = dir.join(format!("{}.pub", args.name));
     if !args.force && (secret.exists() || public.exists()) {
@@ -524,17 +527,17 @@ pub fn run_keygen(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
     println!(
         "hint: trust it with `trusted-keys = [\"{}\"]` under [signatures] in {}",
         public.display(),
-        Dirs::from_env(env).config_file.display()
+        Dirs::from_env(env)?.config_file.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
 /// `kbuild sign`.
 pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
-    let key_path = args
-        .key
-        .clone()
-        .unwrap_or_else(|| default_key_dir(env).join("kbuild.key"));
+    let key_path = match &args.key {
+        Some(k) => k.clone(),
+        None => default_key_dir(env)?.join("kbuild.key"),
+    };
     let key = SecretKey::load(&key_path)
         .with_context(|| "hint: make a key with `kbuild keygen`, or pass --key".to_string())?;
     let file = Path::new(&args.target);
