@@ -20,7 +20,7 @@ use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::target::Target;
-use kbuild_registry::lock::Lockfile;
+use kbuild_registry::lock::{LockMode, Lockfile};
 use kbuild_registry::oci::{OciOptions, PublishOutcome};
 use kbuild_registry::pull::{self, Locked, PullRequest};
 use kbuild_registry::store::Registry;
@@ -317,9 +317,17 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     let lock_now = Lockfile::read(&args.lockfile)?;
-    let locked = args.locked.then(|| Locked {
+    let mode = if args.locked {
+        LockMode::Exact
+    } else if args.update {
+        LockMode::Update
+    } else {
+        LockMode::Keep
+    };
+    let locked = (args.locked || lock_now.is_some()).then(|| Locked {
         entry: lock_now.as_ref().and_then(|l| l.find(&name)),
         path: &args.lockfile,
+        mode,
     });
     let req = PullRequest {
         registry: &registry,
