@@ -118,7 +118,8 @@ impl DepRoots {
         let mut lexical: Vec<PathBuf> = roots
             .into_iter()
             .chain(SYSTEM_ROOTS.iter().map(PathBuf::from))
-            .filter(|r| r.is_absolute() && r.components().all(|c| c != Component::ParentDir))
+            .filter(|r| r.is_absolute())
+            .filter_map(|r| normalize(&r))
             // `/` as a root would confine nothing.
             .filter(|r| r.parent().is_some())
             .collect();
@@ -169,23 +170,32 @@ impl DepRoots {
         if recorded.is_empty() || recorded.contains('\0') {
             return DepCheck::Refused(format!("dependency path {recorded:?} is not a path"));
         }
-        if path.components().any(|c| c == Component::ParentDir) {
-            return DepCheck::Refused(format!("dependency path {recorded} has a `..` component"));
-        }
-        let full = if path.is_absolute() {
+        // Compilers write `bin/../include/x.h`: `..` is resolved lexically first, and a path
+        // that climbs out of its start (the project, or `/`) is refused.
+        let Some(normal) = normalize(path) else {
+            return DepCheck::Refused(format!(
+                "dependency path {recorded} climbs out of {} with `..`",
+                if path.is_absolute() {
+                    "/"
+                } else {
+                    "the project"
+                }
+            ));
+        };
+        let full = if normal.is_absolute() {
             let under = self
                 .roots
                 .iter()
                 .chain(&self.roots_canon)
-                .any(|r| path.starts_with(r));
+                .any(|r| normal.starts_with(r));
             if !under {
                 return DepCheck::Refused(format!(
                     "dependency path {recorded} is outside the project and the toolchain roots"
                 ));
             }
-            path.to_path_buf()
+            normal
         } else {
-            self.project.join(path)
+            self.project.join(normal)
         };
         let canon = match std::fs::canonicalize(&full) {
             Ok(c) => c,
@@ -211,6 +221,32 @@ impl DepRoots {
             Err(_) => DepCheck::Missing,
         }
     }
+}
+
+/// `path` with `.` dropped and `..` applied lexically; `None` when a `..` would climb above
+/// its start.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let mut depth = 0usize;
+    for c in path.components() {
+        match c {
+            Component::Prefix(_) => return None,
+            Component::RootDir => out.push(Component::RootDir),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if depth == 0 {
+                    return None;
+                }
+                out.pop();
+                depth -= 1;
+            }
+            Component::Normal(n) => {
+                out.push(n);
+                depth += 1;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Whether a build only reads the remote or also uploads what it compiled.
@@ -694,8 +730,11 @@ mod mode_tests {
             DepCheck::Refused(m) => assert!(m.contains(why), "{p}: {m}"),
             other => panic!("{p}: {other:?}"),
         };
-        refused("../secret.txt", "`..`");
-        refused("include/../../secret.txt", "`..`");
+        assert_eq!(roots.check("include/../include/a.h"), DepCheck::Ok);
+        refused("../secret.txt", "climbs out of the project");
+        refused("include/../../secret.txt", "climbs out of the project");
+        refused("/usr/include/../../etc/passwd", "outside the project");
+        refused("/../etc/passwd", "climbs out of /");
         refused(&outside.display().to_string(), "outside the project");
         refused("/etc/passwd", "outside the project");
         refused("include/link.h", "resolves to");

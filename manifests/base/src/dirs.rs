@@ -22,24 +22,36 @@ pub struct Dirs {
     pub config_file: PathBuf,
 }
 
-/// A directory kbuild needs that no variable names (HOME and the XDG variable are unset or
+/// Directories kbuild needs that no variable names (HOME and the XDG variable are unset or
 /// not absolute paths).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirsError {
-    /// What the directory is for ("cache directory", "data directory", "config file").
+    /// Each directory without a variable: what it is for ("cache directory", "data
+    /// directory", "config file"), kbuild's variable and the XDG variable for it.
+    pub missing: Vec<Missing>,
+}
+
+/// One directory of a [`DirsError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
     pub what: &'static str,
-    /// The variables that would name it, in the order they are read.
-    pub vars: [&'static str; 3],
+    pub own: &'static str,
+    pub xdg: &'static str,
 }
 
 impl std::fmt::Display for DirsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [own, xdg, home] = self.vars;
+        let list = |g: fn(&Missing) -> &'static str| {
+            self.missing.iter().map(g).collect::<Vec<_>>().join(", ")
+        };
         write!(
             f,
-            "no {} for kbuild: {own}, {xdg} and {home} are all unset (or not absolute paths); \
-             set {home}, or {xdg} (or {own}). kbuild does not fall back to a shared directory such as /tmp",
-            self.what
+            "no {} for kbuild: HOME is unset (or not an absolute path), and so is {}; set HOME, \
+             or {} (or {}). kbuild never falls back to a shared directory such as /tmp",
+            list(|m| m.what),
+            list(|m| m.xdg),
+            list(|m| m.xdg),
+            list(|m| m.own),
         )
     }
 }
@@ -52,49 +64,55 @@ impl Dirs {
         // Only absolute paths: a relative one would depend on the current directory.
         let abs = |var: &str| env.path(var).filter(|p| p.is_absolute());
         let home = abs(names::HOME);
-        let pick = |what: &'static str,
-                    own: &'static str,
-                    xdg: &'static str,
-                    home_rel: &str,
-                    leaf: &str|
-         -> Result<PathBuf, DirsError> {
+        let mut missing = Vec::new();
+        let mut pick = |what: &'static str,
+                        own: &'static str,
+                        xdg: &'static str,
+                        home_rel: &str,
+                        leaf: &str|
+         -> PathBuf {
             if let Some(p) = abs(own) {
-                return Ok(p);
+                return p;
             }
             if let Some(p) = abs(xdg) {
-                return Ok(p.join(leaf));
+                return p.join(leaf);
             }
             match &home {
-                Some(h) => Ok(h.join(home_rel).join(leaf)),
-                None => Err(DirsError {
-                    what,
-                    vars: [own, xdg, names::HOME],
-                }),
+                Some(h) => h.join(home_rel).join(leaf),
+                None => {
+                    missing.push(Missing { what, own, xdg });
+                    PathBuf::new()
+                }
             }
         };
-        Ok(Dirs {
+        let dirs = Dirs {
             cache: pick(
                 "cache directory",
                 names::KBUILD_CACHE_DIR,
                 names::XDG_CACHE_HOME,
                 ".cache",
                 "kbuild",
-            )?,
+            ),
             data: pick(
                 "data directory",
                 names::KBUILD_DATA_DIR,
                 names::XDG_DATA_HOME,
                 ".local/share",
                 "kbuild",
-            )?,
+            ),
             config_file: pick(
                 "config file",
                 names::KBUILD_CONFIG,
                 names::XDG_CONFIG_HOME,
                 ".config",
                 "kbuild/config.toml",
-            )?,
-        })
+            ),
+        };
+        if missing.is_empty() {
+            Ok(dirs)
+        } else {
+            Err(DirsError { missing })
+        }
     }
 
     /// The pull cache of registry bundles: `<cache>/registry`.
@@ -129,21 +147,30 @@ mod tests {
     #[test]
     fn without_home_xdg_or_nothing_never_tmp() {
         let e = Dirs::from_env(&Env::empty()).unwrap_err();
-        assert_eq!(e.what, "cache directory");
+        assert_eq!(e.missing.len(), 3);
         let msg = e.to_string();
-        assert!(
-            msg.contains("set HOME, or XDG_CACHE_HOME (or KBUILD_CACHE_DIR)"),
-            "{msg}"
+        assert_eq!(
+            msg,
+            "no cache directory, data directory, config file for kbuild: HOME is unset (or not \
+             an absolute path), and so is XDG_CACHE_HOME, XDG_DATA_HOME, XDG_CONFIG_HOME; set \
+             HOME, or XDG_CACHE_HOME, XDG_DATA_HOME, XDG_CONFIG_HOME (or KBUILD_CACHE_DIR, \
+             KBUILD_DATA_DIR, KBUILD_CONFIG). kbuild never falls back to a shared directory \
+             such as /tmp"
         );
         // A relative HOME is no HOME.
         let e = Dirs::from_env(&Env::empty().with(names::HOME, "rel")).unwrap_err();
-        assert_eq!(e.what, "cache directory");
+        assert_eq!(e.missing.len(), 3);
         let env = Env::empty()
             .with(names::XDG_CACHE_HOME, "/c")
             .with(names::XDG_DATA_HOME, "/d");
         let e = Dirs::from_env(&env).unwrap_err();
-        assert_eq!(e.what, "config file");
-        assert!(e.to_string().contains("XDG_CONFIG_HOME"), "{e}");
+        assert_eq!(e.missing.len(), 1);
+        assert_eq!(e.missing[0].what, "config file");
+        assert!(
+            e.to_string()
+                .starts_with("no config file for kbuild: HOME is unset"),
+            "{e}"
+        );
         let d = Dirs::from_env(&env.with(names::XDG_CONFIG_HOME, "/f")).unwrap();
         assert_eq!(d.cache, PathBuf::from("/c/kbuild"));
         assert_eq!(d.data, PathBuf::from("/d/kbuild"));
