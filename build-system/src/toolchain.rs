@@ -577,17 +577,28 @@ pub fn buildable_targets(tcs: &Toolchains, vendor: Vendor) -> Vec<String> {
 /// Returns a line saying what happened.
 pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
     let dest = managed_cuda_dir(env)?;
+    let already = || {
+        Ok(format!(
+            "CUDA {CUDA_VERSION} already installed at {}",
+            dest.display()
+        ))
+    };
     let replacing = match dest.try_exists() {
         Ok(false) => None,
-        _ => match verify_cuda_install(&dest) {
-            Ok(()) => {
-                return Ok(format!(
-                    "CUDA {CUDA_VERSION} already installed at {}",
-                    dest.display()
-                ))
+        _ => {
+            let stamp = verified_stamp(&dest);
+            let recorded = std::fs::read_to_string(dest.join(VERIFIED_STAMP)).ok();
+            if stamp.is_some() && recorded.as_deref().map(str::trim) == stamp.as_deref() {
+                return already();
             }
-            Err(why) => Some(why),
-        },
+            match verify_cuda_install(&dest) {
+                Ok(()) => {
+                    record_verified(&dest);
+                    return already();
+                }
+                Err(why) => Some(why),
+            }
+        }
     };
     let parent = managed_dir(env)?;
     let tmp = fsutil::tempdir_in(&parent, "cuda")
@@ -634,6 +645,7 @@ pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
     if let Some(aside) = old {
         let _ = std::fs::remove_dir_all(aside);
     }
+    record_verified(&dest);
     Ok(match replacing {
         Some(why) => format!(
             "reinstalled CUDA {CUDA_VERSION} into {} (the previous install was refused: {why})",
@@ -641,6 +653,41 @@ pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
         ),
         None => format!("installed CUDA {CUDA_VERSION} into {}", dest.display()),
     })
+}
+
+/// The file in a verified CUDA install that records [`verified_stamp`] of its binaries, so a
+/// later `install` need not hash 190 MB again. Any change to a binary (content, inode, size,
+/// times) changes the stamp and the install is verified in full again.
+const VERIFIED_STAMP: &str = ".kbuild-verified";
+
+/// blake3 over the pinned hashes and the metadata (inode, size, mtime, ctime) of the pinned
+/// binaries in `dir`; `None` when one is not a regular file.
+fn verified_stamp(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = blake3::Hasher::new();
+    h.update(CUDA_VERSION.as_bytes());
+    for (rel, pin) in CUDA_BINARIES {
+        let m = std::fs::symlink_metadata(dir.join(rel)).ok()?;
+        if !m.file_type().is_file() {
+            return None;
+        }
+        h.update(rel.as_bytes());
+        h.update(pin.as_bytes());
+        for v in [m.dev(), m.ino(), m.len()] {
+            h.update(&v.to_le_bytes());
+        }
+        for v in [m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    Some(h.finalize().to_hex().to_string())
+}
+
+/// Remember that `dir` was just verified (best effort: without it the next run verifies).
+fn record_verified(dir: &Path) {
+    if let Some(s) = verified_stamp(dir) {
+        let _ = fsutil::write_atomic(&dir.join(VERIFIED_STAMP), s.as_bytes());
+    }
 }
 
 /// The argument list of the isolated, hash-checked pip run (after the interpreter).
