@@ -133,7 +133,8 @@ impl Lockfile {
 
     pub fn write(&self, path: &Path) -> Result<(), LockError> {
         let mut text = String::from(
-            "# Written by `kbuild pull`. `kbuild pull --locked` refuses any drift from it.\n",
+            "# Written by `kbuild pull`. `kbuild pull --locked` refuses any drift from it; a plain\n\
+             # pull refuses a changed digest of a locked version and a rollback (`--update` takes them).\n",
         );
         text.push_str(&toml::to_string(self).map_err(|e| LockError::Parse {
             path: path.display().to_string(),

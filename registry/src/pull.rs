@@ -119,12 +119,10 @@ pub struct Locked<'a> {
 pub fn is_explicit(want: &Want) -> bool {
     match want {
         Want::Digest(_) => true,
-        Want::Req(r) => {
-            r.comparators.len() == 1
-                && r.comparators[0].op == semver::Op::Exact
-                && r.comparators[0].minor.is_some()
-                && r.comparators[0].patch.is_some()
-        }
+        Want::Req(r) => match r.comparators.as_slice() {
+            [c] => c.op == semver::Op::Exact && c.minor.is_some() && c.patch.is_some(),
+            _ => false,
+        },
     }
 }
 
