@@ -17,7 +17,9 @@ use crate::config::Project;
 use crate::driver::{self, CompileCommand, CompileError};
 use crate::events::{Event, JobStatus, Observer};
 use crate::plan::{plan, Job};
-use crate::remote_cache::{Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats};
+use crate::remote_cache::{
+    DepRoots, Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats,
+};
 use crate::toolchain::{ToolchainError, Toolchains};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
@@ -56,6 +58,9 @@ pub enum BuildError {
     Write { path: String, err: std::io::Error },
     #[error(transparent)]
     RemoteCache(#[from] RemoteCacheError),
+    /// No cache directory: HOME and the XDG variables are unset.
+    #[error(transparent)]
+    Dirs(#[from] kbuild_base::dirs::DirsError),
     /// Kbuild.toml `[build] remote-cache-mode` is not a mode.
     #[error("{file}: [build] {source}")]
     RemoteCacheMode {
@@ -101,6 +106,8 @@ struct Ctx<'a> {
     timeout: Option<Duration>,
     reporter: &'a dyn Observer,
     remote: Option<&'a RemoteCache>,
+    /// Where a remote cache entry's dependency paths may point.
+    dep_roots: DepRoots,
     env: &'a Env,
 }
 
@@ -117,10 +124,10 @@ fn prepare(
     if targets.is_empty() {
         return Err(BuildError::NoTargets(project.file.display().to_string()));
     }
-    let cache_dir = opts
-        .cache_dir
-        .clone()
-        .unwrap_or_else(|| Dirs::from_env(&opts.env).cache);
+    let cache_dir = match &opts.cache_dir {
+        Some(d) => d.clone(),
+        None => Dirs::from_env(&opts.env)?.cache,
+    };
     let tcs = Toolchains::discover(&project.toolchain, &cache_dir, &opts.env);
     let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
     if !problems.is_empty() {
@@ -173,6 +180,7 @@ pub fn build(
         timeout,
         reporter,
         remote: remote.as_ref(),
+        dep_roots: DepRoots::for_build(&project.root, &tcs),
         env: &opts.env,
     };
     let workers = opts.jobs.unwrap_or_else(|| {
@@ -408,7 +416,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
     let action = Cache::action_key(&cmd.identity, &target_name, &cmd.key_args);
     let remote_hit = || {
         let remote = ctx.remote?;
-        match remote.fetch(ctx.cache, &action, &ctx.project.root) {
+        match remote.fetch(ctx.cache, &action, &ctx.dep_roots) {
             Fetch::Hit(e) => return Some(e),
             Fetch::Miss => {}
             Fetch::Refused(why) => ctx.reporter.note(&format!(

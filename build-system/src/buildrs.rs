@@ -178,10 +178,14 @@ impl Build {
             None => return Err(BuildRsError::NoOutDir),
         };
         let build_dir = out.join("kbuild");
-        let cache_dir = self
-            .cache_dir
-            .clone()
-            .unwrap_or_else(|| Dirs::from_env(&self.env).cache);
+        let cache_dir = match &self.cache_dir {
+            Some(d) => d.clone(),
+            None => {
+                Dirs::from_env(&self.env)
+                    .map_err(crate::build::BuildError::from)?
+                    .cache
+            }
+        };
         let opts = BuildOptions {
             targets,
             out_dir: Some(build_dir.clone()),

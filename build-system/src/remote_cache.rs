@@ -31,17 +31,26 @@
 //! one connect, not one per job; the build compiles locally and says so once. Not found is
 //! a plain miss. Nothing here ever fails a build.
 //!
+//! Dependency paths come from the remote, so they are confined before anything local is
+//! touched ([`DepRoots::check`]): a project-relative path without `..`, or an absolute path
+//! under a known toolchain or system-header root; it must then resolve (symlinks followed)
+//! inside those roots and be a regular file of at most [`MAX_DEP_BYTES`]. Matching an
+//! entry's sets is bounded in sets, dependencies and time (the remote's timeout). An entry
+//! that breaks a rule is refused, with a warning naming it, and the job compiles locally; a
+//! path outside the roots (`/dev/zero`, a file in `$HOME`) is never opened, so a remote writer
+//! cannot hang a build or probe for files the builder can read.
+//!
 //! Trust: verification catches corruption and mix-ups. Anyone who can push to the repository
 //! can write a consistent entry, so give push rights (read-write mode) to CI only, and
 //! developers read-only credentials.
 
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 #[cfg(feature = "remote-cache")]
 use std::{
     collections::BTreeMap,
     sync::atomic::{AtomicUsize, Ordering},
     sync::Mutex,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 #[cfg(feature = "remote-cache")]
@@ -60,6 +69,7 @@ use serde::Serialize;
 use crate::cache::{Cache, Entry};
 #[cfg(feature = "remote-cache")]
 use crate::cache::{Dep, EntryMeta};
+use crate::toolchain::Toolchains;
 
 /// `artifactType` and config media type of an action's dep-set record.
 pub const DEPS_TYPE: &str = "application/vnd.kbuild.cache.deps.v1+json";
@@ -70,6 +80,174 @@ pub const LOG_TYPE: &str = "application/vnd.kbuild.cache.log.v1+text";
 /// Dependency sets kept per action on the remote (newest first), as the local cache does.
 #[cfg(feature = "remote-cache")]
 const MAX_DEP_SETS: usize = 8;
+
+/// The largest dependency file a remote entry may name (headers are far smaller).
+pub const MAX_DEP_BYTES: u64 = 64 << 20;
+/// The most dependencies one remote dependency set may list.
+pub const MAX_DEPS_PER_SET: usize = 20_000;
+/// System header directories a compiler reads besides its own tree.
+const SYSTEM_ROOTS: &[&str] = &["/usr/include", "/usr/local/include", "/usr/lib/gcc"];
+
+/// Where a remote cache entry's dependency paths may point: the project, and the roots of
+/// the toolchains this build uses plus the system header directories.
+#[derive(Debug, Clone)]
+pub struct DepRoots {
+    project: PathBuf,
+    project_canon: PathBuf,
+    /// Absolute roots, as given and canonicalized (both spellings are accepted lexically;
+    /// the canonical form decides after symlinks are followed).
+    roots: Vec<PathBuf>,
+    roots_canon: Vec<PathBuf>,
+}
+
+/// What [`DepRoots::check`] says about one recorded dependency path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DepCheck {
+    /// Confined and a regular file: hash it.
+    Ok,
+    /// Confined but not here: the set simply does not match.
+    Missing,
+    /// Breaks a rule: the entry is refused.
+    Refused(String),
+}
+
+impl DepRoots {
+    /// `project_root` plus `roots` (absolute directories) plus the system header directories.
+    pub fn new(project_root: &Path, roots: impl IntoIterator<Item = PathBuf>) -> DepRoots {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut lexical: Vec<PathBuf> = roots
+            .into_iter()
+            .chain(SYSTEM_ROOTS.iter().map(PathBuf::from))
+            .filter(|r| r.is_absolute())
+            .filter_map(|r| normalize(&r))
+            // `/` as a root would confine nothing.
+            .filter(|r| r.parent().is_some())
+            .collect();
+        lexical.sort();
+        lexical.dedup();
+        let mut roots_canon: Vec<PathBuf> = lexical
+            .iter()
+            .map(|r| canon(r))
+            .filter(|r| r.parent().is_some())
+            .collect();
+        roots_canon.sort();
+        roots_canon.dedup();
+        DepRoots {
+            project: project_root.to_path_buf(),
+            project_canon: canon(project_root),
+            roots: lexical,
+            roots_canon,
+        }
+    }
+
+    /// The roots of the toolchains a build discovered: the CUDA root, the HIP clang's install
+    /// prefix, `--rocm-path` and device libraries, and kbuild's managed toolchain directory.
+    pub fn for_build(project_root: &Path, tcs: &Toolchains) -> DepRoots {
+        let mut roots = vec![tcs.managed.clone()];
+        if let Some(c) = &tcs.cuda {
+            roots.push(c.root.clone());
+        }
+        if let Some(h) = &tcs.hip {
+            roots.push(h.rocm_path.clone());
+            roots.push(h.device_libs.clone());
+            let clang = std::fs::canonicalize(&h.clang).unwrap_or_else(|_| h.clang.clone());
+            if let Some(prefix) = clang.parent().and_then(Path::parent) {
+                roots.push(prefix.to_path_buf());
+            }
+        }
+        DepRoots::new(project_root, roots)
+    }
+
+    pub fn project(&self) -> &Path {
+        &self.project
+    }
+
+    /// Whether a dependency path recorded by someone else may be read here. Lexical rules
+    /// first (nothing outside the roots is touched), then the resolved path and its type
+    /// and size.
+    pub fn check(&self, recorded: &str) -> DepCheck {
+        let path = Path::new(recorded);
+        if recorded.is_empty() || recorded.contains('\0') {
+            return DepCheck::Refused(format!("dependency path {recorded:?} is not a path"));
+        }
+        // Compilers write `bin/../include/x.h`: `..` is resolved lexically first, and a path
+        // that climbs out of its start (the project, or `/`) is refused.
+        let Some(normal) = normalize(path) else {
+            return DepCheck::Refused(format!(
+                "dependency path {recorded} climbs out of {} with `..`",
+                if path.is_absolute() {
+                    "/"
+                } else {
+                    "the project"
+                }
+            ));
+        };
+        let full = if normal.is_absolute() {
+            let under = self
+                .roots
+                .iter()
+                .chain(&self.roots_canon)
+                .any(|r| normal.starts_with(r));
+            if !under {
+                return DepCheck::Refused(format!(
+                    "dependency path {recorded} is outside the project and the toolchain roots"
+                ));
+            }
+            normal
+        } else {
+            self.project.join(normal)
+        };
+        let canon = match std::fs::canonicalize(&full) {
+            Ok(c) => c,
+            Err(_) => return DepCheck::Missing,
+        };
+        let inside = canon.starts_with(&self.project_canon)
+            || self.roots_canon.iter().any(|r| canon.starts_with(r));
+        if !inside {
+            return DepCheck::Refused(format!(
+                "dependency path {recorded} resolves to {}, outside the project and the toolchain roots",
+                canon.display()
+            ));
+        }
+        match std::fs::metadata(&canon) {
+            Ok(m) if !m.is_file() => DepCheck::Refused(format!(
+                "dependency path {recorded} is not a regular file"
+            )),
+            Ok(m) if m.len() > MAX_DEP_BYTES => DepCheck::Refused(format!(
+                "dependency {recorded} is {} bytes, more than the {MAX_DEP_BYTES} a dependency may be",
+                m.len()
+            )),
+            Ok(_) => DepCheck::Ok,
+            Err(_) => DepCheck::Missing,
+        }
+    }
+}
+
+/// `path` with `.` dropped and `..` applied lexically; `None` when a `..` would climb above
+/// its start.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let mut depth = 0usize;
+    for c in path.components() {
+        match c {
+            Component::Prefix(_) => return None,
+            Component::RootDir => out.push(Component::RootDir),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if depth == 0 {
+                    return None;
+                }
+                out.pop();
+                depth -= 1;
+            }
+            Component::Normal(n) => {
+                out.push(n);
+                depth += 1;
+            }
+        }
+    }
+    Some(out)
+}
 
 /// Whether a build only reads the remote or also uploads what it compiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,6 +320,8 @@ pub struct RemoteCache {
     client: OciClient,
     url: String,
     mode: RemoteMode,
+    /// The most time matching one action's dependency sets may take.
+    entry_budget: Duration,
     down: Mutex<Option<String>>,
     hits: AtomicUsize,
     uploads: AtomicUsize,
@@ -183,6 +363,7 @@ impl RemoteCache {
             client: OciClient::new(&host, &repo, opts),
             url: url.to_string(),
             mode,
+            entry_budget: timeout,
             down: Mutex::new(None),
             hits: AtomicUsize::new(0),
             uploads: AtomicUsize::new(0),
@@ -228,11 +409,12 @@ impl RemoteCache {
     }
 
     /// Ask the remote for `action`; on a verified hit the entry is in `cache` afterwards.
-    pub fn fetch(&self, cache: &Cache, action: &str, project_root: &Path) -> Fetch {
+    /// Dependency paths are confined to `roots` (see [`DepRoots::check`]).
+    pub fn fetch(&self, cache: &Cache, action: &str, roots: &DepRoots) -> Fetch {
         if self.is_down() {
             return Fetch::Miss;
         }
-        match self.try_fetch(cache, action, project_root) {
+        match self.try_fetch(cache, action, roots) {
             Ok(Some(e)) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 Fetch::Hit(e)
@@ -252,21 +434,63 @@ impl RemoteCache {
         }
     }
 
+    /// Whether every dependency of a remote `set` is confined and hashes the same here.
+    /// `Err` refuses the whole record (named `tag`).
+    fn set_matches(
+        &self,
+        cache: &Cache,
+        set: &[Dep],
+        roots: &DepRoots,
+        tag: &str,
+        deadline: Instant,
+    ) -> Result<bool, Problem> {
+        let refuse =
+            |why: String| Problem::Refused(format!("{}: {why}", self.client.display_ref(tag)));
+        if set.len() > MAX_DEPS_PER_SET {
+            return Err(refuse(format!(
+                "a dependency set lists {} files, more than {MAX_DEPS_PER_SET}",
+                set.len()
+            )));
+        }
+        // Every path is checked before any is hashed: a refused record reads nothing.
+        let mut all_here = true;
+        for (p, _) in set {
+            match roots.check(p) {
+                DepCheck::Ok => {}
+                DepCheck::Missing => all_here = false,
+                DepCheck::Refused(why) => return Err(refuse(why)),
+            }
+        }
+        if !all_here {
+            return Ok(false);
+        }
+        for (p, want) in set {
+            if Instant::now() > deadline {
+                return Err(refuse(format!(
+                    "checking its dependencies took more than {:?}",
+                    self.entry_budget
+                )));
+            }
+            if cache.hash_dep(roots.project(), p).as_ref() != Some(want) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn try_fetch(
         &self,
         cache: &Cache,
         action: &str,
-        project_root: &Path,
+        roots: &DepRoots,
     ) -> Result<Option<Entry>, Problem> {
         let Some(sets) = self.remote_dep_sets(action)? else {
             return Ok(None);
         };
-        for set in &sets.sets {
-            let current: Option<Vec<Dep>> = set
-                .iter()
-                .map(|(p, _)| cache.hash_dep(project_root, p).map(|h| (p.clone(), h)))
-                .collect();
-            if current.as_ref() != Some(set) {
+        let tag = format!("a-{action}");
+        let deadline = Instant::now() + self.entry_budget;
+        for set in sets.sets.iter().take(MAX_DEP_SETS) {
+            if !self.set_matches(cache, set, roots, &tag, deadline)? {
                 continue;
             }
             let key = Cache::result_key(action, set);
@@ -485,6 +709,44 @@ mod mode_tests {
     use super::*;
 
     #[test]
+    fn dep_paths_are_confined_regular_and_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let project = d.path().join("p");
+        std::fs::create_dir_all(project.join("include")).unwrap();
+        std::fs::write(project.join("include/a.h"), "x").unwrap();
+        let outside = d.path().join("secret.txt");
+        std::fs::write(&outside, "s").unwrap();
+        std::os::unix::fs::symlink(&outside, project.join("include/link.h")).unwrap();
+        let big = project.join("big.h");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_DEP_BYTES + 1)
+            .unwrap();
+        let roots = DepRoots::new(&project, [PathBuf::from("/dev"), PathBuf::from("/")]);
+        assert_eq!(roots.check("include/a.h"), DepCheck::Ok);
+        assert_eq!(roots.check("./include/a.h"), DepCheck::Ok);
+        assert_eq!(roots.check("include/gone.h"), DepCheck::Missing);
+        let refused = |p: &str, why: &str| match roots.check(p) {
+            DepCheck::Refused(m) => assert!(m.contains(why), "{p}: {m}"),
+            other => panic!("{p}: {other:?}"),
+        };
+        assert_eq!(roots.check("include/../include/a.h"), DepCheck::Ok);
+        refused("../secret.txt", "climbs out of the project");
+        refused("include/../../secret.txt", "climbs out of the project");
+        refused("/usr/include/../../etc/passwd", "outside the project");
+        refused("/../etc/passwd", "climbs out of /");
+        refused(&outside.display().to_string(), "outside the project");
+        refused("/etc/passwd", "outside the project");
+        refused("include/link.h", "resolves to");
+        refused("/dev/zero", "not a regular file");
+        refused("big.h", "more than");
+        refused("", "not a path");
+        // The system header roots are known; `/` is never a root.
+        assert!(roots.roots.iter().any(|r| r == Path::new("/usr/include")));
+        assert!(!roots.roots.iter().any(|r| r == Path::new("/")));
+    }
+
+    #[test]
     fn modes_parse() {
         assert_eq!("read".parse::<RemoteMode>().ok(), Some(RemoteMode::Read));
         assert_eq!(
@@ -557,7 +819,7 @@ impl RemoteCache {
         match *self {}
     }
 
-    pub fn fetch(&self, _: &Cache, _: &str, _: &Path) -> Fetch {
+    pub fn fetch(&self, _: &Cache, _: &str, _: &DepRoots) -> Fetch {
         match *self {}
     }
 

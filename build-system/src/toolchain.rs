@@ -15,14 +15,89 @@ use kbuild_base::fs as fsutil;
 
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.
 pub const CUDA_VERSION: &str = "13.5.37";
-pub const CUDA_WHEELS: &[&str] = &[
-    "nvidia-cuda-nvcc==13.5.37",
-    "nvidia-cuda-runtime==13.5.37",
-    "nvidia-cuda-crt==13.5.37",
-    "nvidia-cuda-cccl==13.3.5.0.6",
-    "nvidia-nvvm==13.5.37",
-    "nvidia-cuda-cuobjdump==13.5.37",
+
+/// One pinned wheel: the requirement pip gets and the sha256 of the one file it may install
+/// (the x86_64 manylinux wheel of that version; pip runs with `--require-hashes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PinnedWheel {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub sha256: &'static str,
+}
+
+impl PinnedWheel {
+    /// The requirements-file line: `NAME==VERSION --hash=sha256:HEX`.
+    pub fn requirement(&self) -> String {
+        format!(
+            "{}=={} --hash=sha256:{}",
+            self.name, self.version, self.sha256
+        )
+    }
+
+    /// The `.dist-info` directory pip leaves for it under `--target`.
+    pub fn dist_info(&self) -> String {
+        format!("{}-{}.dist-info", self.name.replace('-', "_"), self.version)
+    }
+}
+
+/// Every wheel of the CUDA install, with the sha256 of its
+/// `py3-none-manylinux…_x86_64` file on PyPI.
+pub const CUDA_WHEELS: &[PinnedWheel] = &[
+    PinnedWheel {
+        name: "nvidia-cuda-nvcc",
+        version: "13.5.37",
+        sha256: "f5c4f7ead5d964fb4af42bbf1e6d3ec3c1e6e9d83b53749f691d387e7fcaa3a7",
+    },
+    PinnedWheel {
+        name: "nvidia-cuda-runtime",
+        version: "13.5.37",
+        sha256: "df2b79a8852f10d1fef8c848489c49eebb5754051bf870202a862831412b179d",
+    },
+    PinnedWheel {
+        name: "nvidia-cuda-crt",
+        version: "13.5.37",
+        sha256: "e898b7f73d3035fa89915a3f7bf3b54a73e90249746111aed295822c4729bb29",
+    },
+    PinnedWheel {
+        name: "nvidia-cuda-cccl",
+        version: "13.3.5.0.6",
+        sha256: "d5230098fa2df5021e1a00c0c4eee41797671a91119d31e892463e5ccf3ee326",
+    },
+    PinnedWheel {
+        name: "nvidia-nvvm",
+        version: "13.5.37",
+        sha256: "c41bfa362e407405163f103c2229f0765f8cc2ed7d148b754dc77f228bf7e070",
+    },
+    PinnedWheel {
+        name: "nvidia-cuda-cuobjdump",
+        version: "13.5.37",
+        sha256: "38780fee50863252a0b8926357faa91615ca1c8346490563f33a06100cd73f58",
+    },
 ];
+
+/// The compiler binaries of the CUDA install (relative to the install directory) and their
+/// sha256, as the pinned wheels ship them (each wheel's RECORD lists the same hash). An
+/// install is accepted, and renamed into place, only when all of them match.
+pub const CUDA_BINARIES: &[(&str, &str)] = &[
+    (
+        "nvidia/cu13/bin/nvcc",
+        "7b478439de1eab664b8a3b98f2ba2653bcf2de892c44af472b5ee8a1366e9cd7",
+    ),
+    (
+        "nvidia/cu13/bin/ptxas",
+        "b3e295413e9628ee261a63ea3f70ec5af20988c9809214c064661662206574a3",
+    ),
+    (
+        "nvidia/cu13/nvvm/bin/cicc",
+        "95142a6eed9727e37f935e863f74730a29e07e0c77cfe71ad36f35e8e29978ef",
+    ),
+    (
+        "nvidia/cu13/bin/fatbinary",
+        "ea50db89ad7253d3320b0995283c56b54371559c48e70fffdb4e5c3177f5415a",
+    ),
+];
+/// What `nvcc --version` and `ptxas --version` of the pinned install print.
+const CUDA_VERSION_LINE: &str = "Cuda compilation tools, release 13.5, V13.5.37";
 /// Debian packages that make a HIP device-code toolchain.
 pub const HIP_PACKAGES: &[&str] = &[
     "clang-19",
@@ -55,6 +130,9 @@ pub enum ToolchainError {
     },
     #[error("{0}")]
     Install(String),
+    /// No data directory to install into (HOME and the XDG variables unset).
+    #[error(transparent)]
+    Dirs(#[from] kbuild_base::dirs::DirsError),
     #[error("running {cmd}: {err}")]
     Run { cmd: String, err: std::io::Error },
 }
@@ -121,7 +199,7 @@ impl Toolchains {
         Toolchains {
             cuda: discover_cuda(config, cache_dir, env),
             hip: discover_hip(config, cache_dir, env),
-            managed: managed_dir(env),
+            managed: managed_dir(env).unwrap_or_else(|e| PathBuf::from(format!("({e})"))),
         }
     }
 
@@ -199,22 +277,27 @@ fn too_old(
 }
 
 /// Directory kbuild installs toolchains into.
-pub fn managed_dir(env: &Env) -> PathBuf {
-    Dirs::from_env(env).data.join("toolchains")
+pub fn managed_dir(env: &Env) -> Result<PathBuf, kbuild_base::dirs::DirsError> {
+    Ok(Dirs::from_env(env)?.data.join("toolchains"))
 }
 
-fn managed_cuda_dir(env: &Env) -> PathBuf {
-    managed_dir(env).join(format!("cuda-{CUDA_VERSION}"))
+fn managed_cuda_dir(env: &Env) -> Result<PathBuf, kbuild_base::dirs::DirsError> {
+    Ok(managed_dir(env)?.join(format!("cuda-{CUDA_VERSION}")))
 }
 
-fn managed_devlibs_dir(env: &Env, llvm_major: u32) -> PathBuf {
-    managed_dir(env).join(format!("hip-device-libs-llvm{llvm_major}"))
+fn managed_devlibs_dir(
+    env: &Env,
+    llvm_major: u32,
+) -> Result<PathBuf, kbuild_base::dirs::DirsError> {
+    Ok(managed_dir(env)?.join(format!("hip-device-libs-llvm{llvm_major}")))
 }
 
-/// Search `PATH` for an executable.
+/// Search `PATH` for an executable. Relative entries (`.`, an empty entry) are skipped: what
+/// runs must not depend on the current directory.
 pub fn which(name: &str, env: &Env) -> Option<PathBuf> {
     let path = env.get(names::PATH)?;
     std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
@@ -237,7 +320,9 @@ fn discover_cuda(config: &ToolchainConfig, cache_dir: &Path, env: &Env) -> Optio
         }
     }
     candidates.push((PathBuf::from("/usr/local/cuda"), "/usr/local/cuda"));
-    candidates.push((managed_cuda_dir(env).join("nvidia/cu13"), "kbuild-managed"));
+    if let Ok(dir) = managed_cuda_dir(env) {
+        candidates.push((dir.join("nvidia/cu13"), "kbuild-managed"));
+    }
     if let Some(nvcc) = which("nvcc", env) {
         if let Some(root) = nvcc.parent().and_then(Path::parent) {
             candidates.push((root.to_path_buf(), "PATH"));
@@ -300,12 +385,9 @@ fn discover_hip(config: &ToolchainConfig, cache_dir: &Path, env: &Env) -> Option
     {
         let major = DEBIAN_LLVM_MAJOR;
         let clang = PathBuf::from(format!("/usr/lib/llvm-{major}/bin/clang++"));
-        candidates.push((
-            clang,
-            PathBuf::from("/usr"),
-            Some(managed_devlibs_dir(env, major)),
-            "kbuild-managed",
-        ));
+        if let Ok(dir) = managed_devlibs_dir(env, major) {
+            candidates.push((clang, PathBuf::from("/usr"), Some(dir), "kbuild-managed"));
+        }
         candidates.push((
             PathBuf::from(format!("/usr/lib/llvm-{major}/bin/clang++")),
             PathBuf::from("/usr"),
@@ -486,23 +568,132 @@ pub fn buildable_targets(tcs: &Toolchains, vendor: Vendor) -> Vec<String> {
 }
 
 /// `kbuild toolchain install cuda`: NVIDIA's pinned PyPI wheels into the data dir.
-/// Idempotent: an existing install is kept. Returns a line saying what happened.
+///
+/// pip runs isolated (`python3 -I -m pip`, so neither the current directory nor `PYTHON*`
+/// variables reach its `sys.path`), from a fresh empty directory, with `--require-hashes`
+/// and [`CUDA_WHEELS`]'s hashes, wheels only. It installs into a temp dir beside the managed
+/// one, which is renamed into place only when [`verify_cuda_install`] accepts it.
+/// Idempotent: an existing install that verifies is kept; one that does not is replaced.
+/// Returns a line saying what happened.
 pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
-    let dest = managed_cuda_dir(env);
-    if dest.join("nvidia/cu13/bin/nvcc").is_file()
-        && dest.join("nvidia/cu13/nvvm/bin/cicc").is_file()
-    {
-        return Ok(format!(
+    let dest = managed_cuda_dir(env)?;
+    let already = || {
+        Ok(format!(
             "CUDA {CUDA_VERSION} already installed at {}",
             dest.display()
-        ));
-    }
-    let parent = managed_dir(env);
+        ))
+    };
+    let replacing = match dest.try_exists() {
+        Ok(false) => None,
+        _ => {
+            let stamp = verified_stamp(&dest);
+            let recorded = std::fs::read_to_string(dest.join(VERIFIED_STAMP)).ok();
+            if stamp.is_some() && recorded.as_deref().map(str::trim) == stamp.as_deref() {
+                return already();
+            }
+            match verify_cuda_install(&dest) {
+                Ok(()) => {
+                    record_verified(&dest);
+                    return already();
+                }
+                Err(why) => Some(why),
+            }
+        }
+    };
+    let parent = managed_dir(env)?;
     let tmp = fsutil::tempdir_in(&parent, "cuda")
         .map_err(|e| ToolchainError::Install(format!("creating {}: {e}", parent.display())))?;
-    let python = which("python3", env).unwrap_or_else(|| PathBuf::from("python3"));
-    let mut cmd = Command::new(&python);
-    cmd.args([
+    // pip's working directory: empty, ours, and the home of the requirements file.
+    let cwd = match fsutil::tempdir_in(&parent, "pip-cwd") {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(ToolchainError::Install(format!(
+                "creating a working directory in {}: {e}",
+                parent.display()
+            )));
+        }
+    };
+    let result = pip_install_verified(env, &tmp, &cwd);
+    let _ = std::fs::remove_dir_all(&cwd);
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // The old (unverified) install goes aside first, so `dest` is always absent or whole.
+    let old = match replacing {
+        Some(_) => {
+            let aside = fsutil::temp_path(&parent, "cuda-old");
+            if let Err(e) = std::fs::rename(&dest, &aside) {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(ToolchainError::Install(format!(
+                    "moving the old install {} aside: {e}",
+                    dest.display()
+                )));
+            }
+            Some(aside)
+        }
+        None => None,
+    };
+    if let Err(e) = std::fs::rename(&tmp, &dest) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(ToolchainError::Install(format!(
+            "moving into {}: {e}",
+            dest.display()
+        )));
+    }
+    if let Some(aside) = old {
+        let _ = std::fs::remove_dir_all(aside);
+    }
+    record_verified(&dest);
+    Ok(match replacing {
+        Some(why) => format!(
+            "reinstalled CUDA {CUDA_VERSION} into {} (the previous install was refused: {why})",
+            dest.display()
+        ),
+        None => format!("installed CUDA {CUDA_VERSION} into {}", dest.display()),
+    })
+}
+
+/// The file in a verified CUDA install that records [`verified_stamp`] of its binaries, so a
+/// later `install` need not hash 190 MB again. Any change to a binary (content, inode, size,
+/// times) changes the stamp and the install is verified in full again.
+const VERIFIED_STAMP: &str = ".kbuild-verified";
+
+/// blake3 over the pinned hashes and the metadata (inode, size, mtime, ctime) of the pinned
+/// binaries in `dir`; `None` when one is not a regular file.
+fn verified_stamp(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = blake3::Hasher::new();
+    h.update(CUDA_VERSION.as_bytes());
+    for (rel, pin) in CUDA_BINARIES {
+        let m = std::fs::symlink_metadata(dir.join(rel)).ok()?;
+        if !m.file_type().is_file() {
+            return None;
+        }
+        h.update(rel.as_bytes());
+        h.update(pin.as_bytes());
+        for v in [m.dev(), m.ino(), m.len()] {
+            h.update(&v.to_le_bytes());
+        }
+        for v in [m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    Some(h.finalize().to_hex().to_string())
+}
+
+/// Remember that `dir` was just verified (best effort: without it the next run verifies).
+fn record_verified(dir: &Path) {
+    if let Some(s) = verified_stamp(dir) {
+        let _ = fsutil::write_atomic(&dir.join(VERIFIED_STAMP), s.as_bytes());
+    }
+}
+
+/// The argument list of the isolated, hash-checked pip run (after the interpreter).
+pub fn pip_args(target: &Path, requirements: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = [
+        "-I",
         "-m",
         "pip",
         "install",
@@ -510,28 +701,97 @@ pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
         "--disable-pip-version-check",
         "--no-deps",
         "--no-compile",
+        "--only-binary=:all:",
+        "--require-hashes",
         "--target",
-    ])
-    .arg(&tmp)
-    .args(CUDA_WHEELS);
-    let status = cmd.status().map_err(|err| ToolchainError::Run {
-        cmd: format!("{} -m pip", python.display()),
-        err,
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    v.push(target.into());
+    v.push("-r".into());
+    v.push(requirements.into());
+    v
+}
+
+fn pip_install_verified(env: &Env, target: &Path, cwd: &Path) -> Result<(), ToolchainError> {
+    let requirements = cwd.join("requirements.txt");
+    let text: String = CUDA_WHEELS.iter().map(|w| w.requirement() + "\n").collect();
+    std::fs::write(&requirements, text)
+        .map_err(|e| ToolchainError::Install(format!("writing {}: {e}", requirements.display())))?;
+    let python = which("python3", env).ok_or_else(|| {
+        ToolchainError::Install(
+            "python3 is not on PATH (absolute PATH entries only); `kbuild toolchain install cuda` runs `python3 -I -m pip`".into(),
+        )
     })?;
+    let status = Command::new(&python)
+        .args(pip_args(target, &requirements))
+        .current_dir(cwd)
+        .status()
+        .map_err(|err| ToolchainError::Run {
+            cmd: format!("{} -I -m pip", python.display()),
+            err,
+        })?;
     if !status.success() {
-        let _ = std::fs::remove_dir_all(&tmp);
+        let names: Vec<String> = CUDA_WHEELS
+            .iter()
+            .map(|w| format!("{}=={}", w.name, w.version))
+            .collect();
         return Err(ToolchainError::Install(format!(
-            "pip install of {} failed ({status}); is PyPI reachable?",
-            CUDA_WHEELS.join(" ")
+            "pip install of {} failed ({status}); is PyPI reachable, and do the wheels match the pinned sha256 hashes?",
+            names.join(" ")
         )));
     }
-    let _ = std::fs::remove_dir_all(&dest);
-    std::fs::rename(&tmp, &dest)
-        .map_err(|e| ToolchainError::Install(format!("moving into {}: {e}", dest.display())))?;
-    Ok(format!(
-        "installed CUDA {CUDA_VERSION} into {}",
-        dest.display()
-    ))
+    verify_cuda_install(target).map_err(|why| {
+        ToolchainError::Install(format!(
+            "pip reported success, but the result in {} is not the pinned CUDA {CUDA_VERSION}: {why}; nothing was installed",
+            target.display()
+        ))
+    })
+}
+
+/// Whether `dir` holds the pinned CUDA install: every wheel's `.dist-info`, every binary of
+/// [`CUDA_BINARIES`] a regular file with its pinned sha256 (checked before anything runs),
+/// then `nvcc --version` and `ptxas --version` naming the pinned release. The error says
+/// what differs.
+pub fn verify_cuda_install(dir: &Path) -> Result<(), String> {
+    for w in CUDA_WHEELS {
+        let d = dir.join(w.dist_info());
+        if !d.join("RECORD").is_file() {
+            return Err(format!("{} is missing", d.display()));
+        }
+    }
+    for (rel, want) in CUDA_BINARIES {
+        let p = dir.join(rel);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(_) => return Err(format!("{} is not a regular file", p.display())),
+            Err(e) => return Err(format!("{}: {e}", p.display())),
+        }
+        let got = kbuild_base::digest::sha256_file(&p)
+            .map_err(|e| format!("reading {}: {e}", p.display()))?;
+        if got != *want {
+            return Err(format!(
+                "{} has sha256 {got}, the pinned wheel's is {want}",
+                p.display()
+            ));
+        }
+    }
+    for exe in ["nvidia/cu13/bin/nvcc", "nvidia/cu13/bin/ptxas"] {
+        let p = dir.join(exe);
+        let out = Command::new(&p)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("running {} --version: {e}", p.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.lines().any(|l| l.trim() == CUDA_VERSION_LINE) {
+            return Err(format!(
+                "{} --version does not say `{CUDA_VERSION_LINE}`",
+                p.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `kbuild toolchain install hip`: Debian's clang-19 + device libs (apt, when missing), then
@@ -552,7 +812,7 @@ pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
         apt_install(HIP_PACKAGES, env)?;
         said.push(format!("installed {}", HIP_PACKAGES.join(" ")));
     }
-    let dest = managed_devlibs_dir(env, 19);
+    let dest = managed_devlibs_dir(env, 19)?;
     let mut wanted: Vec<(String, String)> = Vec::new(); // (file, IR)
     let layout = datalayout(&llvm.join("clang++"))?;
     for p in PROCESSORS
@@ -591,7 +851,7 @@ pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
         ));
         return Ok(said);
     }
-    let parent = managed_dir(env);
+    let parent = managed_dir(env)?;
     let tmp = fsutil::tempdir_in(&parent, "devlibs")
         .map_err(|e| ToolchainError::Install(e.to_string()))?;
     let fail = |msg: String| {
@@ -730,6 +990,49 @@ mod tests {
         assert_eq!(isa_version("gfx11-generic"), Some(11000));
         assert_eq!(isa_version("gfx10-3-generic"), Some(10300));
         assert_eq!(isa_version("gfx9-4-generic"), Some(9400));
+    }
+
+    #[test]
+    fn pip_runs_isolated_with_hashes_and_fakes_are_not_accepted() {
+        let args: Vec<String> = pip_args(Path::new("/t"), Path::new("/c/r.txt"))
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[..3], ["-I", "-m", "pip"]);
+        for a in ["--require-hashes", "--only-binary=:all:", "--no-deps"] {
+            assert!(args.iter().any(|x| x == a), "{a}: {args:?}");
+        }
+        assert!(args.ends_with(&["-r".to_string(), "/c/r.txt".to_string()]));
+        for w in CUDA_WHEELS {
+            assert!(kbuild_base::digest::is_sha256_hex(w.sha256), "{w:?}");
+            assert!(w
+                .requirement()
+                .ends_with(&format!(" --hash=sha256:{}", w.sha256)));
+        }
+        assert_eq!(
+            CUDA_WHEELS[0].dist_info(),
+            "nvidia_cuda_nvcc-13.5.37.dist-info"
+        );
+        // A --target dir with a plausible layout but other binaries is refused.
+        let d = tempfile::tempdir().unwrap();
+        for w in CUDA_WHEELS {
+            let di = d.path().join(w.dist_info());
+            std::fs::create_dir_all(&di).unwrap();
+            std::fs::write(di.join("RECORD"), "").unwrap();
+        }
+        for (rel, _) in CUDA_BINARIES {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(
+                &p,
+                "#!/bin/sh\necho 'Cuda compilation tools, release 13.5, V13.5.37'\n",
+            )
+            .unwrap();
+        }
+        let e = verify_cuda_install(d.path()).unwrap_err();
+        assert!(e.contains("nvidia/cu13/bin/nvcc has sha256"), "{e}");
+        let e = verify_cuda_install(&d.path().join("none")).unwrap_err();
+        assert!(e.contains(".dist-info is missing"), "{e}");
     }
 
     #[test]

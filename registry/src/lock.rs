@@ -1,5 +1,11 @@
 //! `Kbuild.lock`: what a pull resolved, so the next pull can insist on exactly that.
 //!
+//! Three strengths, as cargo has them ([`LockMode`]): `--locked` refuses any drift; a plain
+//! pull with a lock present may move a package forward, but refuses a locked version whose
+//! digests changed (a re-pointed tag) and a resolution older than the locked version for a
+//! requirement the locked version still satisfies (a rollback: tags hidden or withdrawn);
+//! `--update` accepts both and rewrites the entry.
+//!
 //! ```toml
 //! version = 1
 //!
@@ -36,6 +42,35 @@ pub enum LockError {
         name: String,
         what: String,
     },
+    /// A plain pull found a locked version with other digests than the lock's.
+    #[error("{path}: {name} {version} is locked, but the registry's {version} differs: {what}; pass --update to accept it and rewrite the lockfile entry")]
+    Changed {
+        path: String,
+        name: String,
+        version: String,
+        what: String,
+    },
+    /// A plain pull resolved an older version than the locked one for the same requirement.
+    #[error("{path}: {name} is locked at {locked}, but `{req}` now resolves to the older {resolved} (newer versions hidden or withdrawn?); refusing to roll back: pass --update, or ask for ={resolved} explicitly")]
+    Rollback {
+        path: String,
+        name: String,
+        locked: String,
+        resolved: String,
+        req: String,
+    },
+}
+
+/// How a pull treats an existing lockfile entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// `--locked`: exactly the locked version and digests, or an error.
+    Exact,
+    /// A plain pull: forward moves are fine; changed digests of the locked version and
+    /// rollbacks are errors ([`check_keep`]).
+    Keep,
+    /// `--update`: anything the registry resolves; the entry is rewritten.
+    Update,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,7 +133,8 @@ impl Lockfile {
 
     pub fn write(&self, path: &Path) -> Result<(), LockError> {
         let mut text = String::from(
-            "# Written by `kbuild pull`. `kbuild pull --locked` refuses any drift from it.\n",
+            "# Written by `kbuild pull`. `kbuild pull --locked` refuses any drift from it; a plain\n\
+             # pull refuses a changed digest of a locked version and a rollback (`--update` takes them).\n",
         );
         text.push_str(&toml::to_string(self).map_err(|e| LockError::Parse {
             path: path.display().to_string(),
@@ -180,6 +216,69 @@ pub fn check(locked: &LockedPackage, got: &LockedPackage, path: &Path) -> Result
     Ok(())
 }
 
+/// A plain pull's check against the lock entry `locked` (the lock at `path`): the same
+/// version must have the same digests (registry, artifact, manifest, the layers of targets in
+/// both), and the resolution must not be older than the locked version unless `explicit`
+/// (the user named an exact version or a digest) or the locked version no longer satisfies
+/// the requirement `req` (the requirement changed). A package from another registry is a
+/// new entry and not compared.
+pub fn check_keep(
+    locked: &LockedPackage,
+    got: &LockedPackage,
+    path: &Path,
+    req: Option<&semver::VersionReq>,
+    explicit: bool,
+) -> Result<(), LockError> {
+    if locked.registry != got.registry {
+        return Ok(());
+    }
+    let changed = |what: String| LockError::Changed {
+        path: path.display().to_string(),
+        name: locked.name.clone(),
+        version: locked.version.clone(),
+        what,
+    };
+    if locked.version == got.version {
+        if locked.artifact != got.artifact {
+            return Err(changed(format!(
+                "artifact digest locked {}, registry has {}",
+                locked.artifact, got.artifact
+            )));
+        }
+        if locked.manifest != got.manifest {
+            return Err(changed(format!(
+                "manifest digest locked {}, registry has {}",
+                locked.manifest, got.manifest
+            )));
+        }
+        for (t, d) in &got.layers {
+            if let Some(l) = locked.layers.get(t).filter(|l| *l != d) {
+                return Err(changed(format!(
+                    "layer digest for target {t} locked {l}, registry has {d}"
+                )));
+            }
+        }
+        return Ok(());
+    }
+    let (Ok(lv), Ok(gv)) = (
+        semver::Version::parse(&locked.version),
+        semver::Version::parse(&got.version),
+    ) else {
+        return Ok(());
+    };
+    let same_req = req.is_none_or(|r| r.matches(&lv));
+    if gv < lv && same_req && !explicit {
+        return Err(LockError::Rollback {
+            path: path.display().to_string(),
+            name: locked.name.clone(),
+            locked: locked.version.clone(),
+            resolved: got.version.clone(),
+            req: req.map(ToString::to_string).unwrap_or_else(|| "*".into()),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +319,44 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("version drifted: locked 0.1.0, resolved 0.2.0"));
+    }
+
+    #[test]
+    fn keep_refuses_changed_digests_and_rollbacks_only() {
+        let p = Path::new("Kbuild.lock");
+        let any = semver::VersionReq::STAR;
+        check_keep(&pkg(), &pkg(), p, Some(&any), false).unwrap();
+        // Forward is fine.
+        let mut g = pkg();
+        g.version = "0.2.0".into();
+        g.artifact = "sha256:b".into();
+        check_keep(&pkg(), &g, p, Some(&any), false).unwrap();
+        // The same version re-pointed.
+        let mut g = pkg();
+        g.artifact = "sha256:b".into();
+        let e = check_keep(&pkg(), &g, p, Some(&any), false).unwrap_err();
+        assert!(matches!(e, LockError::Changed { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.starts_with("Kbuild.lock: k 0.1.0 is locked"), "{msg}");
+        assert!(msg.contains("--update"), "{msg}");
+        // A layer of a target not in the lock is new, not changed.
+        let mut g = pkg();
+        g.layers.insert("gfx1100".into(), "sha256:n".into());
+        check_keep(&pkg(), &g, p, Some(&any), false).unwrap();
+        // Older for a requirement the locked version satisfies: a rollback.
+        let mut locked = pkg();
+        locked.version = "0.2.0".into();
+        let e = check_keep(&locked, &pkg(), p, Some(&any), false).unwrap_err();
+        assert!(matches!(e, LockError::Rollback { .. }), "{e}");
+        assert!(e.to_string().contains("refusing to roll back"), "{e}");
+        // Explicit, or a requirement the lock no longer satisfies: fine.
+        check_keep(&locked, &pkg(), p, Some(&any), true).unwrap();
+        let old = semver::VersionReq::parse("<0.2").unwrap();
+        check_keep(&locked, &pkg(), p, Some(&old), false).unwrap();
+        // Another registry: a new entry.
+        let mut g = pkg();
+        g.registry = "oci://other/r".into();
+        g.artifact = "sha256:z".into();
+        check_keep(&pkg(), &g, p, Some(&any), false).unwrap();
     }
 }

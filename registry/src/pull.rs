@@ -7,7 +7,7 @@ use std::path::Path;
 
 use kbuild_manifest::manifest::Manifest;
 
-use crate::lock::{self, LockError, LockedPackage};
+use crate::lock::{self, LockError, LockMode, LockedPackage};
 use crate::progress::Progress;
 use crate::store::{Registry, StoreError};
 use kbuild_bundle::bundle::Bundle;
@@ -106,10 +106,40 @@ pub fn parse_spec(spec: &str) -> Result<(String, Want), SpecError> {
     Ok((name.into(), Want::Req(r)))
 }
 
-/// The lock to honour under `--locked`.
+/// The lockfile a pull honours, and how strictly ([`LockMode`]).
 pub struct Locked<'a> {
+    /// The lock's entry for the package, if it has one.
     pub entry: Option<&'a LockedPackage>,
     pub path: &'a Path,
+    pub mode: LockMode,
+}
+
+/// Whether `want` names one version exactly (`=1.2.3`, or a digest): then an older version
+/// than the locked one is what the user asked for, not a rollback.
+pub fn is_explicit(want: &Want) -> bool {
+    match want {
+        Want::Digest(_) => true,
+        Want::Req(r) => match r.comparators.as_slice() {
+            [c] => c.op == semver::Op::Exact && c.minor.is_some() && c.patch.is_some(),
+            _ => false,
+        },
+    }
+}
+
+/// A plain pull's check of what it resolved against the lock ([`lock::check_keep`]).
+fn check_kept(req: &PullRequest, got: &LockedPackage) -> Result<(), PullError> {
+    let Some(l) = req.locked.as_ref().filter(|l| l.mode == LockMode::Keep) else {
+        return Ok(());
+    };
+    let Some(e) = l.entry else {
+        return Ok(());
+    };
+    let r = match req.want {
+        Want::Req(r) => Some(r),
+        Want::Digest(_) => None,
+    };
+    lock::check_keep(e, got, l.path, r, is_explicit(req.want))?;
+    Ok(())
 }
 
 pub struct PullRequest<'a> {
@@ -144,7 +174,8 @@ pub fn pull(
     select: &dyn Fn(&Manifest) -> Result<Vec<String>, SelectError>,
 ) -> Result<Pulled, PullError> {
     let registry = req.registry.describe();
-    if let Some(l) = &req.locked {
+    let exact = req.locked.as_ref().filter(|l| l.mode == LockMode::Exact);
+    if let Some(l) = exact {
         if l.entry.is_none() {
             return Err(LockError::Drift {
                 path: l.path.display().to_string(),
@@ -154,7 +185,7 @@ pub fn pull(
             .into());
         }
     }
-    let locked_entry = req.locked.as_ref().and_then(|l| l.entry);
+    let locked_entry = exact.and_then(|l| l.entry);
     if let (Some(e), Want::Req(r)) = (locked_entry, req.want) {
         let ok = semver::Version::parse(&e.version).is_ok_and(|v| r.matches(&v));
         if !ok {
@@ -213,9 +244,10 @@ pub fn pull(
         manifest: resolved.manifest_digest.clone(),
         layers: resolved.layer_digests(&targets)?,
     };
-    if let (Some(l), Some(e)) = (&req.locked, locked_entry) {
+    if let (Some(l), Some(e)) = (exact, locked_entry) {
         lock::check(e, &entry, l.path)?;
     }
+    check_kept(req, &entry)?;
     // Signatures before any object is fetched or cached: a refused bundle leaves nothing.
     let sigs = if req.trust.policy == kbuild_bundle::sign::Policy::Off {
         None
@@ -355,6 +387,7 @@ fn pull_offline(
     if let (Some(l), Some(e)) = (&req.locked, locked) {
         lock::check(e, &entry, l.path)?;
     }
+    check_kept(req, &entry)?;
     let sigs = req.cache.signatures(pick)?;
     let verdict = req
         .trust
@@ -386,6 +419,12 @@ mod tests {
             Want::Req(semver::VersionReq::STAR)
         );
         assert!(matches!(parse_spec("k@^0.1").unwrap().1, Want::Req(_)));
+        assert!(is_explicit(&parse_spec("k@0.1.0").unwrap().1));
+        assert!(is_explicit(&parse_spec("k@=0.1.0").unwrap().1));
+        assert!(!is_explicit(&parse_spec("k@0.1").unwrap().1));
+        assert!(!is_explicit(&parse_spec("k@=0.1").unwrap().1));
+        assert!(!is_explicit(&parse_spec("k@^0.1.0").unwrap().1));
+        assert!(!is_explicit(&parse_spec("k").unwrap().1));
         let d = format!("sha256:{}", "a".repeat(64));
         assert_eq!(parse_spec(&format!("k@{d}")).unwrap().1, Want::Digest(d));
         assert!(matches!(parse_spec("k@sha256:zz"), Err(SpecError::Digest(d)) if d == "sha256:zz"));

@@ -271,6 +271,11 @@ pub struct PullArgs {
     /// Refuse anything that differs from Kbuild.lock.
     #[arg(long)]
     pub locked: bool,
+    /// Accept what the registry resolves even when Kbuild.lock disagrees (the locked
+    /// version's digests changed, or an older version than the locked one), and rewrite the
+    /// entry. Without it, a plain pull refuses both.
+    #[arg(long, conflicts_with = "locked")]
+    pub update: bool,
     /// Serve from the local cache only.
     #[arg(long)]
     pub offline: bool,

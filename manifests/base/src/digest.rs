@@ -48,6 +48,13 @@ pub fn blake3_file(path: &std::path::Path) -> std::io::Result<String> {
     Ok(h.finalize().to_hex().to_string())
 }
 
+/// sha256 of a file's bytes, lowercase hex, read in a stream.
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+    Ok(hex(&h.finalize()))
+}
+
 /// A streaming sha256 (for blobs read from the network).
 #[derive(Default)]
 pub struct Hasher(Sha256);

@@ -347,7 +347,9 @@ impl Trust {
     /// ([`Trust::from_env`]). The config file is
     /// [`kbuild_base::dirs::Dirs::config_file`] of `env`.
     pub fn load(env: &Env) -> Result<Trust, SignError> {
-        let path = Dirs::from_env(env).config_file;
+        let path = Dirs::from_env(env)
+            .map_err(|e| SignError::Config(e.to_string()))?
+            .config_file;
         let mut trust = match std::fs::read_to_string(&path) {
             Ok(text) => Trust::from_config(&text, &path)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Trust::default(),

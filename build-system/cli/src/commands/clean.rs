@@ -20,7 +20,7 @@ pub fn run(
     };
     let mut remove = vec![out];
     if cache {
-        remove.push(Dirs::from_env(env).cache);
+        remove.push(Dirs::from_env(env)?.cache);
     }
     for dir in remove {
         if dir.exists() {

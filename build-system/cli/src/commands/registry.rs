@@ -20,7 +20,7 @@ use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::target::Target;
-use kbuild_registry::lock::Lockfile;
+use kbuild_registry::lock::{LockMode, Lockfile};
 use kbuild_registry::oci::{OciOptions, PublishOutcome};
 use kbuild_registry::pull::{self, Locked, PullRequest};
 use kbuild_registry::store::Registry;
@@ -34,7 +34,7 @@ impl RegistryArgs {
     fn open(&self, env: &Env) -> Result<Registry> {
         let spec = match &self.registry {
             Some(r) => r.clone(),
-            None => Dirs::from_env(env)
+            None => Dirs::from_env(env)?
                 .data
                 .join("registry")
                 .display()
@@ -300,7 +300,7 @@ fn device_targets(
 pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
     let (name, want) = pull::parse_spec(&args.spec).map_err(anyhow::Error::msg)?;
     let registry = args.registry.open(env)?;
-    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
+    let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let trust = args.trust.trust(env)?;
     let progress = Bars::new(args.json);
     let device = match &args.device {
@@ -318,9 +318,17 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     let lock_now = Lockfile::read(&args.lockfile)?;
-    let locked = args.locked.then(|| Locked {
+    let mode = if args.locked {
+        LockMode::Exact
+    } else if args.update {
+        LockMode::Update
+    } else {
+        LockMode::Keep
+    };
+    let locked = (args.locked || lock_now.is_some()).then(|| Locked {
         entry: lock_now.as_ref().and_then(|l| l.find(&name)),
         path: &args.lockfile,
+        mode,
     });
     let req = PullRequest {
         registry: &registry,
@@ -411,7 +419,7 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
 /// `kbuild ls`: cached versions, and the registry's.
 pub fn run_ls(args: LsArgs, env: &Env) -> Result<ExitCode> {
     let registry = args.registry.open(env)?;
-    let cache = Cache::new(&Dirs::from_env(env).registry_cache());
+    let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let cached = cache.refs(None, args.name.as_deref());
     let progress = Bars::new(args.json);
     let mut remote: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -479,17 +487,20 @@ pub fn run_ls(args: LsArgs, env: &Env) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn default_key_dir(env: &Env) -> PathBuf {
-    Dirs::from_env(env)
+fn default_key_dir(env: &Env) -> Result<PathBuf> {
+    Ok(Dirs::from_env(env)?
         .config_file
         .parent()
         .map(|p| p.join("keys"))
-        .unwrap_or_else(|| PathBuf::from("keys"))
+        .unwrap_or_else(|| PathBuf::from("keys")))
 }
 
 /// `kbuild keygen`.
 pub fn run_keygen(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
-    let dir = args.out.clone().unwrap_or_else(|| default_key_dir(env));
+    let dir = match &args.out {
+        Some(d) => d.clone(),
+        None => default_key_dir(env)?,
+    };
     let secret = dir.join(format!("{}.key", args.name));
     let public = dir.join(format!("{}.pub", args.name));
     if !args.force && (secret.exists() || public.exists()) {
@@ -525,17 +536,17 @@ pub fn run_keygen(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
     println!(
         "hint: trust it with `trusted-keys = [\"{}\"]` under [signatures] in {}",
         public.display(),
-        Dirs::from_env(env).config_file.display()
+        Dirs::from_env(env)?.config_file.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
 /// `kbuild sign`.
 pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
-    let key_path = args
-        .key
-        .clone()
-        .unwrap_or_else(|| default_key_dir(env).join("kbuild.key"));
+    let key_path = match &args.key {
+        Some(k) => k.clone(),
+        None => default_key_dir(env)?.join("kbuild.key"),
+    };
     let key = SecretKey::load(&key_path)
         .with_context(|| "hint: make a key with `kbuild keygen`, or pass --key".to_string())?;
     let file = Path::new(&args.target);

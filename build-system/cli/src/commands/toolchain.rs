@@ -30,7 +30,7 @@ pub fn list(json: bool, manifest_path: Option<&Path>, env: &Env) -> Result<ExitC
         // Outside a project the defaults apply.
         None => config::open(None).map(|p| p.toolchain).unwrap_or_default(),
     };
-    let tcs = Toolchains::discover(&tc_config, &Dirs::from_env(env).cache, env);
+    let tcs = Toolchains::discover(&tc_config, &Dirs::from_env(env)?.cache, env);
     list_toolchains(&tcs, json);
     Ok(ExitCode::SUCCESS)
 }
