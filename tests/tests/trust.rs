@@ -571,3 +571,70 @@ fn attack_10_a_load_index_with_swapped_records_is_not_used() {
     );
     assert!(!kbuild_loader::Package::open(&dir).unwrap().has_load_index());
 }
+
+/// The C ABI applies the environment's policy when it opens a bundle: the C example
+/// (examples/c/explain.c, gcc) over an unsigned bundle under `require` gets NULL and the
+/// loader's message; with the signer's key in `KBUILD_TRUSTED_KEYS` it explains.
+#[test]
+fn attack_5_the_c_abi_applies_the_policy_too() {
+    let env = Env::new();
+    let bundle = fixture_bundle(&env.path().join("dist"), "0.1.0", "a");
+    let libdir = {
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+        let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        c.args(["build", "-q", "-p", "kbuild-capi"])
+            .current_dir(kbuild_tests::repo_root());
+        if profile.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        assert!(c.status().unwrap().success());
+        profile
+    };
+    let exe = env.path().join("explain");
+    let root = kbuild_tests::repo_root();
+    let o = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("loader/include"))
+        .arg(root.join("examples/c/explain.c"))
+        .arg("-L")
+        .arg(&libdir)
+        .args(["-lkbuild_capi", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o));
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(&exe);
+        c.arg(&bundle)
+            .arg("sm_89")
+            .env("LD_LIBRARY_PATH", &libdir)
+            .env_remove("KBUILD_SIGNATURE_POLICY")
+            .env_remove("KBUILD_TRUSTED_KEYS");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().expect("running the example")
+    };
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = run(&[("KBUILD_SIGNATURE_POLICY", "require")]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not signed") && err.contains("kb-trust 0.1.0"),
+        "{err}"
+    );
+    let key = SecretKey::generate().unwrap();
+    let opened = Bundle::open(&bundle, kbuild_bundle::archive::Limits::default()).unwrap();
+    let mut sigs = SignatureFile::new();
+    sigs.add(key.sign(Payload::new("kb-trust", "0.1.0", opened.manifest_digest())));
+    std::fs::write(kbuild_bundle::signature_path(&bundle), sigs.to_json()).unwrap();
+    let pubkey = env.path().join("k.pub");
+    std::fs::write(&pubkey, key.public().to_text()).unwrap();
+    let o = run(&[
+        ("KBUILD_SIGNATURE_POLICY", "require"),
+        ("KBUILD_TRUSTED_KEYS", &pubkey.display().to_string()),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
