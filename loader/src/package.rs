@@ -679,8 +679,16 @@ fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
     // One read: the whole file when it is small (a build's is), else a prefix that holds
     // the head unless the manifest is very large (`read_to_end` would grow its reads from
     // 8 kB).
-    let mut bytes = vec![0u8; usize::try_from(len.min(FIRST_READ)).ok()?];
-    file.read_exact(&mut bytes).ok()?;
+    // Into spare capacity, not a zeroed buffer: one read syscall, no memset.
+    let first = usize::try_from(len.min(FIRST_READ)).ok()?;
+    let mut bytes = Vec::with_capacity(first);
+    (&mut file)
+        .take(first as u64)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() != first {
+        return None;
+    }
     let head = head_len(bytes.get(..HEADER_LEN)?).ok()?;
     if head > len {
         return None;

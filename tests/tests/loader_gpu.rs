@@ -635,7 +635,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         Ok((first, all))
     };
     // Where the time beyond the driver goes, each stage alone over every object.
-    let stages = || -> Result<[f64; 18], String> {
+    let stages = || -> Result<[f64; 25], String> {
         let t = Instant::now();
         let package = Package::open(ours_dir).map_err(e)?;
         let open = secs(t);
@@ -834,6 +834,44 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
             }
         }
         drop(loader);
+        // The first kernel alone, split: open, `module` (choose, read, blake3, load),
+        // its `function`s; and the open itself: reading manifest.kbi, its head digest,
+        // parsing and validating it, the manifest's stat.
+        let (k0, v0, entries0) = needs.first().ok_or("no GDN kernels")?;
+        let t = Instant::now();
+        let loader = Loader::from_package(Package::open(ours_dir).map_err(e)?, gpu);
+        let first_open_s = secs(t);
+        let t = Instant::now();
+        let m = loader.module(k0, v0.as_deref()).map_err(e)?;
+        let first_module_s = secs(t);
+        let t = Instant::now();
+        for name in entries0 {
+            std::hint::black_box(m.function(entry_str(name)).map_err(e)?);
+        }
+        let first_functions_s = secs(t);
+        drop(m);
+        drop(loader);
+        let kbi = ours_dir.join(kbuild_manifest::load_index::LOAD_INDEX_FILE);
+        let t = Instant::now();
+        let bytes = std::fs::read(&kbi).map_err(e)?;
+        let kbi_read_s = secs(t);
+        let t = Instant::now();
+        let intact = kbuild_manifest::load_index::head_intact(&bytes);
+        let kbi_digest_s = secs(t);
+        let t = Instant::now();
+        let ix = kbuild_manifest::load_index::LoadIndex::parse(&bytes).map_err(e)?;
+        ix.validate().map_err(e)?;
+        let kbi_validate_s = secs(t);
+        let t = Instant::now();
+        let meta = std::fs::metadata(ours_dir.join("manifest.json")).map_err(e)?;
+        let same = ix.stamp().same_file(&meta);
+        let kbi_stat_s = secs(t);
+        if !intact || !same {
+            return Err(format!(
+                "{}: index not intact or not stamped for the manifest",
+                kbi.display()
+            ));
+        }
         Ok([
             open,
             read_s,
@@ -853,6 +891,13 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
             record_s,
             get_fn_s,
             attrs_s,
+            first_open_s,
+            first_module_s,
+            first_functions_s,
+            kbi_read_s,
+            kbi_digest_s,
+            kbi_validate_s,
+            kbi_stat_s,
         ])
     };
     let carried = dir;
@@ -866,7 +911,7 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         stages()?;
     }
     let mut rows: [(Vec<f64>, Vec<f64>); 6] = Default::default();
-    let mut stage: [Vec<f64>; 18] = Default::default();
+    let mut stage: [Vec<f64>; 25] = Default::default();
     for i in 0..N {
         // Alternate which goes first, so neither always runs on a cache the other warmed.
         let (r, o) = if i % 2 == 0 {
@@ -952,6 +997,13 @@ fn bench_gdn(dir: &Path, gpu: &Gpu) -> Step {
         "function split: record + entry",
         "function split: cuModuleGetFunction (CString, context check)",
         "function split: attribute queries",
+        "first kernel split: open",
+        "first kernel split: module (choose, read, blake3, load)",
+        "first kernel split: its functions",
+        "open split: read manifest.kbi",
+        "open split: head digest",
+        "open split: parse + validate",
+        "open split: stat manifest.json + stamp",
     ]
     .iter()
     .zip(stage.iter_mut())

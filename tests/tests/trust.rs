@@ -363,6 +363,16 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
             ),
             "decompression bomb",
         ),
+        (
+            // Not a bomb but a big file (300 MB, stored uncompressed): it is streamed, so only
+            // the 60 MiB first entry is ever in memory.
+            "300 MB file",
+            zstd_bomb(
+                &[tar_header("manifest.json", 60 << 20), vec![b' '; 300_000_000]].concat(),
+                0,
+            ),
+            "bomb.kbundle",
+        ),
     ];
     let mut rows = Vec::new();
     for (what, bytes, expect) in &cases {

@@ -189,11 +189,33 @@ pub fn read_checked(
     limits: Limits,
     admit: &mut Admit<'_>,
 ) -> Result<Vec<Entry>, ArchiveError> {
-    if !kbuild_base::looks_like_bundle(bytes) {
+    read_stream(bytes, limits, admit)
+}
+
+/// [`read_checked`] from a stream (a bundle file): the compressed bytes are never all in
+/// memory, only the entries admitted, within `limits`.
+pub fn read_stream(
+    mut reader: impl Read,
+    limits: Limits,
+    admit: &mut Admit<'_>,
+) -> Result<Vec<Entry>, ArchiveError> {
+    // The frame header (at most 18 bytes) first: the magic, and a declared content size.
+    let mut head = [0u8; 18];
+    let mut have = 0;
+    while have < head.len() {
+        match reader.read(&mut head[have..]) {
+            Ok(0) => break,
+            Ok(n) => have += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ArchiveError::Corrupt(e.to_string())),
+        }
+    }
+    let head = &head[..have];
+    if !kbuild_base::looks_like_bundle(head) {
         return Err(ArchiveError::NotZstd);
     }
     // The frame header's declared content size: refuse a bomb before inflating anything.
-    if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(bytes) {
+    if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(head) {
         if n > limits.max_unpacked {
             return Err(ArchiveError::TooLarge {
                 limit: limits.max_unpacked,
@@ -206,8 +228,8 @@ pub fn read_checked(
         limit: limits.max_unpacked,
         what: what.to_string(),
     };
-    let decoder =
-        zstd::stream::Decoder::new(bytes).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+    let decoder = zstd::stream::Decoder::new(head.chain(reader))
+        .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
     let capped = Capped {
         inner: decoder,
         left: limits.max_unpacked,

@@ -137,20 +137,27 @@ struct TargetsFile {
 
 impl Bundle {
     /// Read and verify a bundle file.
+    /// Read and verify a bundle file, streaming: what is held in memory is what the archive
+    /// unpacks to, within `limits`, never the compressed file as well.
     pub fn open(path: &Path, limits: Limits) -> Result<Bundle, BundleError> {
-        let bytes = std::fs::read(path).map_err(|err| BundleError::Io {
+        let file = std::fs::File::open(path).map_err(|err| BundleError::Io {
             path: path.display().to_string(),
             err,
         })?;
-        Bundle::from_bytes(&bytes, limits)
+        Bundle::from_reader(std::io::BufReader::with_capacity(256 << 10, file), limits)
     }
 
     /// Verify a bundle held in memory.
     pub fn from_bytes(bytes: &[u8], limits: Limits) -> Result<Bundle, BundleError> {
+        Bundle::from_reader(bytes, limits)
+    }
+
+    /// Read and verify a bundle from a stream.
+    pub fn from_reader(reader: impl std::io::Read, limits: Limits) -> Result<Bundle, BundleError> {
         // Each entry is judged from its tar header before it is inflated: manifest.json first
         // and bounded, then only objects it declares, at the sizes it declares.
         let mut declared: Option<Manifest> = None;
-        let entries = archive::read_checked(bytes, limits, &mut |so_far, name, size| {
+        let entries = archive::read_stream(reader, limits, &mut |so_far, name, size| {
             admit_entry(&mut declared, so_far, name, size)
         })?;
         let mut it = entries.into_iter();
