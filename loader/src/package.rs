@@ -33,6 +33,12 @@ pub trait ObjectSource: Send + Sync {
     /// The bytes of the object at `path` (manifest-relative) with digest `sha256`,
     /// unverified (the [`Package`] checks them).
     fn read(&self, path: &str, sha256: &str) -> Result<Vec<u8>>;
+    /// [`ObjectSource::read`] of an object the manifest says is `size` bytes: a source may
+    /// read exactly that many (what it returns is verified either way).
+    fn read_sized(&self, path: &str, sha256: &str, size: u64) -> Result<Vec<u8>> {
+        let _ = size;
+        self.read(path, sha256)
+    }
     /// For messages: the directory or bundle file.
     fn describe(&self) -> String;
 }
@@ -57,6 +63,28 @@ impl ObjectSource for DirSource {
             }
         })?;
         std::fs::read(&full).map_err(|e| LoaderError::io(full, "reading the code object", e))
+    }
+
+    fn read_sized(&self, path: &str, _sha256: &str, size: u64) -> Result<Vec<u8>> {
+        let full = kbuild_base::ident::confined(&self.root, "object path", path).map_err(|e| {
+            LoaderError::Package {
+                path: self.root.join("manifest.json"),
+                what: e.to_string(),
+            }
+        })?;
+        // The size the manifest records: open and one read into spare capacity (no stat, no
+        // zeroing, no probe for the end). Only these bytes are verified and handed on, so a
+        // longer file changes nothing; a shorter one fails its digest.
+        let io = |e| LoaderError::io(&full, "reading the code object", e);
+        let want = usize::try_from(size).map_err(|_| {
+            io(std::io::Error::other(
+                "the manifest's size does not fit in memory",
+            ))
+        })?;
+        let file = std::fs::File::open(&full).map_err(io)?;
+        let mut bytes = Vec::with_capacity(want);
+        file.take(size).read_to_end(&mut bytes).map_err(io)?;
+        Ok(bytes)
     }
 
     fn describe(&self) -> String {
@@ -540,7 +568,9 @@ impl Package {
     /// [`Package::read_verified`] of an object already looked up.
     pub fn read_object(&self, o: &IndexObject<'_>) -> Result<Vec<u8>> {
         let mut hex = [0u8; 64];
-        let bytes = self.source.read(o.path, hex_into(o.sha256, &mut hex))?;
+        let bytes = self
+            .source
+            .read_sized(o.path, hex_into(o.sha256, &mut hex), o.size)?;
         verify(o, &bytes)?;
         Ok(bytes)
     }
@@ -830,7 +860,8 @@ mod tests {
             msg.contains(m.objects[0].blake3.as_deref().unwrap()),
             "{msg}"
         );
-        assert!(msg.contains("21 bytes, manifest 16"), "{msg}");
+        // The manifest's 16 bytes are what is read and checked (the file has 21).
+        assert!(msg.contains("16 bytes, manifest 16"), "{msg}");
         // The sha256 alone would not have been asked: the message names the blake3.
         assert!(!msg.contains("sha256"), "{msg}");
     }
@@ -1056,6 +1087,14 @@ mod load_index_tests {
         let p = Package::open(dir.path()).unwrap();
         assert!(!p.has_load_index());
         assert_eq!(p.record(0).unwrap().path, m.objects[0].path);
+        // Only the path spans swapped (each object pointing at the other's file).
+        let mut swapped = bytes.clone();
+        let (a, b) = swapped[at..].split_at_mut(144);
+        a[24..32].swap_with_slice(&mut b[24..32]);
+        std::fs::write(&ix, &swapped).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert!(!p.has_load_index());
+        assert_eq!(p.object(0).unwrap().path, m.objects[0].path);
         // Any single flipped byte of the head is caught the same way; one in the blobs when
         // a resource record is read.
         for i in (HEADER_LEN..bytes.len()).step_by(37) {

@@ -368,7 +368,11 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
             // the 60 MiB first entry is ever in memory.
             "300 MB file",
             zstd_bomb(
-                &[tar_header("manifest.json", 60 << 20), vec![b' '; 300_000_000]].concat(),
+                &[
+                    tar_header("manifest.json", 60 << 20),
+                    vec![b' '; 300_000_000],
+                ]
+                .concat(),
                 0,
             ),
             "bomb.kbundle",
@@ -568,11 +572,13 @@ fn attack_10_a_load_index_with_swapped_records_is_not_used() {
     };
     assert!(kbuild_loader::Package::open(&dir).unwrap().has_load_index());
     assert!(explain().contains("sm_89/alpha.cubin"));
-    // Swap the two object records in place, the header (and its stamp) untouched.
+    // Swap the kernel-name spans of the two object records (each record starts with it), the
+    // header and its stamp untouched: alpha's object now claims to be beta's and the other way
+    // round, so an index trusted whole picks beta.cubin for alpha.
     let at = HEADER_LEN + m.kernels.len() * 8;
     let mut swapped = index.clone();
     let (a, b) = swapped[at..].split_at_mut(144);
-    a.swap_with_slice(&mut b[..144]);
+    a[..8].swap_with_slice(&mut b[..8]);
     std::fs::write(&ix, &swapped).unwrap();
     let shown = explain();
     assert!(
