@@ -16,9 +16,14 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("../.."))
 }
 
-/// The kbuild binary cargo built for this test run.
+/// The kbuild binary the tests drive: this package's, or `KBUILD_TEST_BIN` (an older build,
+/// to watch a test of a fix fail against it).
 pub fn kbuild_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kbuild"))
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("KBUILD_TEST_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_kbuild")),
+    })
 }
 
 /// The cache for tests of the whole default build: `KBUILD_CACHE_DIR` when the test run has
