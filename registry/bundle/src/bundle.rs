@@ -81,7 +81,7 @@ fn admit_entry(
         }
         if size > MAX_MANIFEST_BYTES {
             return Err(refuse(format!(
-                "declares {size} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes for a manifest"
+                "declares {size} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes for a manifest; refusing an oversize manifest"
             )));
         }
         return Ok(());
