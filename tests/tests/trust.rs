@@ -368,7 +368,11 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
             // the 60 MiB first entry is ever in memory.
             "300 MB file",
             zstd_bomb(
-                &[tar_header("manifest.json", 60 << 20), vec![b' '; 300_000_000]].concat(),
+                &[
+                    tar_header("manifest.json", 60 << 20),
+                    vec![b' '; 300_000_000],
+                ]
+                .concat(),
                 0,
             ),
             "bomb.kbundle",

@@ -1,0 +1,141 @@
+//! The user path without sharp edges (issue 14): signatures follow their bundle, one spelling
+//! per directory registry, `diff`/`explain` exit codes, one error per failure in the user's
+//! terms, and `inspect` reading everything kbuild writes. Nothing here compiles: builds are
+//! made from `kbuild_manifest::fixtures`.
+
+#[allow(dead_code, unused_imports)]
+#[path = "../src/lib.rs"]
+mod kbuild_tests;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use kbuild_manifest::fixtures;
+use kbuild_tests::registry::Env;
+use kbuild_tests::text;
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A build output dir of package `name` 0.1.0 at `dir`: one sm_89 object of kernel `k` whose
+/// bytes are `seed` repeated, and its manifest.json.
+fn build_dir(dir: &Path, name: &str, seed: &str) -> PathBuf {
+    let data = seed.repeat(64).into_bytes();
+    let o = fixtures::object("k", "sm_89", "cubin", &data);
+    std::fs::create_dir_all(dir.join("sm_89")).unwrap();
+    std::fs::write(dir.join(&o.path), &data).unwrap();
+    let m = fixtures::manifest(name, "0.1.0", vec![o]);
+    std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+    dir.to_path_buf()
+}
+
+// ------------------------------------------------------------ 5. signatures follow the bundle
+
+#[test]
+fn package_removes_a_stale_sig_and_publish_refuses_one() {
+    let env = Env::new();
+    let root = env.path();
+    let keys = root.join("keys");
+    env.ok(root, &["keygen", "--out", &s(&keys)]);
+    let dist = root.join("dist");
+    let bundle = dist.join("kb-sig-0.1.0.kbundle");
+    let sig = dist.join("kb-sig-0.1.0.kbundle.sig");
+
+    build_dir(&root.join("out"), "kb-sig", "first");
+    env.ok(root, &["package", "out", "--out", &s(&dist)]);
+    let key = s(&keys.join("kbuild.key"));
+    env.ok(root, &["sign", &s(&bundle), "--key", &key]);
+    let first_sig = std::fs::read(&sig).unwrap();
+
+    // Packaging the same build again keeps the signature: it still matches.
+    env.ok(root, &["package", "out", "--out", &s(&dist)]);
+    assert_eq!(std::fs::read(&sig).unwrap(), first_sig);
+
+    // A rebuild with other objects: the old signature is removed, and the note says so.
+    build_dir(&root.join("out"), "kb-sig", "second");
+    let o = env.kb(root, &["package", "out", "--out", &s(&dist)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!sig.exists(), "the stale .sig is gone\n{}", text(&o));
+    let e = stderr(&o);
+    assert!(e.contains(&format!("removed {}", s(&sig))), "{e}");
+
+    // Publish checks the .sig against the bundle before uploading anything.
+    std::fs::write(&sig, &first_sig).unwrap();
+    let reg = root.join("reg");
+    let o = env.kb(root, &["publish", &s(&bundle), "--registry", &s(&reg)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("{} does not match {}", s(&sig), s(&bundle))),
+        "{e}"
+    );
+    assert!(e.contains("nothing was published"), "{e}");
+    assert_eq!(e.matches("error:").count(), 1, "{e}");
+    assert!(
+        kbuild_tests::registry::files_under(&reg).is_empty(),
+        "nothing uploaded"
+    );
+
+    // Signed again, it publishes.
+    std::fs::remove_file(&sig).unwrap();
+    env.ok(root, &["sign", &s(&bundle), "--key", &key]);
+    env.ok(root, &["publish", &s(&bundle), "--registry", &s(&reg)]);
+}
+
+// ------------------------------------------------- 6. one spelling per directory registry
+
+#[test]
+fn a_relative_and_an_absolute_registry_path_are_one_registry() {
+    let env = Env::new();
+    let root = std::fs::canonicalize(env.path()).unwrap();
+    build_dir(&root.join("out"), "kb-path", "x");
+    env.ok(&root, &["package", "out", "--out", "dist"]);
+    let proj = root.join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    // Published through a path with `..` in it.
+    env.ok(
+        &root,
+        &[
+            "publish",
+            "dist/kb-path-0.1.0.kbundle",
+            "--registry",
+            "proj/../reg",
+        ],
+    );
+    env.ok(&proj, &["pull", "kb-path@0.1", "--registry", "../reg"]);
+    let lock = std::fs::read_to_string(proj.join("Kbuild.lock")).unwrap();
+    let abs = root.join("reg");
+    assert!(
+        lock.contains(&format!("registry = \"file://{}\"", s(&abs))),
+        "{lock}"
+    );
+    // The same registry spelled absolutely: no drift, the same lock entry, one cache entry.
+    let o = env.kb(
+        &proj,
+        &["pull", "kb-path@0.1", "--registry", &s(&abs), "--locked"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stderr(&o).contains("drifted"), "{}", text(&o));
+    let o = env.kb(
+        &proj,
+        &["pull", "kb-path@0.1", "--registry", "./../proj/../reg/."],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(proj.join("Kbuild.lock")).unwrap(),
+        lock
+    );
+    let ls: serde_json::Value = serde_json::from_str(&env.ok(
+        &proj,
+        &["ls", "--offline", "--json", "--registry", &s(&abs)],
+    ))
+    .unwrap();
+    let cached = ls["cached"].as_array().unwrap();
+    assert_eq!(cached.len(), 1, "{ls}");
+    assert_eq!(cached[0]["registry"], format!("file://{}", s(&abs)));
+}
