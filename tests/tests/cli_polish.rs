@@ -139,3 +139,123 @@ fn a_relative_and_an_absolute_registry_path_are_one_registry() {
     assert_eq!(cached.len(), 1, "{ls}");
     assert_eq!(cached[0]["registry"], format!("file://{}", s(&abs)));
 }
+
+// ------------------------------------------------------------------------ 8. exit codes
+
+#[test]
+fn diff_exits_1_only_for_a_tripped_gate_and_2_for_bad_input() {
+    let env = Env::new();
+    let root = env.path();
+    build_dir(&root.join("a"), "kb-diff", "x");
+    build_dir(&root.join("b"), "kb-diff", "y");
+    let code = |args: &[&str]| {
+        let o = env.kb(root, args);
+        (o.status.code(), stderr(&o), text(&o))
+    };
+    assert_eq!(code(&["diff", "a", "b"]).0, Some(0));
+    // A gate that trips (an expired allowlist entry trips it): 1.
+    std::fs::write(
+        root.join("allow.toml"),
+        "[[allow]]\nkernel = \"k\"\nrule = \"spills\"\njustification = \"j\"\nexpires = 2000-01-01\n",
+    )
+    .unwrap();
+    let (c, _, t) = code(&[
+        "diff",
+        "a",
+        "b",
+        "--fail-on",
+        "spills",
+        "--allow",
+        "allow.toml",
+    ]);
+    assert_eq!(c, Some(1), "{t}");
+    // Bad input: 2, the file named, once.
+    std::fs::write(root.join("garbage.json"), b"\x00\x01not json").unwrap();
+    std::fs::write(
+        root.join("inspect.json"),
+        r#"{"schema": "kbuild.inspect/v1", "objects": []}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    std::fs::write(root.join("broken.toml"), "[[allow]]\nrule = 3\n").unwrap();
+    for (args, names) in [
+        (vec!["diff", "garbage.json", "b"], "garbage.json"),
+        (vec!["diff", "a", "inspect.json"], "inspect.json"),
+        (vec!["diff", "a", "nowhere.json"], "nowhere.json"),
+        (vec!["diff", "empty", "b"], "empty"),
+        (
+            vec![
+                "diff",
+                "a",
+                "b",
+                "--fail-on",
+                "spills",
+                "--allow",
+                "broken.toml",
+            ],
+            "broken.toml",
+        ),
+        (vec!["diff", "a", "b", "--fail-on", "spils"], "spils"),
+        (vec!["diff", "a", "b", "--no-such-flag"], "--no-such-flag"),
+    ] {
+        let (c, e, t) = code(&args);
+        assert_eq!(c, Some(2), "{args:?}: {t}");
+        assert!(e.contains(names), "{args:?}: {e}");
+        assert_eq!(e.matches("error:").count(), 1, "{args:?}: {e}");
+    }
+    // Stated in --help.
+    let help = env.ok(root, &["diff", "--help"]);
+    assert!(help.contains("Exit status:"), "{help}");
+    assert!(help.contains("1  a --fail-on gate tripped"), "{help}");
+    assert!(
+        help.contains("2  no diff was made: bad input or usage"),
+        "{help}"
+    );
+}
+
+#[test]
+fn explain_exits_1_for_no_match_said_once_and_2_for_bad_input() {
+    let env = Env::new();
+    let root = env.path();
+    build_dir(&root.join("out"), "kb-explain", "x");
+    let o = env.kb(root, &["explain", "out", "--device", "sm_89"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // No match: 1; the error on stderr only, once.
+    let o = env.kb(root, &["explain", "out", "--device", "gfx1100"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o));
+    assert!(out.contains("k: NO MATCH"), "{out}");
+    assert!(
+        !out.contains("error"),
+        "the error is not on stdout too\n{out}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+    assert!(
+        err.contains("no code object of kernel `k` runs on gfx1100"),
+        "{err}"
+    );
+    // Bad input: 2.
+    std::fs::write(root.join("garbage.json"), b"{not json").unwrap();
+    for (args, names) in [
+        (
+            vec!["explain", "garbage.json", "--device", "sm_89"],
+            "garbage.json",
+        ),
+        (vec!["explain", "nowhere", "--device", "sm_89"], "nowhere"),
+        (
+            vec!["explain", "out", "--device", "sm_89", "--kernel", "nope"],
+            "nope",
+        ),
+        (vec!["explain", "out", "--device", "sm89"], "sm89"),
+    ] {
+        let o = env.kb(root, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let e = stderr(&o);
+        assert!(e.contains(names), "{args:?}: {e}");
+        assert_eq!(e.matches("error:").count(), 1, "{args:?}: {e}");
+    }
+    let help = env.ok(root, &["explain", "--help"]);
+    assert!(help.contains("Exit status:"), "{help}");
+    assert!(help.contains("1  no match"), "{help}");
+    assert!(help.contains("2  bad input or usage"), "{help}");
+}

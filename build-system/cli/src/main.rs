@@ -45,7 +45,7 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
         Some(Command::Build(args)) => build::run(args, env),
         Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json)),
         Some(Command::Devices { json }) => Ok(explain::run_devices(json, env)),
-        Some(Command::Explain(args)) => explain::run_explain(args, env),
+        Some(Command::Explain(args)) => Ok(explain::run_explain(args, env)),
         Some(Command::Package(args)) => registry::run_package(args, env),
         Some(Command::Publish(args)) => registry::run_publish(args, env),
         Some(Command::Pull(args)) => registry::run_pull(args, env),
