@@ -259,3 +259,91 @@ fn explain_exits_1_for_no_match_said_once_and_2_for_bad_input() {
     assert!(help.contains("1  no match"), "{help}");
     assert!(help.contains("2  bad input or usage"), "{help}");
 }
+
+// --------------------------------------------------------------------------- 11. messages
+
+/// A project at `dir` with kernel `k` (k.cu) for sm_89 and `extra` lines in its table.
+fn project(dir: &Path, extra: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("k.cu"),
+        "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("Kbuild.toml"),
+        format!(
+            "[package]\nname = \"kb-msg\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\"]\nout-dir = \"out\"\n\n[kernels.k]\nsource = \"k.cu\"\nentries = [\"k\"]\n{extra}"
+        ),
+    )
+    .unwrap();
+    dir.to_path_buf()
+}
+
+#[test]
+fn kbuild_toml_errors_speak_the_users_terms() {
+    let env = Env::new();
+    for (i, (extra, want)) in [
+        (
+            "block-size = \"64\"\n",
+            "Kbuild.toml:12:14: block-size: expected an integer, found a string",
+        ),
+        (
+            "entry = [\"k\"]\n",
+            "Kbuild.toml:12:1: unknown key `entry` (did you mean `entries`?)",
+        ),
+        (
+            "defines = { N = [1, 2] }\n",
+            "Kbuild.toml:12:17: N: expected a string, an integer, a float or a boolean, found an array",
+        ),
+        (
+            "block-size = -1\n",
+            "block-size: expected a non-negative integer, found -1",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = project(&env.path().join(format!("p{i}")), extra);
+        let o = env.kb(&dir, &["build"]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want), "{extra}: {e}");
+        for serde in ["u32", "untagged", "DefineValue", "unknown field"] {
+            assert!(!e.contains(serde), "{extra}: {e}");
+        }
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(!dir.join("out").exists());
+    }
+}
+
+#[test]
+fn a_cause_is_said_once() {
+    let env = Env::new();
+    let root = env.path();
+    std::fs::write(root.join("garbage.json"), b"{not json").unwrap();
+    std::fs::write(root.join("m.json"), br#"{"schema": "kbuild.manifest/v1"}"#).unwrap();
+    for f in ["garbage.json", "m.json"] {
+        let o = env.kb(root, &["explain", f, "--device", "sm_89"]);
+        let e = stderr(&o);
+        assert_eq!(e.matches("not a JSON manifest").count(), 1, "{e}");
+        assert_eq!(e.matches(f).count(), 1, "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+}
+
+#[test]
+fn a_failed_job_is_one_error_naming_kernel_and_target() {
+    let env = Env::new();
+    let dir = project(&env.path().join("p"), "");
+    // `false` as the launcher: the job fails without a compiler running.
+    let o = env.kb(&dir, &["build", "--launcher", "false"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = stderr(&o);
+    assert!(!e.contains("FAILED"), "{e}");
+    assert_eq!(e.matches("k for sm_89").count(), 1, "{e}");
+    assert!(
+        e.contains("error: k for sm_89: compiler exited with"),
+        "{e}"
+    );
+}

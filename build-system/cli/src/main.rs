@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     match run(cli, &env) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::commands::error_text(&e));
             ExitCode::from(1)
         }
     }

@@ -43,7 +43,7 @@ pub fn run(args: DiffArgs, env: &Env) -> ExitCode {
     match diff_and_gate(args, env) {
         Ok(code) => code,
         Err(Failed(e)) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::commands::error_text(&e));
             ExitCode::from(BAD_INPUT)
         }
     }

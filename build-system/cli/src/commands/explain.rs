@@ -31,7 +31,7 @@ pub fn run_explain(args: ExplainArgs, env: &Env) -> ExitCode {
     match explain(args, env) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::commands::error_text(&e));
             ExitCode::from(2)
         }
     }
