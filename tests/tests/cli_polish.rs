@@ -347,3 +347,99 @@ fn a_failed_job_is_one_error_naming_kernel_and_target() {
         "{e}"
     );
 }
+
+// ------------------------------------------------ 12. inspect reads everything kbuild writes
+
+#[test]
+fn inspect_reads_build_dirs_manifests_and_bundles_and_lists_what_failed() {
+    let env = Env::new();
+    let root = env.path();
+    let fx = kbuild_tests::repo_root().join("manifests/tests/fixtures");
+    // A build dir of two real objects (a cubin and an hsaco), as kbuild lays them out.
+    let out = root.join("out");
+    let mut records = Vec::new();
+    for (file, target, format) in [
+        ("kern_sm89.cubin", "sm_89", "cubin"),
+        ("kern_gfx1100.hsaco", "gfx1100", "hsaco"),
+    ] {
+        let bytes = std::fs::read(fx.join(file)).unwrap();
+        let o = fixtures::object("kern", target, format, &bytes);
+        std::fs::create_dir_all(out.join(target)).unwrap();
+        std::fs::write(out.join(&o.path), &bytes).unwrap();
+        std::fs::copy(fx.join(file), root.join(file)).unwrap();
+        records.push(o);
+    }
+    let m = fixtures::manifest("kb-inspect", "0.1.0", records);
+    std::fs::write(out.join("manifest.json"), m.to_json()).unwrap();
+    env.ok(root, &["package", "out", "--out", "dist"]);
+
+    let objects = |args: &[&str]| -> Vec<(String, serde_json::Value)> {
+        let mut all = vec!["inspect", "--json"];
+        all.extend_from_slice(args);
+        let v: serde_json::Value = serde_json::from_str(&env.ok(root, &all)).unwrap();
+        assert_eq!(v["errors"], serde_json::json!([]), "{v}");
+        let mut got: Vec<(String, serde_json::Value)> = v["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["target"].as_str().unwrap().to_string(),
+                    o["kernels"].clone(),
+                )
+            })
+            .collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        got
+    };
+    let alone = objects(&["kern_sm89.cubin", "kern_gfx1100.hsaco"]);
+    assert_eq!(alone.len(), 2);
+    for what in ["out", "out/manifest.json", "dist/kb-inspect-0.1.0.kbundle"] {
+        assert_eq!(objects(&[what]), alone, "{what}");
+    }
+    // Bundle members are named after the bundle.
+    let table = env.ok(root, &["inspect", "dist/kb-inspect-0.1.0.kbundle"]);
+    assert!(
+        table.contains("dist/kb-inspect-0.1.0.kbundle#sm_89/kern.cubin"),
+        "{table}"
+    );
+
+    // A file that fails to parse is in the JSON with its error, and on stderr once.
+    std::fs::write(root.join("junk.bin"), b"not a code object").unwrap();
+    std::fs::write(root.join("bad.json"), b"{not json").unwrap();
+    let o = env.kb(
+        root,
+        &[
+            "inspect",
+            "--json",
+            "kern_sm89.cubin",
+            "junk.bin",
+            "bad.json",
+            "missing.cubin",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["objects"].as_array().unwrap().len(), 1, "{v}");
+    let errors = v["errors"].as_array().unwrap();
+    let paths: Vec<&str> = errors.iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["junk.bin", "bad.json", "missing.cubin"], "{v}");
+    assert!(
+        errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unrecognised input"),
+        "{v}"
+    );
+    assert!(
+        errors[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a JSON manifest"),
+        "{v}"
+    );
+    let e = stderr(&o);
+    for p in paths {
+        assert_eq!(e.matches(&format!("error: {p}: ")).count(), 1, "{e}");
+    }
+}

@@ -76,10 +76,14 @@ pub enum Command {
     #[command(subcommand)]
     Run(RunCommand),
     /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
-    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
+    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code,
+    /// and of everything kbuild writes: build output dirs, manifest.json, bundles (.kbundle).
+    /// Exit 1 when any path could not be read (the others still print).
     Inspect {
-        #[arg(required = true)]
+        /// Code objects, containers, build output dirs, manifest.json files or bundles.
+        #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
+        /// `kbuild.inspect/v1` JSON on stdout; a path that could not be read is in `errors`.
         #[arg(long)]
         json: bool,
     },

@@ -43,7 +43,7 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => build::run(cli.build, env),
         Some(Command::Build(args)) => build::run(args, env),
-        Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json)),
+        Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json, env)),
         Some(Command::Devices { json }) => Ok(explain::run_devices(json, env)),
         Some(Command::Explain(args)) => Ok(explain::run_explain(args, env)),
         Some(Command::Package(args)) => registry::run_package(args, env),
