@@ -81,9 +81,14 @@ fn package_removes_a_stale_sig_and_publish_refuses_one() {
         "nothing uploaded"
     );
 
-    // Signed again, it publishes.
-    std::fs::remove_file(&sig).unwrap();
-    env.ok(root, &["sign", &s(&bundle), "--key", &key]);
+    // Signed again (the stale signature beside it is dropped, not kept), it publishes.
+    let o = env.kb(root, &["sign", &s(&bundle), "--key", &key]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("dropped 1 signature(s) that do not match"),
+        "{}",
+        text(&o)
+    );
     env.ok(root, &["publish", &s(&bundle), "--registry", &s(&reg)]);
 }
 

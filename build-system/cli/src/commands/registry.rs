@@ -586,10 +586,28 @@ pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
     if file.is_file() {
         let bundle = Bundle::open(file, Limits::from_env(env))?;
         let sig_path = kbuild_bundle::signature_path(file);
-        let mut sigs = match std::fs::read(&sig_path) {
-            Ok(b) => SignatureFile::from_json(&b)?,
+        let sigs = match std::fs::read(&sig_path) {
+            Ok(b) => {
+                SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?
+            }
             Err(_) => SignatureFile::new(),
         };
+        // Signatures of another bundle (an earlier build of this version) do not stay.
+        let (mut sigs, stale) =
+            sigs.split_belonging(bundle.name(), bundle.version(), bundle.manifest_digest());
+        if !stale.is_empty() {
+            eprintln!(
+                "note: {}: dropped {} signature(s) that do not match {} ({})",
+                sig_path.display(),
+                stale.len(),
+                file.display(),
+                stale
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         sigs.add(key.sign(Payload::new(
             bundle.name(),
             bundle.version(),
