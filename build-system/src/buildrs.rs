@@ -286,11 +286,8 @@ impl Build {
 struct CargoLines;
 
 impl Observer for CargoLines {
-    fn event(&self, e: &Event) {
-        if let (Event::Job { error: Some(_), .. }, Some(line)) = (e, e.line()) {
-            eprintln!("{line}");
-        }
-    }
+    /// Nothing per job: a failure's error comes as a note.
+    fn event(&self, _: &Event) {}
 
     fn note(&self, text: &str) {
         eprintln!("{text}");

@@ -59,7 +59,9 @@ impl Observer for Quiet {
 }
 
 impl Event {
-    /// The event as one line for people (`  compiled k for sm_89 (0.42 s)`).
+    /// The event as one line for people (`  compiled k for sm_89 (0.42 s)`). None for a
+    /// failed job: its error (naming kernel and target, with the command and the compiler's
+    /// output) comes as the build's note, and a failure is said once.
     pub fn line(&self) -> Option<String> {
         plain_line(self)
     }
@@ -73,21 +75,19 @@ fn plain_line(e: &Event) -> Option<String> {
             target,
             status,
             seconds,
-            error,
             ..
         } => {
             let name = match variant {
                 Some(v) => format!("{kernel}.{v}"),
                 None => kernel.clone(),
             };
-            Some(match status {
-                JobStatus::Compiled => format!("  compiled {name} for {target} ({seconds:.2} s)"),
-                JobStatus::Cached => format!("    cached {name} for {target}"),
-                JobStatus::Failed => format!(
-                    "    FAILED {name} for {target}: {}",
-                    error.as_deref().unwrap_or("failed")
-                ),
-            })
+            match status {
+                JobStatus::Compiled => {
+                    Some(format!("  compiled {name} for {target} ({seconds:.2} s)"))
+                }
+                JobStatus::Cached => Some(format!("    cached {name} for {target}")),
+                JobStatus::Failed => None,
+            }
         }
         Event::Summary {
             compiled,

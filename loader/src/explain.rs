@@ -99,8 +99,19 @@ struct CandidateDoc<'a> {
 }
 
 /// The readable trace: one block per kernel, the selected object first, each candidate with
-/// ✓/✗, its rule and the reason.
+/// ✓/✗, its rule and the reason; a kernel with no match gets its error line.
 pub fn explain_text(selection: &Selection, device: &ResolvedDevice, source: &str) -> String {
+    trace(selection, device, source, true)
+}
+
+/// [`explain_text`] without the error lines of kernels with no match (`NO MATCH` marks them):
+/// for a caller that reports those errors itself ([`Selection::missing`]) on another stream,
+/// as `kbuild explain` does on stderr, so that each is said once.
+pub fn explain_trace(selection: &Selection, device: &ResolvedDevice, source: &str) -> String {
+    trace(selection, device, source, false)
+}
+
+fn trace(selection: &Selection, device: &ResolvedDevice, source: &str, errors: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("device: {}\n", device.describe()));
     out.push_str(&format!("source: {source}\n"));
@@ -132,7 +143,7 @@ pub fn explain_text(selection: &Selection, device: &ResolvedDevice, source: &str
                 c.target, c.reason
             ));
         }
-        if k.selected.is_none() {
+        if errors && k.selected.is_none() {
             out.push_str(&format!("  error: {}\n", selection.no_match(k)));
         }
     }

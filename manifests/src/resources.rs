@@ -263,6 +263,18 @@ pub struct InspectedObject {
 pub struct InspectReport {
     pub schema: &'static str,
     pub objects: Vec<InspectedObject>,
+    /// Every file (or object of a build or bundle) that could not be read, with why; empty
+    /// when all were read.
+    pub errors: Vec<InspectFailure>,
+}
+
+/// A file `kbuild inspect` was given (or an object a build or bundle lists) that it could not
+/// read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InspectFailure {
+    /// As given, or `bundle#object path` / the object's file for a build's object.
+    pub path: String,
+    pub error: String,
 }
 
 pub const INSPECT_SCHEMA: &str = "kbuild.inspect/v1";

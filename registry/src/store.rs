@@ -98,6 +98,46 @@ impl Resolved {
     }
 }
 
+/// One spelling per directory, so that `../reg`, `./x/../reg` and `/abs/reg` name the same
+/// registry in the lockfile and the cache: the path made absolute, the longest part of it
+/// that exists resolved by the file system (symlinks, `..`), the rest (a registry that a
+/// publish will create) normalised lexically.
+pub fn canonical_dir(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    let mut base = abs.as_path();
+    let resolved = loop {
+        if let Ok(c) = std::fs::canonicalize(base) {
+            break c;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                base = parent;
+            }
+            // `..` or the root: resolve what is left lexically.
+            _ => break PathBuf::from(base),
+        }
+    };
+    let mut out = resolved;
+    for part in rest.iter().rev() {
+        out.push(part);
+    }
+    // Lexically: `.` and `..` left in the part that does not exist yet.
+    let mut clean = PathBuf::new();
+    for c in out.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                clean.pop();
+            }
+            other => clean.push(other.as_os_str()),
+        }
+    }
+    clean
+}
+
 impl Registry {
     /// Parse `DIR`, `file://DIR` or `oci://HOST[:PORT][/REPO]`.
     pub fn parse(spec: &str, opts: OciOptions) -> Result<Registry, StoreError> {
@@ -117,8 +157,10 @@ impl Registry {
             }
         }
         let path = spec.strip_prefix("file://").unwrap_or(spec);
-        let path = std::path::absolute(Path::new(path)).unwrap_or_else(|_| PathBuf::from(path));
-        Ok(Registry::Dir(DirStore::with_limits(&path, opts.limits)))
+        Ok(Registry::Dir(DirStore::with_limits(
+            &canonical_dir(Path::new(path)),
+            opts.limits,
+        )))
     }
 
     /// What a bundle or layer read from this registry may unpack to.
@@ -408,4 +450,31 @@ fn spooled_blob(
     )));
     client.get_blob_to(desc, &file.0, progress)?;
     std::fs::read(&file.0).map_err(|e| io(&file.0, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_registry_has_one_spelling() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(root.join("proj")).unwrap();
+        let want = root.join("reg");
+        // Not there yet (a first publish creates it), then there.
+        for _ in 0..2 {
+            assert_eq!(canonical_dir(&root.join("proj/../reg")), want);
+            assert_eq!(canonical_dir(&root.join("./reg/.")), want);
+            assert_eq!(canonical_dir(&root.join("nope/../reg")), want);
+            assert_eq!(canonical_dir(&want), want);
+            std::fs::create_dir_all(&want).unwrap();
+        }
+        let r = Registry::parse(
+            &format!("file://{}", root.join("proj/../reg").display()),
+            OciOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(r.describe(), format!("file://{}", want.display()));
+    }
 }

@@ -464,11 +464,33 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
             .to_string();
     assert!(err.contains("not this manifest"), "{err}");
 
-    let reg = env.path().join("reg").display().to_string();
+    let reg_dir = env.path().join("reg");
+    let reg = reg_dir.display().to_string();
+    // Publish checks the .sig against the bundle before uploading anything.
+    let err = env.fails(
+        env.path(),
+        &["publish", &bad.display().to_string(), "--registry", &reg],
+    );
+    assert!(
+        err.contains("kb-small-0.1.0.kbundle.sig does not match")
+            && err.contains("not this manifest"),
+        "{err}"
+    );
+    assert!(files_under(&reg_dir).is_empty());
+    // A registry that holds it anyway (a mirror that took the files as they were): pull
+    // refuses it.
+    let sig = kbuild_bundle::signature_path(&bad);
+    let stale = std::fs::read(&sig).unwrap();
+    std::fs::remove_file(&sig).unwrap();
     env.ok(
         env.path(),
         &["publish", &bad.display().to_string(), "--registry", &reg],
     );
+    std::fs::write(
+        reg_dir.join("kb-small/0.1.0/kb-small-0.1.0.kbundle.sig"),
+        stale,
+    )
+    .unwrap();
     let err = env.fails(
         env.path(),
         &[

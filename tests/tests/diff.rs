@@ -434,7 +434,7 @@ fn expired_allowlist_entry_fails_the_gate_itself() {
 }
 
 #[test]
-fn usage_errors_exit_2_and_bad_inputs_exit_1_with_the_file_named() {
+fn usage_errors_and_bad_inputs_exit_2_with_the_file_named() {
     let f = fixture();
     let o = diff(&["--fail-on", "spils"]);
     assert_eq!(code(&o), 2, "{}", text(&o));
@@ -463,7 +463,7 @@ fn usage_errors_exit_2_and_bad_inputs_exit_1_with_the_file_named() {
     )
     .unwrap();
     let o = kb(&f.root, &["diff", "inspect.json", "head/out"]);
-    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(
         stderr(&o).contains(
             "error: inspect.json: schema \"kbuild.inspect/v1\" is neither a build manifest"
@@ -473,14 +473,14 @@ fn usage_errors_exit_2_and_bad_inputs_exit_1_with_the_file_named() {
     );
     std::fs::write(f.root.join("garbage.json"), b"\x00\x01not json").unwrap();
     let o = kb(&f.root, &["diff", "garbage.json", "head/out"]);
-    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(
         stderr(&o).contains("error: garbage.json: not JSON"),
         "{}",
         text(&o)
     );
     let o = kb(&f.root, &["diff", "base", "head/out"]);
-    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(
         stderr(&o).contains("base: a directory without manifest.json"),
         "{}",
@@ -492,7 +492,7 @@ fn usage_errors_exit_2_and_bad_inputs_exit_1_with_the_file_named() {
         "[[allow]]\nkernel = \"x\"\nrule = \"spils\"\njustification = \"j\"\nexpires = 2999-01-01\n",
     );
     let o = diff(&["--fail-on", "spills", "--allow", &allow]);
-    assert_eq!(code(&o), 1, "{}", text(&o));
+    assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(
         stderr(&o)
             .contains("broken.allow.toml:1: allow entry `rule = \"spils\"` is not a gate rule"),

@@ -196,7 +196,7 @@ fn a_malformed_kbuild_toml_names_file_and_line() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let e = stderr(&o);
     assert!(
-        e.contains("Kbuild.toml:9:1: unknown field `job-timout`"),
+        e.contains("Kbuild.toml:9:1: unknown key `job-timout` (did you mean `job-timeout`?)"),
         "{e}"
     );
     assert!(!k.join("out").exists());

@@ -251,7 +251,7 @@ fn device_from_the_environment_and_bad_specs() {
         &["explain", &dir, "--device", "sm_90", "--kernel", "softmax"],
         &[],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("it has: rmsnorm"),
         "{}",
@@ -270,7 +270,7 @@ fn explain_without_a_gpu_or_device_is_a_clear_error() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
         return; // a machine with a GPU detects it
     }
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no GPU found"), "{err}");
     assert!(err.contains("--device TARGET"), "{err}");

@@ -392,7 +392,7 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
             "{what}: {} KB file, {kib} KiB peak RSS, {wall:.2?}",
             bytes.len() / 1000
         ));
-        assert_eq!(o.status.code(), Some(1), "{what}: {t}");
+        assert_eq!(o.status.code(), Some(2), "{what}: {t}");
         assert!(
             t.contains("bomb.kbundle") && t.contains(expect),
             "{what}: {t}"
@@ -425,7 +425,7 @@ fn attack_5_require_refuses_an_unsigned_bundle_at_load() {
     let args = ["explain", b.as_str(), "--device", "sm_89"];
     let o = env.kb_env(env.path(), &args, &[("KBUILD_SIGNATURE_POLICY", "require")]);
     let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(
         t.contains("kb-trust 0.1.0") && t.contains("not signed"),
         "{t}"

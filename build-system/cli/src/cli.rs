@@ -20,6 +20,21 @@ pub struct Cli {
     pub build: BuildArgs,
 }
 
+/// `kbuild diff --help`: what its exit status means.
+const DIFF_EXIT_CODES: &str = "Exit status:
+  0  the diff was made and no gate tripped (or none was given)
+  1  a --fail-on gate tripped (an expired allowlist entry counts as tripped)
+  2  no diff was made: bad input or usage (a file that does not exist or cannot be read, bad
+     JSON, not a kbuild manifest/bundle/baseline, a broken allowlist, an unknown git revision,
+     a side that does not build, a bad flag)";
+
+/// `kbuild explain --help`: what its exit status means.
+const EXPLAIN_EXIT_CODES: &str = "Exit status:
+  0  every kernel has a code object that runs on the device
+  1  no match: some kernel has none (each named on stderr)
+  2  bad input or usage: the build, manifest or bundle cannot be read or is malformed, its
+     signature is refused, an unknown --kernel, no device detected, a bad flag";
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Build every kernel × variant × target (the default command).
@@ -27,6 +42,7 @@ pub enum Command {
     /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
     /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
     /// a git revision; `--fail-on` makes it a CI gate (exit 1).
+    #[command(after_help = DIFF_EXIT_CODES)]
     Diff(DiffArgs),
 
     /// The committed resource baseline (kernels/resources.json).
@@ -39,6 +55,7 @@ pub enum Command {
     },
     /// Which code object of a build runs on a device (detected or simulated), with the rule
     /// that accepted or rejected every candidate; exit 1 when a kernel has none.
+    #[command(after_help = EXPLAIN_EXIT_CODES)]
     Explain(ExplainArgs),
     /// Package a build into a deterministic bundle dist/NAME-VERSION.kbundle (tar+zstd,
     /// manifest.json first, objects once by sha256).
@@ -59,10 +76,14 @@ pub enum Command {
     #[command(subcommand)]
     Run(RunCommand),
     /// Show the resources (registers, shared/LDS, stack/scratch, spills, occupancy) of code
-    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code.
+    /// objects: cubins, hsaco, PTX, fatbins, offload bundles, host ELF files with device code,
+    /// and of everything kbuild writes: build output dirs, manifest.json, bundles (.kbundle).
+    /// Exit 1 when any path could not be read (the others still print).
     Inspect {
-        #[arg(required = true)]
+        /// Code objects, containers, build output dirs, manifest.json files or bundles.
+        #[arg(required = true, value_name = "PATH")]
         files: Vec<PathBuf>,
+        /// `kbuild.inspect/v1` JSON on stdout; a path that could not be read is in `errors`.
         #[arg(long)]
         json: bool,
     },

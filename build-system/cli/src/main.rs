@@ -20,7 +20,7 @@ fn main() -> ExitCode {
     match run(cli, &env) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::commands::error_text(&e));
             ExitCode::from(1)
         }
     }
@@ -43,9 +43,9 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => build::run(cli.build, env),
         Some(Command::Build(args)) => build::run(args, env),
-        Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json)),
+        Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json, env)),
         Some(Command::Devices { json }) => Ok(explain::run_devices(json, env)),
-        Some(Command::Explain(args)) => explain::run_explain(args, env),
+        Some(Command::Explain(args)) => Ok(explain::run_explain(args, env)),
         Some(Command::Package(args)) => registry::run_package(args, env),
         Some(Command::Publish(args)) => registry::run_publish(args, env),
         Some(Command::Pull(args)) => registry::run_pull(args, env),

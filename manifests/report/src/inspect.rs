@@ -1,8 +1,160 @@
-//! Rendering of resource records for people: the `kbuild inspect` table. (JSON is serde's.)
+//! `kbuild inspect`: what it reads ([`inspect_path`]: code objects and containers, and
+//! everything kbuild writes — build output dirs, manifest.json, bundles) and the table it
+//! renders for people. (JSON is serde's.)
 
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
-use kbuild_manifest::resources::{InspectedObject, Resources};
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::Bundle;
+use kbuild_manifest::manifest::Manifest;
+use kbuild_manifest::resources::{inspect, InspectFailure, InspectedObject, Resources};
+
+/// What [`inspect_path`] found in one path: the objects it read and what it could not read
+/// (the path itself, or single objects of a build or bundle).
+#[derive(Debug, Default)]
+pub struct Inspected {
+    pub objects: Vec<InspectedObject>,
+    pub errors: Vec<InspectFailure>,
+}
+
+impl Inspected {
+    fn fail(path: impl Into<String>, error: impl std::fmt::Display) -> Inspected {
+        Inspected {
+            objects: Vec::new(),
+            errors: vec![InspectFailure {
+                path: path.into(),
+                error: error.to_string(),
+            }],
+        }
+    }
+
+    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, String>) {
+        match found {
+            Ok(found) if found.is_empty() => self.errors.push(InspectFailure {
+                path: label.to_string(),
+                error: "no GPU code object in it".into(),
+            }),
+            Ok(found) => self.objects.extend(found),
+            Err(error) => self.errors.push(InspectFailure {
+                path: label.to_string(),
+                error,
+            }),
+        }
+    }
+}
+
+/// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.
+fn build_log(path: &Path) -> Option<String> {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".log");
+    std::fs::read_to_string(PathBuf::from(p)).ok()
+}
+
+/// Inspect one path: a code object or container (cubin, hsaco, PTX, fatbin, offload bundle,
+/// host ELF), a kbuild build output directory or its `manifest.json` (every object it lists,
+/// read from the build), or a bundle (every object in it, named `BUNDLE#OBJECT PATH`).
+/// `limits` bound what a bundle may unpack to.
+pub fn inspect_path(path: &Path, limits: Limits) -> Inspected {
+    let label = path.display().to_string();
+    if path.is_dir() {
+        let m = path.join("manifest.json");
+        if !m.is_file() {
+            return Inspected::fail(
+                label,
+                "a directory without manifest.json; pass a build output directory (`kbuild build --out DIR`), a bundle, or code object files",
+            );
+        }
+        return inspect_manifest_file(&m);
+    }
+    // A bundle is read streaming from its file (its compressed bytes never all in memory).
+    if starts_like_bundle(path) {
+        return inspect_bundle(&label, Bundle::open(path, limits));
+    }
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) => return Inspected::fail(label, e),
+    };
+    if data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        return inspect_manifest(path, &data);
+    }
+    let mut out = Inspected::default();
+    let log = build_log(path);
+    out.add(
+        &label,
+        inspect(&label, &data, log.as_deref()).map_err(|e| e.to_string()),
+    );
+    out
+}
+
+fn inspect_manifest_file(m: &Path) -> Inspected {
+    match std::fs::read(m) {
+        Ok(data) => inspect_manifest(m, &data),
+        Err(e) => Inspected::fail(m.display().to_string(), e),
+    }
+}
+
+/// A build's manifest: each object it lists, read from the build dir beside it.
+fn inspect_manifest(path: &Path, data: &[u8]) -> Inspected {
+    let manifest = match Manifest::from_json(data) {
+        Ok(m) => m,
+        Err(e) => return Inspected::fail(path.display().to_string(), e),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut out = Inspected::default();
+    for o in &manifest.objects {
+        let file = dir.join(&o.path);
+        let label = file.display().to_string();
+        let found = match std::fs::read(&file) {
+            Ok(bytes) => {
+                let log = build_log(&file);
+                inspect(&label, &bytes, log.as_deref()).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(format!(
+                "listed in {} but not readable: {e}",
+                path.display()
+            )),
+        };
+        out.add(&label, found);
+    }
+    out
+}
+
+/// Whether the file at `path` starts with a bundle's magic bytes.
+fn starts_like_bundle(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut n = 0;
+    let mut f = f.take(head.len() as u64);
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    kbuild_base::looks_like_bundle(&head[..n])
+}
+
+/// A bundle: each object its manifest lists, from the bundle (verified as it is read).
+fn inspect_bundle(label: &str, bundle: Result<Bundle, kbuild_bundle::BundleError>) -> Inspected {
+    let bundle = match bundle {
+        Ok(b) => b,
+        Err(e) => return Inspected::fail(label, format!("not a readable kbuild bundle: {e}")),
+    };
+    let mut out = Inspected::default();
+    for o in &bundle.manifest().objects {
+        let name = format!("{label}#{}", o.path);
+        let found = match bundle.object(&o.sha256) {
+            Some(bytes) => inspect(&name, bytes, None).map_err(|e| e.to_string()),
+            None => Err("listed in the bundle's manifest but not in the bundle".into()),
+        };
+        out.add(&name, found);
+    }
+    out
+}
 
 fn occupancy_cell(o: &Option<kbuild_manifest::occupancy::Occupancy>) -> String {
     match o {

@@ -61,3 +61,64 @@ pub fn verify_bundle_file(
     )?;
     Ok((bundle, verdict))
 }
+
+/// What [`prune_stale_signatures`] did to the `.sig` beside a bundle.
+#[cfg(feature = "signatures")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pruned {
+    /// No `.sig` file, or every signature in it belongs to the bundle.
+    Nothing,
+    /// Some signatures were for another bundle; the file now holds only the rest.
+    Rewrote { path: PathBuf, removed: Vec<String> },
+    /// No signature in it belonged to the bundle (or it was not a signature file); it is gone.
+    Removed { path: PathBuf, why: Vec<String> },
+}
+
+/// Why the `.sig` beside a bundle could not be pruned.
+#[cfg(feature = "signatures")]
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {err}")]
+pub struct PruneError {
+    pub path: String,
+    pub err: std::io::Error,
+}
+
+/// After (re)writing the bundle file `path` holding `bundle`: drop from the `.sig` beside it
+/// every signature that is not for this bundle, removing the file when none is left, so a
+/// stale signature never sits next to a rebuilt bundle. The file is rewritten atomically.
+#[cfg(feature = "signatures")]
+pub fn prune_stale_signatures(path: &Path, bundle: &Bundle) -> Result<Pruned, PruneError> {
+    let sig_path = signature_path(path);
+    let io = |err: std::io::Error| PruneError {
+        path: sig_path.display().to_string(),
+        err,
+    };
+    let bytes = match std::fs::read(&sig_path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Pruned::Nothing),
+        Err(e) => return Err(io(e)),
+    };
+    let (keep, why) = match sign::SignatureFile::from_json(&bytes) {
+        Ok(file) => {
+            let (keep, problems) =
+                file.split_belonging(bundle.name(), bundle.version(), bundle.manifest_digest());
+            (keep, problems.iter().map(ToString::to_string).collect())
+        }
+        Err(e) => (sign::SignatureFile::new(), vec![e.to_string()]),
+    };
+    if why.is_empty() {
+        return Ok(Pruned::Nothing);
+    }
+    if keep.signatures.is_empty() {
+        std::fs::remove_file(&sig_path).map_err(io)?;
+        return Ok(Pruned::Removed {
+            path: sig_path,
+            why,
+        });
+    }
+    kbuild_base::fs::write_atomic(&sig_path, &keep.to_json()).map_err(io)?;
+    Ok(Pruned::Rewrote {
+        path: sig_path,
+        removed: why,
+    })
+}

@@ -178,6 +178,81 @@ impl SignatureFile {
     }
 }
 
+impl SignatureFile {
+    /// Whether every signature in the file belongs to the bundle `name` `version` whose
+    /// manifest has `manifest_digest`: it signs exactly that payload and verifies under the
+    /// public key it carries. No trust is involved (which keys are trusted is the policy's
+    /// business at pull and load); this is what tells a stale `.sig` from the bundle's own.
+    pub fn check_belongs(
+        &self,
+        name: &str,
+        version: &str,
+        manifest_digest: &str,
+    ) -> Result<(), SignatureProblem> {
+        for s in &self.signatures {
+            self.check_one(s, name, version, manifest_digest)?;
+        }
+        Ok(())
+    }
+
+    /// The signatures that belong to the bundle (see [`SignatureFile::check_belongs`]) and
+    /// the problems of those that do not.
+    pub fn split_belonging(
+        &self,
+        name: &str,
+        version: &str,
+        manifest_digest: &str,
+    ) -> (SignatureFile, Vec<SignatureProblem>) {
+        let mut keep = SignatureFile::new();
+        let mut problems = Vec::new();
+        for s in &self.signatures {
+            match self.check_one(s, name, version, manifest_digest) {
+                Ok(()) => keep.signatures.push(s.clone()),
+                Err(p) => problems.push(p),
+            }
+        }
+        (keep, problems)
+    }
+
+    fn check_one(
+        &self,
+        s: &Signature,
+        name: &str,
+        version: &str,
+        manifest_digest: &str,
+    ) -> Result<(), SignatureProblem> {
+        if !s.payload.covers(name, version, manifest_digest) {
+            return Err(SignatureProblem::OtherPayload {
+                key_id: s.key_id.clone(),
+                name: s.payload.name.clone(),
+                version: s.payload.version.clone(),
+                signed: s.payload.manifest.clone(),
+                manifest: manifest_digest.to_string(),
+            });
+        }
+        let key = B64
+            .decode(&s.public_key)
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+            .filter(|k| key_id(k.as_bytes()) == s.key_id);
+        let ok = key.is_some_and(|k| {
+            B64.decode(&s.signature)
+                .ok()
+                .and_then(|b| <[u8; 64]>::try_from(b).ok())
+                .map(|b| ed25519_dalek::Signature::from_bytes(&b))
+                .is_some_and(|sig| k.verify_strict(&s.payload.bytes(), &sig).is_ok())
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(SignatureProblem::DoesNotVerify {
+                key_id: s.key_id.clone(),
+            })
+        }
+    }
+}
+
 impl Default for SignatureFile {
     fn default() -> Self {
         SignatureFile::new()
@@ -599,6 +674,29 @@ mod tests {
             off.check("pkg", "1.0.0", &d, None).unwrap(),
             Verdict::NotChecked
         );
+    }
+
+    #[test]
+    fn a_signature_file_belongs_to_its_bundle_only() {
+        let sk = SecretKey::generate().unwrap();
+        let d = digest::oci_digest(b"manifest");
+        let mut file = SignatureFile::new();
+        file.add(sk.sign(Payload::new("pkg", "1.0.0", &d)));
+        file.check_belongs("pkg", "1.0.0", &d).unwrap();
+        let other = digest::oci_digest(b"rebuilt");
+        let e = file.check_belongs("pkg", "1.0.0", &other).unwrap_err();
+        assert!(matches!(e, SignatureProblem::OtherPayload { .. }), "{e}");
+        let (keep, problems) = file.split_belonging("pkg", "1.0.0", &other);
+        assert!(keep.signatures.is_empty());
+        assert_eq!(problems.len(), 1);
+        let mut bad = file.clone();
+        let mut raw = B64.decode(&bad.signatures[0].signature).unwrap();
+        raw[0] ^= 1;
+        bad.signatures[0].signature = B64.encode(raw);
+        assert!(matches!(
+            bad.check_belongs("pkg", "1.0.0", &d),
+            Err(SignatureProblem::DoesNotVerify { .. })
+        ));
     }
 
     #[test]

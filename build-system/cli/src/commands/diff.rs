@@ -2,7 +2,10 @@
 //! directory, a bundle or a resource baseline), or build the base revision in a temporary git
 //! worktree and the working tree, then render the resource diff and apply the gates.
 //!
-//! Exit codes: 0 ok, 1 a gate tripped or an input could not be read or built, 2 usage.
+//! Exit codes: 0 passed, 1 a gate tripped, 2 no diff could be made: bad input or usage (a
+//! file that does not exist or cannot be read, bad JSON, not a manifest, a broken allowlist,
+//! an unknown revision, a side that does not build, a bad flag). 1 means a gate and nothing
+//! else, so CI can tell a regression from a broken job.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -19,35 +22,29 @@ use kbuild_report::diff::{self, load_allowlist, load_side, Diff};
 use crate::cli::{DiffArgs, Format};
 use crate::progress::BuildProgress;
 
-/// A failure and whether it is the user's usage (exit 2) or not (exit 1).
-struct Failed {
-    usage: bool,
-    error: anyhow::Error,
-}
+/// Why no diff was made (exit 2).
+struct Failed(anyhow::Error);
 
 impl<E: Into<anyhow::Error>> From<E> for Failed {
     fn from(e: E) -> Failed {
-        Failed {
-            usage: false,
-            error: e.into(),
-        }
+        Failed(e.into())
     }
 }
 
 fn usage(message: &str) -> Failed {
-    Failed {
-        usage: true,
-        error: anyhow::Error::msg(message.to_string()),
-    }
+    Failed(anyhow::Error::msg(message.to_string()))
 }
+
+/// Exit code of a diff that could not be made (bad input or usage); clap's own is 2 too.
+const BAD_INPUT: u8 = 2;
 
 /// Run `kbuild diff`; prints the report on stdout, errors on stderr.
 pub fn run(args: DiffArgs, env: &Env) -> ExitCode {
     match diff_and_gate(args, env) {
         Ok(code) => code,
-        Err(f) => {
-            eprintln!("error: {:#}", f.error);
-            ExitCode::from(if f.usage { 2 } else { 1 })
+        Err(Failed(e)) => {
+            eprintln!("error: {}", crate::commands::error_text(&e));
+            ExitCode::from(BAD_INPUT)
         }
     }
 }
@@ -59,12 +56,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         None => Vec::new(),
     };
     let limits = Limits::from_env(env);
-    let side = |path: &std::path::Path, which: &str| {
-        load_side(path, which, limits).map_err(|e| Failed {
-            usage: e.is_usage(),
-            error: e.into(),
-        })
-    };
+    let side = |path: &std::path::Path, which: &str| load_side(path, which, limits);
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
         (Some(rev), None, None) => {
             let opts = BuildOptions {
@@ -74,11 +66,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
                 ..BuildOptions::default()
             };
             let progress = BuildProgress::new(false, env);
-            let both = build_base_and_head(args.manifest_path.as_deref(), rev, &opts, &progress)
-                .map_err(|e| Failed {
-                    usage: e.is_usage(),
-                    error: e.into(),
-                })?;
+            let both = build_base_and_head(args.manifest_path.as_deref(), rev, &opts, &progress)?;
             (
                 both.base,
                 both.head,

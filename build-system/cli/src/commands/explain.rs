@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use kbuild_base::env::Env;
 use kbuild_build::config;
 use kbuild_loader::detect::{self, DeviceOptions};
-use kbuild_loader::explain::{devices_json, devices_text, explain_json, explain_text};
+use kbuild_loader::explain::{devices_json, devices_text, explain_json, explain_trace};
 use kbuild_loader::Package;
 
 use crate::cli::ExplainArgs;
@@ -24,8 +24,20 @@ pub fn run_devices(json: bool, env: &Env) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `kbuild explain`: exit 0 when every kernel has a selection, 1 when any has none.
-pub fn run_explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
+/// `kbuild explain`: exit 0 when every kernel has a selection, 1 when any has none (no
+/// match), 2 when there is nothing to explain: an unreadable or malformed build, manifest or
+/// bundle, an unknown kernel, no device (clap gives 2 for a bad flag too).
+pub fn run_explain(args: ExplainArgs, env: &Env) -> ExitCode {
+    match explain(args, env) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", crate::commands::error_text(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     let path = match &args.path {
         Some(p) => p.clone(),
         None => default_out_dir(args.manifest_path.as_deref())?,
@@ -51,11 +63,13 @@ pub fn run_explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     if args.json {
         println!("{}", explain_json(&selection, &device, &source));
     } else {
-        print!("{}", explain_text(&selection, &device, &source));
+        print!("{}", explain_trace(&selection, &device, &source));
     }
     if selection.complete() {
         Ok(ExitCode::SUCCESS)
     } else {
+        // The report on stdout marks the kernel NO MATCH; the error itself is on stderr,
+        // once (with --json it is the kernel's `error` field).
         if !args.json {
             for m in selection.missing() {
                 eprintln!("error: {m}");

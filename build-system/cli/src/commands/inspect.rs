@@ -1,50 +1,35 @@
-//! `kbuild inspect FILE...`: read each file, walk containers, print resources as a table or
-//! `kbuild.inspect/v1` JSON. A file that cannot be read gets an error line; the rest print.
+//! `kbuild inspect FILE...`: read each path (code objects, containers, build dirs,
+//! manifest.json, bundles), print resources as a table or `kbuild.inspect/v1` JSON. A path
+//! that cannot be read gets an error line on stderr (and an `errors` entry in the JSON); the
+//! rest print.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kbuild_manifest::resources::{inspect, InspectReport, InspectedObject, INSPECT_SCHEMA};
-use kbuild_report::inspect::inspect_table;
-
-/// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.
-fn build_log(path: &Path) -> Option<String> {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".log");
-    std::fs::read_to_string(PathBuf::from(p)).ok()
-}
+use kbuild_base::env::Env;
+use kbuild_bundle::archive::Limits;
+use kbuild_manifest::resources::{InspectReport, INSPECT_SCHEMA};
+use kbuild_report::inspect::{inspect_path, inspect_table};
 
 /// Inspect `files`; exit 1 when any could not be read.
-pub fn run(files: &[PathBuf], json: bool) -> ExitCode {
-    let mut objects: Vec<InspectedObject> = Vec::new();
-    let mut failed = false;
+pub fn run(files: &[PathBuf], json: bool, env: &Env) -> ExitCode {
+    let limits = Limits::from_env(env);
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
     for f in files {
-        let label = f.display().to_string();
-        let data = match std::fs::read(f) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("error: {label}: {e}");
-                failed = true;
-                continue;
-            }
-        };
-        let log = build_log(f);
-        match inspect(&label, &data, log.as_deref()) {
-            Ok(found) if found.is_empty() => {
-                eprintln!("error: {label}: no GPU code object in it");
-                failed = true;
-            }
-            Ok(found) => objects.extend(found),
-            Err(e) => {
-                eprintln!("error: {label}: {e}");
-                failed = true;
-            }
-        }
+        let found = inspect_path(f, limits);
+        objects.extend(found.objects);
+        errors.extend(found.errors);
     }
+    for e in &errors {
+        eprintln!("error: {}: {}", e.path, e.error);
+    }
+    let mut failed = !errors.is_empty();
     if json {
         let report = InspectReport {
             schema: INSPECT_SCHEMA,
             objects,
+            errors,
         };
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),

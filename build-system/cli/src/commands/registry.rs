@@ -15,7 +15,7 @@ use kbuild_build::config;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::cache::Cache;
 use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile, Trust, Verdict};
-use kbuild_bundle::Bundle;
+use kbuild_bundle::{Bundle, Pruned};
 use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
@@ -108,12 +108,12 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
     };
     let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref())?;
     let bytes = bundle.to_bytes(mtime)?;
-    let mut written = vec![write_bundle(&args.out, &bundle.file_name(), &bytes)?];
+    let mut written = vec![write_bundle(&args.out, &bundle, &bytes)?];
     if args.split {
         for t in bundle.targets() {
             let part = bundle.restrict(std::slice::from_ref(&t))?;
             let b = part.to_bytes(mtime)?;
-            written.push(write_bundle(&args.out, &part.file_name(), &b)?);
+            written.push(write_bundle(&args.out, &part, &b)?);
         }
     }
     let mut reproducible = None;
@@ -197,9 +197,28 @@ fn differing_objects(a: &Manifest, b: &Manifest) -> Vec<String> {
     out
 }
 
-fn write_bundle(dir: &Path, name: &str, bytes: &[u8]) -> Result<(PathBuf, usize, String)> {
-    let p = dir.join(name);
+/// Write `bundle` (its `bytes`) into `dir`, and drop the signatures beside it that are not
+/// for these bytes' manifest (a `.sig` of an earlier build of the same version).
+fn write_bundle(dir: &Path, bundle: &Bundle, bytes: &[u8]) -> Result<(PathBuf, usize, String)> {
+    let p = dir.join(bundle.file_name());
     fsutil::write_if_changed(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
+    match kbuild_bundle::prune_stale_signatures(&p, bundle)? {
+        Pruned::Nothing => {}
+        Pruned::Removed { path, why } => eprintln!(
+            "note: removed {}: it no longer matches {} ({}); sign the new bundle with `kbuild sign {}`",
+            path.display(),
+            p.display(),
+            why.join("; "),
+            p.display()
+        ),
+        Pruned::Rewrote { path, removed } => eprintln!(
+            "note: {}: dropped {} signature(s) that no longer match {} ({})",
+            path.display(),
+            removed.len(),
+            p.display(),
+            removed.join("; ")
+        ),
+    }
     Ok((p, bytes.len(), kbuild_base::digest::oci_digest(bytes)))
 }
 
@@ -220,8 +239,22 @@ pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
         Ok(b) => {
             Some(SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?)
         }
-        Err(_) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", sig_path.display())),
     };
+    // Before anything is uploaded: a signature beside the bundle must be for this bundle.
+    if let Some(s) = &sigs {
+        if let Err(problem) =
+            s.check_belongs(bundle.name(), bundle.version(), bundle.manifest_digest())
+        {
+            bail!(
+                "{} does not match {}: {problem}; nothing was published (sign the bundle again with `kbuild sign {}`, or remove the .sig to publish it unsigned)",
+                sig_path.display(),
+                path.display(),
+                path.display()
+            );
+        }
+    }
     let registry = args.registry.open(env)?;
     let progress = Bars::new(args.json);
     let outcome = registry.publish(&bundle, &bytes, sigs.as_ref(), &progress)?;
@@ -553,10 +586,28 @@ pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
     if file.is_file() {
         let bundle = Bundle::open(file, Limits::from_env(env))?;
         let sig_path = kbuild_bundle::signature_path(file);
-        let mut sigs = match std::fs::read(&sig_path) {
-            Ok(b) => SignatureFile::from_json(&b)?,
+        let sigs = match std::fs::read(&sig_path) {
+            Ok(b) => {
+                SignatureFile::from_json(&b).with_context(|| sig_path.display().to_string())?
+            }
             Err(_) => SignatureFile::new(),
         };
+        // Signatures of another bundle (an earlier build of this version) do not stay.
+        let (mut sigs, stale) =
+            sigs.split_belonging(bundle.name(), bundle.version(), bundle.manifest_digest());
+        if !stale.is_empty() {
+            eprintln!(
+                "note: {}: dropped {} signature(s) that do not match {} ({})",
+                sig_path.display(),
+                stale.len(),
+                file.display(),
+                stale
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         sigs.add(key.sign(Payload::new(
             bundle.name(),
             bundle.version(),
