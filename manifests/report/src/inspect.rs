@@ -6,8 +6,18 @@ use kbuild_manifest::resources::{InspectedObject, Resources};
 
 fn occupancy_cell(o: &Option<kbuild_manifest::occupancy::Occupancy>) -> String {
     match o {
-        Some(o) => format!("{}/{} {} ({})", o.value, o.max, o.unit, o.limiter),
-        None => "-".into(),
+        Some(o) => match (o.block_size, &o.block_size_from) {
+            (Some(b), Some(from)) => format!(
+                "{}/{} {} ({}) at {b} threads ({from})",
+                o.value, o.max, o.unit, o.limiter
+            ),
+            (Some(b), None) => format!(
+                "{}/{} {} ({}) at {b} threads",
+                o.value, o.max, o.unit, o.limiter
+            ),
+            _ => format!("{}/{} {} ({})", o.value, o.max, o.unit, o.limiter),
+        },
+        None => "unknown".into(),
     }
 }
 

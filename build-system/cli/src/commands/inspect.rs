@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kbuild_manifest::resources::{inspect, InspectReport, InspectedObject, INSPECT_SCHEMA};
+use kbuild_manifest::resources::{
+    inspect, BlockSize, InspectReport, InspectedObject, INSPECT_SCHEMA,
+};
 use kbuild_report::inspect::inspect_table;
 
 /// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.
@@ -14,8 +16,9 @@ fn build_log(path: &Path) -> Option<String> {
     std::fs::read_to_string(PathBuf::from(p)).ok()
 }
 
-/// Inspect `files`; exit 1 when any could not be read.
-pub fn run(files: &[PathBuf], json: bool) -> ExitCode {
+/// Inspect `files`; exit 1 when any could not be read. `block_size`: `--block-size`.
+pub fn run(files: &[PathBuf], json: bool, block_size: Option<u32>) -> ExitCode {
+    let block_size = block_size.map(BlockSize::flag);
     let mut objects: Vec<InspectedObject> = Vec::new();
     let mut failed = false;
     for f in files {
@@ -29,7 +32,7 @@ pub fn run(files: &[PathBuf], json: bool) -> ExitCode {
             }
         };
         let log = build_log(f);
-        match inspect(&label, &data, log.as_deref()) {
+        match inspect(&label, &data, log.as_deref(), block_size) {
             Ok(found) if found.is_empty() => {
                 eprintln!("error: {label}: no GPU code object in it");
                 failed = true;
