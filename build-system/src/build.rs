@@ -58,8 +58,8 @@ pub enum BuildError {
     /// Every (kernel, target) pair was excluded: the build would produce an empty manifest.
     #[error("nothing to build for {targets}: {why}")]
     NothingToBuild { targets: String, why: String },
-    /// `--targets all` and no found toolchain builds any of them.
-    #[error("--targets all: the found toolchains build none of its targets:\n{0}")]
+    /// Targets `all` (flag or Kbuild.toml) and no found toolchain builds any of them.
+    #[error("targets `all`: the found toolchains build none of them:\n{0}")]
     NoBuildableTargets(String),
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
     Toolchain(Vec<ToolchainError>),
@@ -140,10 +140,10 @@ fn prepare(
     opts: &BuildOptions,
     observer: &dyn Observer,
 ) -> Result<Prepared, BuildError> {
-    let mut targets = opts
-        .targets
-        .clone()
-        .unwrap_or_else(|| project.default_targets.clone());
+    let (mut targets, targets_all) = match &opts.targets {
+        Some(t) => (t.clone(), opts.targets_all),
+        None => (project.default_targets.clone(), project.default_targets_all),
+    };
     if targets.is_empty() {
         return Err(BuildError::NoTargets(project.file.display().to_string()));
     }
@@ -152,7 +152,7 @@ fn prepare(
         None => Dirs::from_env(&opts.env)?.cache,
     };
     let tcs = Toolchains::discover(&project.toolchain, &cache_dir, &opts.env);
-    if opts.targets_all {
+    if targets_all {
         let (ok, dropped): (Vec<Target>, Vec<Target>) =
             targets.iter().partition(|t| tcs.check(t).is_ok());
         if ok.is_empty() {
@@ -176,7 +176,7 @@ fn prepare(
                 }
             }
             observer.note(&format!(
-                "warning: --targets all: skipping {} target(s) the found toolchains cannot build: {} (exclude them with `-TARGET` to silence this)\n  {}",
+                "warning: targets `all`: skipping {} target(s) the found toolchains cannot build: {} (exclude them with `-TARGET` to silence this)\n  {}",
                 names.len(),
                 names.join(", "),
                 why.join("\n  ")

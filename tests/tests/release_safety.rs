@@ -455,7 +455,7 @@ fn target_lists_all_exclusions_and_repeats() {
     assert!(o.status.success(), "{}", text(&o));
     let e = stderr(&o);
     assert!(
-        e.contains("warning: --targets all: skipping") && e.contains("gfx950"),
+        e.contains("warning: targets `all`: skipping") && e.contains("gfx950"),
         "{e}"
     );
     let all = targets_of(&o);
@@ -500,6 +500,26 @@ fn target_lists_all_exclusions_and_repeats() {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(targets_of(&o), ["gfx1100", "sm_90"]);
+
+    // The same in Kbuild.toml: `all` skips, `-ITEM` excludes across the array's items.
+    let toml = std::fs::read_to_string(dir.join("Kbuild.toml")).unwrap();
+    let with_targets = |list: &str| {
+        std::fs::write(
+            dir.join("Kbuild.toml"),
+            toml.replace("targets = [\"sm_89\"]", &format!("targets = {list}")),
+        )
+        .unwrap()
+    };
+    with_targets("[\"all\", \"-gfx950\", \"-rdna3\"]");
+    let o = area.kbuild(&dir, None, &["build", "--print-commands"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", text(&o));
+    assert_eq!(targets_of(&o), expected);
+    with_targets("[\"all\"]");
+    let o = area.kbuild(&dir, None, &["build", "--print-commands"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stderr(&o).contains("gfx950"), "{}", text(&o));
+    with_targets("[\"sm_89\"]");
 
     let o = area.kbuild(
         &dir,
