@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use kbuild_manifest::load_index;
 use kbuild_manifest::manifest::{
-    self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity,
+    self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity, UnbuiltObject,
 };
-use kbuild_manifest::resources::object_resources;
+use kbuild_manifest::resources::{object_resources, BlockSize};
 use kbuild_manifest::target::{ObjectKind, Target, Vendor};
 
 use crate::cache::{Cache, Dep};
@@ -30,6 +30,9 @@ use kbuild_base::fs as fsutil;
 pub struct BuildOptions {
     /// Overrides the project's default targets.
     pub targets: Option<Vec<Target>>,
+    /// `targets` came from a list naming `all`: targets that no found toolchain can build are
+    /// dropped with a warning (the build fails only when none is left).
+    pub targets_all: bool,
     pub out_dir: Option<PathBuf>,
     pub jobs: Option<usize>,
     pub keep_going: bool,
@@ -52,12 +55,22 @@ pub struct BuildOptions {
 pub enum BuildError {
     #[error("no targets: pass --targets or set [build] targets in {0}")]
     NoTargets(String),
+    /// Every (kernel, target) pair was excluded: the build would produce an empty manifest.
+    #[error("nothing to build for {targets}: {why}")]
+    NothingToBuild { targets: String, why: String },
+    /// Targets `all` (flag or Kbuild.toml) and no found toolchain builds any of them.
+    #[error("targets `all`: the found toolchains build none of them:\n{0}")]
+    NoBuildableTargets(String),
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
     Toolchain(Vec<ToolchainError>),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
     #[error(transparent)]
     RemoteCache(#[from] RemoteCacheError),
+    /// SIGINT/SIGTERM: the compilers were killed, their scratch dirs removed, no manifest
+    /// written.
+    #[error("interrupted: compilers stopped, scratch directories removed, no manifest written")]
+    Interrupted,
     /// No cache directory: HOME and the XDG variables are unset.
     #[error(transparent)]
     Dirs(#[from] kbuild_base::dirs::DirsError),
@@ -111,16 +124,26 @@ struct Ctx<'a> {
     env: &'a Env,
 }
 
-/// The targets, cache directory and toolchains of a build; every target's toolchain checked
-/// before anything runs (all problems at once).
+/// What a build runs: its targets, jobs, cache directory and toolchains.
+struct Prepared {
+    targets: Vec<Target>,
+    jobs: Vec<Job>,
+    cache_dir: PathBuf,
+    tcs: Toolchains,
+}
+
+/// The targets, jobs, cache directory and toolchains of a build; every planned target's
+/// toolchain checked before anything runs (all problems at once). With `targets_all`, the
+/// targets no found toolchain builds are dropped, each named in a warning.
 fn prepare(
     project: &Project,
     opts: &BuildOptions,
-) -> Result<(Vec<Target>, PathBuf, Toolchains), BuildError> {
-    let targets = opts
-        .targets
-        .clone()
-        .unwrap_or_else(|| project.default_targets.clone());
+    observer: &dyn Observer,
+) -> Result<Prepared, BuildError> {
+    let (mut targets, targets_all) = match &opts.targets {
+        Some(t) => (t.clone(), opts.targets_all),
+        None => (project.default_targets.clone(), project.default_targets_all),
+    };
     if targets.is_empty() {
         return Err(BuildError::NoTargets(project.file.display().to_string()));
     }
@@ -129,21 +152,110 @@ fn prepare(
         None => Dirs::from_env(&opts.env)?.cache,
     };
     let tcs = Toolchains::discover(&project.toolchain, &cache_dir, &opts.env);
-    let problems: Vec<ToolchainError> = targets.iter().filter_map(|t| tcs.check(t).err()).collect();
+    if targets_all {
+        let (ok, dropped): (Vec<Target>, Vec<Target>) =
+            targets.iter().partition(|t| tcs.check(t).is_ok());
+        if ok.is_empty() {
+            let why: Vec<String> = dropped
+                .iter()
+                .filter_map(|t| tcs.check(t).err())
+                .map(|e| e.to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            return Err(BuildError::NoBuildableTargets(why.join("\n")));
+        }
+        if !dropped.is_empty() {
+            let names: Vec<String> = dropped.iter().map(Target::to_string).collect();
+            let mut why: Vec<String> = Vec::new();
+            for e in dropped.iter().filter_map(|t| tcs.check(t).err()) {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default().to_string();
+                if !why.contains(&first) {
+                    why.push(first);
+                }
+            }
+            observer.note(&format!(
+                "warning: targets `all`: skipping {} target(s) the found toolchains cannot build: {} (exclude them with `-TARGET` to silence this)\n  {}",
+                names.len(),
+                names.join(", "),
+                why.join("\n  ")
+            ));
+        }
+        targets = ok;
+    }
+    let jobs = plan(project, &targets);
+    if jobs.is_empty() {
+        return Err(nothing_to_build(project, &targets));
+    }
+    let mut problems: Vec<ToolchainError> = Vec::new();
+    for t in &targets {
+        if jobs.iter().any(|j| j.target == *t) {
+            if let Err(e) = tcs.check(t) {
+                problems.push(e);
+            }
+        }
+    }
     if !problems.is_empty() {
         return Err(BuildError::Toolchain(problems));
     }
-    Ok((targets, cache_dir, tcs))
+    Ok(Prepared {
+        targets,
+        jobs,
+        cache_dir,
+        tcs,
+    })
+}
+
+/// Why no kernel builds for any of `targets`, kernel by kernel.
+fn nothing_to_build(project: &Project, targets: &[Target]) -> BuildError {
+    let names: Vec<String> = targets.iter().map(Target::to_string).collect();
+    let why: Vec<String> = if project.kernels.is_empty() {
+        vec![format!("{} declares no kernels", project.file.display())]
+    } else {
+        project
+            .kernels
+            .iter()
+            .map(|k| {
+                if k.language == crate::config::Language::Hip
+                    && targets.iter().all(|t| t.vendor() != Vendor::Amd)
+                {
+                    format!(
+                        "kernel `{}` has language = \"hip\", which builds only for AMD (gfx*) targets",
+                        k.name
+                    )
+                } else {
+                    let own: Vec<String> = k
+                        .targets
+                        .iter()
+                        .flatten()
+                        .map(Target::to_string)
+                        .collect();
+                    format!(
+                        "kernel `{}` builds only for its own `targets` ({})",
+                        k.name,
+                        own.join(", ")
+                    )
+                }
+            })
+            .collect()
+    };
+    BuildError::NothingToBuild {
+        targets: names.join(", "),
+        why: why.join("; "),
+    }
 }
 
 /// The compile command of every job (what `build` would run on a cold cache), for
 /// `--print-commands` and for benchmarks against other build tools.
+/// `observer` gets the notes (targets `all` skips).
 pub fn commands(
     project: &Project,
     opts: &BuildOptions,
+    observer: &dyn Observer,
 ) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
-    let (targets, _, tcs) = prepare(project, opts)?;
-    Ok(plan(project, &targets)
+    let Prepared { jobs, tcs, .. } = prepare(project, opts, observer)?;
+    Ok(jobs
         .into_iter()
         .filter_map(|j| driver::command(project, &j, &tcs, &opts.env).map(|c| (j, c)))
         .collect())
@@ -157,14 +269,19 @@ pub fn build(
     reporter: &dyn Observer,
 ) -> Result<BuildReport, BuildError> {
     let start = Instant::now();
-    let (targets, cache_dir, tcs) = prepare(project, opts)?;
+    let _scope = crate::interrupt::BuildScope::enter();
+    let Prepared {
+        targets,
+        mut jobs,
+        cache_dir,
+        tcs,
+    } = prepare(project, opts, reporter)?;
     let cache = Cache::open(&cache_dir);
     let remote = open_remote(project, opts, reporter)?;
     let out_dir = opts
         .out_dir
         .clone()
         .unwrap_or_else(|| project.out_dir.clone());
-    let mut jobs = plan(project, &targets);
     order_longest_first(&mut jobs, &cache_dir);
 
     reporter.planned(jobs.len());
@@ -193,6 +310,7 @@ pub fn build(
     let mut records: Vec<ObjectRecord> = Vec::new();
     let mut failures: Vec<Failure> = Vec::new();
     let mut failed_jobs: Vec<usize> = Vec::new();
+    let mut ran = vec![false; jobs.len()];
     let (mut compiled, mut cached) = (0, 0);
     let mut timings: BTreeMap<String, f64> = BTreeMap::new();
     let keep_going = opts.keep_going;
@@ -204,7 +322,14 @@ pub fn build(
         |job| run_job(&ctx, job),
         stops,
         |i, done| {
+            if crate::interrupt::interrupted() {
+                // A killed compiler is no failure of the job: nothing to report or record.
+                return;
+            }
             let job = &jobs[i];
+            if let Some(r) = ran.get_mut(i) {
+                *r = true;
+            }
             reporter.event(&Event::Job {
                 kernel: job.kernel_name.clone(),
                 variant: job.variant_name().map(str::to_string),
@@ -232,10 +357,29 @@ pub fn build(
             }
         },
     );
-    // Whatever a failed job's earlier build left is not this build's output.
-    for i in failed_jobs {
-        let _ = std::fs::remove_file(out_dir.join(&jobs[i].out_rel));
+    if crate::interrupt::interrupted() {
+        return Err(BuildError::Interrupted);
     }
+    let unbuilt = |j: &Job, error: Option<String>| UnbuiltObject {
+        kernel: j.kernel_name.clone(),
+        variant: j.variant_name().map(str::to_string),
+        target: j.target.to_string(),
+        error,
+    };
+    let mut failed: Vec<UnbuiltObject> = Vec::new();
+    // Whatever a failed job's earlier build left is not this build's output.
+    for (n, &i) in failed_jobs.iter().enumerate() {
+        let _ = std::fs::remove_file(out_dir.join(&jobs[i].out_rel));
+        failed.push(unbuilt(&jobs[i], failures.get(n).map(|f| f.cause.clone())));
+    }
+    let mut missing: Vec<UnbuiltObject> = Vec::new();
+    for (job, _) in jobs.iter().zip(&ran).filter(|(_, r)| !**r) {
+        let _ = std::fs::remove_file(out_dir.join(&job.out_rel));
+        missing.push(unbuilt(job, None));
+    }
+    let order = |u: &UnbuiltObject| (u.target.clone(), u.kernel.clone(), u.variant.clone());
+    failed.sort_by_key(order);
+    missing.sort_by_key(order);
     if !timings.is_empty() {
         save_timings(&cache_dir, timings);
     }
@@ -260,6 +404,9 @@ pub fn build(
         kernels: project.kernels.iter().map(|k| k.name.clone()).collect(),
         objects: records,
         containers,
+        failed,
+        missing,
+        partial: false,
     };
     let manifest_path = out_dir.join("manifest.json");
     let manifest_json = manifest.to_json();
@@ -462,20 +609,21 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }
     };
     let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
-    let resources = match object_resources(&entry.object, log, kernel.block_size) {
-        Ok(r) => r
-            .kernels
-            .into_iter()
-            .map(|k| (k.name, k.resources))
-            .collect(),
-        Err(e) => {
-            return fail(
-                format!("reading resources: {e}"),
-                Some(entry.meta.command.clone()),
-                String::new(),
-            )
-        }
-    };
+    let resources =
+        match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
+            Ok(r) => r
+                .kernels
+                .into_iter()
+                .map(|k| (k.name, k.resources))
+                .collect(),
+            Err(e) => {
+                return fail(
+                    format!("reading resources: {e}"),
+                    Some(entry.meta.command.clone()),
+                    String::new(),
+                )
+            }
+        };
     let dest = ctx.out_dir.join(&job.out_rel);
     if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
         return fail(

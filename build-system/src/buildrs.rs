@@ -217,7 +217,7 @@ impl Build {
                 details,
             });
         }
-        let bundle = Bundle::from_build_dir(&build_dir, None)?;
+        let bundle = Bundle::from_build_dir(&build_dir, None, false)?;
         let bundle_path = out.join(bundle.file_name());
         write(
             &bundle_path,

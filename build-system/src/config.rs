@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use kbuild_manifest::target::{parse_target_list, Target, Vendor};
+use kbuild_manifest::target::{parse_target_spec, Target, Vendor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -202,6 +202,9 @@ pub struct Project {
     pub name: String,
     pub version: String,
     pub default_targets: Vec<Target>,
+    /// `[build] targets` names `all`: a build of the default targets skips those the found
+    /// toolchains cannot build (with a warning), as `--targets all` does.
+    pub default_targets_all: bool,
     pub out_dir: PathBuf,
     pub flags: VendorFlags,
     pub launcher: Option<String>,
@@ -306,16 +309,16 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         .map_err(|e| at(raw.package.version.span(), e.to_string()))?;
 
     let targets = |list: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<Target>, ConfigError> {
-        let mut out = Vec::new();
+        // Each item is checked on its own (an error points at it); `-ITEM` exclusions apply
+        // across items (`["all", "-gfx950"]`), so the list is parsed as one.
+        let mut items = Vec::new();
         for item in list.get_ref() {
-            for t in
-                parse_target_list(item.get_ref()).map_err(|e| at(item.span(), e.to_string()))?
-            {
-                if !out.contains(&t) {
-                    out.push(t);
-                }
-            }
+            parse_target_spec(item.get_ref()).map_err(|e| at(item.span(), e.to_string()))?;
+            items.push(item.get_ref().as_str());
         }
+        let out = parse_target_spec(&items.join(","))
+            .map_err(|e| at(list.span(), e.to_string()))?
+            .targets;
         if out.is_empty() {
             return Err(at(list.span(), "target list is empty".into()));
         }
@@ -325,6 +328,11 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         Some(list) => targets(list)?,
         None => Vec::new(),
     };
+    let default_targets_all = raw.build.targets.as_ref().is_some_and(|list| {
+        list.get_ref()
+            .iter()
+            .any(|item| parse_target_spec(item.get_ref()).is_ok_and(|s| s.all))
+    });
 
     let dir = |s: &Spanned<String>| -> Result<PathBuf, ConfigError> {
         let p = PathBuf::from(s.get_ref());
@@ -430,6 +438,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         name,
         version,
         default_targets,
+        default_targets_all,
         out_dir,
         flags: raw.build.flags,
         launcher: raw.build.launcher,

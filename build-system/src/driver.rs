@@ -162,6 +162,8 @@ pub enum CompileError {
     NoDepfile { log: String },
     #[error("scratch directory: {0}")]
     Io(std::io::Error),
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl CompileError {
@@ -202,7 +204,12 @@ pub fn run(
         .stderr(Stdio::piped())
         .env("TMPDIR", tmp)
         .process_group(0);
+    if crate::interrupt::interrupted() {
+        return Err(CompileError::Interrupted);
+    }
     let mut child = c.spawn().map_err(CompileError::Spawn)?;
+    // Killed with its whole group on SIGINT/SIGTERM (it does not see the terminal's Ctrl-C).
+    let _group = crate::interrupt::register_group(child.id());
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     let (tx, rx) = std::sync::mpsc::channel();

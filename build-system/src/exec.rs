@@ -6,7 +6,8 @@ use std::sync::mpsc;
 
 /// Run `work` over `jobs` on `workers` threads; `done` sees each result on the calling thread
 /// as it arrives (index, result). When `stops` says a result is a stop, no job starts after it
-/// (decided on the worker, before it takes another job, so `-j 1` runs nothing more).
+/// (decided on the worker, before it takes another job, so `-j 1` runs nothing more). After
+/// SIGINT/SIGTERM ([`crate::interrupt`]) no job starts either.
 pub fn run<J: Sync, R: Send>(
     jobs: &[J],
     workers: usize,
@@ -24,7 +25,7 @@ pub fn run<J: Sync, R: Send>(
             let tx = tx.clone();
             let (next, stop, work, stops) = (&next, &stop, &work, &stops);
             s.spawn(move || loop {
-                if stop.load(Ordering::Relaxed) {
+                if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
                     break;
                 }
                 // Worker 0 runs on the token this process already holds; others take one.
@@ -36,7 +37,10 @@ pub fn run<J: Sync, R: Send>(
                     },
                 };
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= jobs.len() || stop.load(Ordering::Relaxed) {
+                if i >= jobs.len()
+                    || stop.load(Ordering::Relaxed)
+                    || crate::interrupt::interrupted()
+                {
                     drop(token);
                     break;
                 }

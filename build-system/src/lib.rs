@@ -15,6 +15,7 @@ pub mod events;
 pub mod exec;
 pub mod fat;
 pub mod git;
+pub mod interrupt;
 pub mod plan;
 pub mod remote_cache;
 pub mod toolchain;

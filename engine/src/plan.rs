@@ -218,6 +218,9 @@ mod tests {
                 .collect(),
             objects,
             containers: Vec::new(),
+            failed: Vec::new(),
+            missing: Vec::new(),
+            partial: false,
         }
     }
 

@@ -35,6 +35,9 @@ pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manife
         kernels,
         objects,
         containers: vec![],
+        failed: vec![],
+        missing: vec![],
+        partial: false,
     }
 }
 

@@ -37,6 +37,40 @@ pub struct Manifest {
     /// clang offload bundle per HIP kernel (variant).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<ContainerRecord>,
+    /// (kernel, variant, target) jobs of this build that failed; absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<UnbuiltObject>,
+    /// Jobs that never ran because the build stopped at a failure (no `--keep-going`) or was
+    /// interrupted; absent when every job ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<UnbuiltObject>,
+    /// Set by `kbuild package --allow-partial` on a build with failed or missing objects:
+    /// the bundle was released knowingly incomplete. Absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+}
+
+/// A (kernel, variant, target) object the build planned but did not produce.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnbuiltObject {
+    pub kernel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    pub target: String,
+    /// Why it failed (failed jobs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl UnbuiltObject {
+    /// `kernel[.variant] for target`, for messages.
+    pub fn label(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("{}.{v} for {}", self.kernel, self.target),
+            None => format!("{} for {}", self.kernel, self.target),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +206,44 @@ impl Manifest {
         Ok(())
     }
 
+    /// Whether the build left objects out: some job failed or never ran.
+    pub fn is_incomplete(&self) -> bool {
+        !self.failed.is_empty() || !self.missing.is_empty()
+    }
+
+    /// `2 failed (a for sm_89, b for gfx1100), 1 missing (c for sm_89)`: what an incomplete
+    /// build lacks, for messages; `None` when it is complete. At most 5 names per list.
+    pub fn incomplete_summary(&self) -> Option<String> {
+        if !self.is_incomplete() {
+            return None;
+        }
+        let list = |what: &str, v: &[UnbuiltObject]| -> Option<String> {
+            if v.is_empty() {
+                return None;
+            }
+            let mut names: Vec<String> = v.iter().take(5).map(UnbuiltObject::label).collect();
+            if v.len() > 5 {
+                names.push(format!("{} more", v.len() - 5));
+            }
+            Some(format!("{} {what} ({})", v.len(), names.join(", ")))
+        };
+        let parts: Vec<String> = [list("failed", &self.failed), list("missing", &self.missing)]
+            .into_iter()
+            .flatten()
+            .collect();
+        Some(parts.join(", "))
+    }
+
+    /// `PARTIAL build: 1 failed (k for sm_89)` when the manifest is marked partial or
+    /// lists unbuilt objects, for pull and explain; `None` for a complete build.
+    pub fn partial_note(&self) -> Option<String> {
+        match (self.partial, self.incomplete_summary()) {
+            (_, Some(s)) => Some(format!("PARTIAL build: {s}")),
+            (true, None) => Some("PARTIAL build (marked partial when packaged)".to_string()),
+            (false, None) => None,
+        }
+    }
+
     /// Pretty JSON with a trailing newline; stable field order.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
@@ -204,6 +276,8 @@ mod tests {
             value: 16,
             max: 16,
             limiter: "waves".into(),
+            block_size: Some(256),
+            block_size_from: Some("launch-bounds".into()),
         });
         let amd = Resources::Amd(AmdResources {
             vgprs: 8,
@@ -252,8 +326,26 @@ mod tests {
                 cache_key: "x".into(),
             });
         }
+        m.failed = vec![UnbuiltObject {
+            kernel: "k".into(),
+            variant: Some("v1".into()),
+            target: "sm_89".into(),
+            error: Some("compiler exited with 1".into()),
+        }];
+        m.missing = vec![UnbuiltObject {
+            kernel: "k".into(),
+            variant: None,
+            target: "gfx1100".into(),
+            error: None,
+        }];
+        m.partial = true;
         let value = serde_json::to_value(&m).unwrap();
         check(&schema, &schema, &value, "$");
+        assert!(m.is_incomplete());
+        assert_eq!(
+            m.partial_note().unwrap(),
+            "PARTIAL build: 1 failed (k.v1 for sm_89), 1 missing (k for gfx1100)"
+        );
 
         fn resolve<'a>(
             root: &'a serde_json::Value,

@@ -105,15 +105,62 @@ pub struct ObjectResources {
 const FOREIGN_SPILLS: &str =
     "spill bytes are not recorded in a cubin (they come from the ptxas log of the build)";
 
+/// Threads per block for occupancy, given by the user, and by what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSize {
+    pub threads: u32,
+    /// [`BlockSize::FROM_CONFIG`] or [`BlockSize::FROM_FLAG`].
+    pub from: &'static str,
+}
+
+impl BlockSize {
+    /// Kbuild.toml `block-size`.
+    pub const FROM_CONFIG: &'static str = "block-size";
+    /// `kbuild inspect --block-size`.
+    pub const FROM_FLAG: &'static str = "--block-size";
+    /// The kernel's own CUDA bound (`__launch_bounds__`, REQNTID, MAXNTID).
+    pub const FROM_LAUNCH_BOUNDS: &'static str = "launch-bounds";
+    /// The AMD code object's `.max_flat_workgroup_size`.
+    pub const FROM_MAX_FLAT_WORKGROUP_SIZE: &'static str = "max-flat-workgroup-size";
+
+    pub fn config(threads: u32) -> BlockSize {
+        BlockSize {
+            threads,
+            from: Self::FROM_CONFIG,
+        }
+    }
+
+    pub fn flag(threads: u32) -> BlockSize {
+        BlockSize {
+            threads,
+            from: Self::FROM_FLAG,
+        }
+    }
+}
+
+/// Why a CUDA kernel's occupancy is not computed.
+pub const UNKNOWN_BLOCK_SIZE: &str = "occupancy unknown: no block size (set block-size in Kbuild.toml, give the kernel __launch_bounds__, or pass inspect --block-size)";
+
+/// The occupancy record with the block size it was computed at, and where that came from.
+fn stamped(o: Option<Occupancy>, b: BlockSize) -> Option<Occupancy> {
+    o.map(|o| Occupancy {
+        block_size: Some(b.threads),
+        block_size_from: Some(b.from.to_string()),
+        ..o
+    })
+}
+
 /// Resource records of one code object (hsaco, cubin or PTX).
 ///
 /// `log`: the build's ptxas `-v` output for a cubin (spills); `None` for a foreign cubin.
-/// `block_size`: threads per block for occupancy (Kbuild.toml `block-size`); else the
-/// kernel's own bound (AMD `.max_flat_workgroup_size`; CUDA REQNTID / MAX_THREADS; else 1024).
+/// `block_size`: threads per block for occupancy (Kbuild.toml `block-size`, inspect
+/// `--block-size`); else the kernel's own bound (AMD `.max_flat_workgroup_size`; CUDA
+/// REQNTID / MAXNTID). A CUDA kernel with neither has no occupancy (unknown, said in its
+/// `note`); no block size is assumed.
 pub fn object_resources(
     data: &[u8],
     log: Option<&str>,
-    block_size: Option<u32>,
+    block_size: Option<BlockSize>,
 ) -> Result<ObjectResources, ReadError> {
     match detect(data) {
         Some(Format::Hsaco) => amd(data, block_size),
@@ -146,13 +193,16 @@ pub fn object_resources(
     }
 }
 
-fn amd(data: &[u8], block_size: Option<u32>) -> Result<ObjectResources, ReadError> {
+fn amd(data: &[u8], block_size: Option<BlockSize>) -> Result<ObjectResources, ReadError> {
     let obj = amdgpu::read_hsaco(data)?;
     let proc = obj.target.processor.and_then(processor);
     let mut kernels = Vec::new();
     for k in &obj.kernels {
         let Some(m) = &k.metadata else { continue };
-        let threads = block_size.unwrap_or(m.max_flat_workgroup_size);
+        let threads = block_size.unwrap_or(BlockSize {
+            threads: m.max_flat_workgroup_size,
+            from: BlockSize::FROM_MAX_FLAT_WORKGROUP_SIZE,
+        });
         let occupancy = proc.and_then(|p| {
             amd_occupancy(
                 p,
@@ -161,11 +211,12 @@ fn amd(data: &[u8], block_size: Option<u32>) -> Result<ObjectResources, ReadErro
                     agprs: m.agpr_count.unwrap_or(0),
                     sgprs: m.sgpr_count,
                     lds_bytes: u32::try_from(m.group_segment_fixed_size).unwrap_or(u32::MAX),
-                    block_size: threads,
+                    block_size: threads.threads,
                     wave_size: m.wavefront_size,
                 },
             )
         });
+        let occupancy = stamped(occupancy, threads);
         kernels.push(KernelResources {
             name: k.name.clone(),
             resources: Resources::Amd(AmdResources {
@@ -194,7 +245,7 @@ fn amd(data: &[u8], block_size: Option<u32>) -> Result<ObjectResources, ReadErro
 fn cuda(
     data: &[u8],
     log: Option<&str>,
-    block_size: Option<u32>,
+    block_size: Option<BlockSize>,
 ) -> Result<ObjectResources, ReadError> {
     let obj = cubin::read_cubin(data)?;
     let reports = log.map(logs::parse_ptxas_log).unwrap_or_default();
@@ -206,23 +257,34 @@ fn cuda(
             .reqntid
             .or(k.max_threads)
             .map(|d| d.iter().map(|&x| x.max(1)).product::<u32>());
-        let threads = block_size.or(bound).unwrap_or(1024);
-        let occupancy = proc.and_then(|p| {
-            cuda_occupancy(
-                p,
-                &CudaUsage {
-                    registers: k.registers,
-                    static_shared: u32::try_from(k.shared_bytes).unwrap_or(u32::MAX),
-                    dynamic_shared: 0,
-                    block_size: threads,
-                    barriers: k.barriers,
-                },
-            )
+        let threads = block_size.or(bound.map(|threads| BlockSize {
+            threads,
+            from: BlockSize::FROM_LAUNCH_BOUNDS,
+        }));
+        let occupancy = threads.and_then(|b| {
+            let o = proc.and_then(|p| {
+                cuda_occupancy(
+                    p,
+                    &CudaUsage {
+                        registers: k.registers,
+                        static_shared: u32::try_from(k.shared_bytes).unwrap_or(u32::MAX),
+                        dynamic_shared: 0,
+                        block_size: b.threads,
+                        barriers: k.barriers,
+                    },
+                )
+            });
+            stamped(o, b)
         });
-        let note = match (log, report) {
+        let spill_note = match (log, report) {
             (None, _) => Some(FOREIGN_SPILLS.to_string()),
             (Some(_), None) => Some(format!("the ptxas log has no entry for {}", k.name)),
             _ => None,
+        };
+        let occupancy_note = threads.is_none().then(|| UNKNOWN_BLOCK_SIZE.to_string());
+        let note = match (spill_note, occupancy_note) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
         };
         kernels.push(KernelResources {
             name: k.name.clone(),
@@ -282,10 +344,12 @@ pub const INSPECT_SCHEMA: &str = "kbuild.inspect/v1";
 /// Every code object in `data` (itself, or the members of a fatbin, offload bundle or host
 /// ELF, recursively) with its resources. `label` is the file name members are named under
 /// (`label#member`); `log` is the ptxas log of a lone cubin, when known.
+/// `block_size`: threads per block for occupancy (`--block-size`), as in [`object_resources`].
 pub fn inspect(
     label: &str,
     data: &[u8],
     log: Option<&str>,
+    block_size: Option<BlockSize>,
 ) -> Result<Vec<InspectedObject>, ReadError> {
     let mut out = Vec::new();
     for m in crate::read::walk(data)? {
@@ -298,7 +362,7 @@ pub fn inspect(
             format!("{label}#{}", m.path.trim_start_matches('#'))
         };
         let member_log = if m.path.is_empty() { log } else { None };
-        let r = object_resources(&m.data, member_log, None)?;
+        let r = object_resources(&m.data, member_log, block_size)?;
         out.push(InspectedObject {
             path,
             format: r.format,

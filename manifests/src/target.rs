@@ -463,47 +463,79 @@ impl FromStr for Target {
 
 /// Parse a target list: names, groups and TORCH_CUDA_ARCH_LIST items (`8.0;8.9;9.0+PTX`,
 /// `9.0a`), separated by commas, semicolons or whitespace. Order is kept, duplicates dropped.
+/// `-ITEM` removes what ITEM names from the targets before it (`all,-gfx950`).
 pub fn parse_target_list(list: &str) -> Result<Vec<Target>, TargetError> {
+    let spec = parse_target_spec(list)?;
+    if spec.targets.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    Ok(spec.targets)
+}
+
+/// A parsed target list and whether it named `all`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// The targets, in order, exclusions applied (may be empty: `-sm_89` alone).
+    pub targets: Vec<Target>,
+    /// `all` was among the items: a build drops the targets its toolchains cannot build
+    /// (with a warning) instead of failing.
+    pub all: bool,
+}
+
+/// [`parse_target_list`] without the emptiness check, and saying whether `all` was used.
+pub fn parse_target_spec(list: &str) -> Result<TargetSpec, TargetError> {
     let mut out: Vec<Target> = Vec::new();
-    let mut push = |t: Target| {
-        if !out.contains(&t) {
-            out.push(t);
-        }
-    };
+    let mut all = false;
     for item in list
         .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
         .filter(|s| !s.is_empty())
     {
-        if item == "all" {
-            PROCESSORS
-                .iter()
-                .filter(|p| {
-                    !p.is_generic()
-                        && !matches!(
-                            p.kind,
-                            ProcessorKind::Cuda {
-                                suffix: CudaSuffix::ArchSpecific | CudaSuffix::FamilySpecific,
-                                ..
-                            }
-                        )
-                })
-                .for_each(|p| push(plain(p)));
-        } else if let Some((_, members)) = GROUPS.iter().find(|(g, _)| *g == item) {
-            for m in *members {
-                push(item_target(m)?);
+        match item.strip_prefix('-') {
+            Some(excluded) => {
+                let gone = expand_item(excluded)?;
+                out.retain(|t| !gone.contains(t));
             }
-        } else if let Some(torch) = parse_torch_item(item) {
-            for t in torch? {
-                push(t);
+            None => {
+                all |= item == "all";
+                for t in expand_item(item)? {
+                    if !out.contains(&t) {
+                        out.push(t);
+                    }
+                }
             }
-        } else {
-            push(item.parse()?);
         }
     }
-    if out.is_empty() {
+    Ok(TargetSpec { targets: out, all })
+}
+
+/// The targets one list item names: `all`, a group, a TORCH_CUDA_ARCH_LIST item or a name.
+fn expand_item(item: &str) -> Result<Vec<Target>, TargetError> {
+    if item.is_empty() {
         return Err(TargetError::Empty);
     }
-    Ok(out)
+    if item == "all" {
+        return Ok(PROCESSORS
+            .iter()
+            .filter(|p| {
+                !p.is_generic()
+                    && !matches!(
+                        p.kind,
+                        ProcessorKind::Cuda {
+                            suffix: CudaSuffix::ArchSpecific | CudaSuffix::FamilySpecific,
+                            ..
+                        }
+                    )
+            })
+            .map(plain)
+            .collect());
+    }
+    if let Some((_, members)) = GROUPS.iter().find(|(g, _)| *g == item) {
+        return members.iter().map(|m| item_target(m)).collect();
+    }
+    if let Some(torch) = parse_torch_item(item) {
+        return torch;
+    }
+    Ok(vec![item.parse()?])
 }
 
 fn plain(p: &'static Processor) -> Target {
@@ -610,6 +642,24 @@ mod tests {
         assert_eq!(names("rdna4,gfx1200"), ["gfx1200", "gfx1201"]);
         assert!(names("all").contains(&"gfx950".to_string()));
         assert!(!names("all").contains(&"sm_90a".to_string()));
+    }
+
+    #[test]
+    fn exclusions_remove_what_came_before() {
+        let all = names("all");
+        let without = names("all,-gfx950");
+        assert_eq!(without.len(), all.len() - 1);
+        assert!(!without.contains(&"gfx950".to_string()));
+        assert_eq!(names("ada,sm_90,-sm_89"), ["sm_90"]);
+        assert_eq!(names("sm_89,gfx1100,-rdna3"), ["sm_89"]);
+        assert!(parse_target_spec("all,-gfx950").unwrap().all);
+        assert!(!parse_target_spec("sm_89").unwrap().all);
+        assert_eq!(parse_target_spec("-sm_89").unwrap().targets, vec![]);
+        assert!(matches!(
+            parse_target_list("sm_89,-sm_89"),
+            Err(TargetError::Empty)
+        ));
+        assert!(parse_target_list("all,-gfx95").is_err());
     }
 
     #[test]

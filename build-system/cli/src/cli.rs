@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use kbuild_build::remote_cache::RemoteMode;
 use kbuild_bundle::sign::Policy;
 use kbuild_manifest::compat::{parse_version, Device};
-use kbuild_manifest::target::{parse_target_list, Target, Version};
+use kbuild_manifest::target::{parse_target_spec, Target, TargetError, TargetSpec, Version};
 use kbuild_report::diff::gate::{self, Rule};
 
 /// Ahead-of-time GPU kernel builds: every kernel, every target, cached.
@@ -16,6 +16,13 @@ use kbuild_report::diff::gate::{self, Rule};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// Only errors and warnings: no progress bar, no per-job lines, no summary. With a
+    /// command, give it after the command's name (`kbuild build -q`).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Also print every job's line and each compile as it starts (a bar prints them above).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
     #[command(flatten)]
     pub build: BuildArgs,
 }
@@ -50,6 +57,7 @@ pub enum Command {
     Baseline(BaselineCommand),
     /// List the GPUs the CUDA driver and the HIP runtime report (none is a normal answer).
     Devices {
+        /// `kbuild.devices/v1` JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -86,14 +94,20 @@ pub enum Command {
         /// `kbuild.inspect/v1` JSON on stdout; a path that could not be read is in `errors`.
         #[arg(long)]
         json: bool,
+        /// Threads per block for occupancy (default: the kernel's launch bounds / AMD
+        /// max_flat_workgroup_size; without one, CUDA occupancy is unknown).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        block_size: Option<u32>,
     },
     /// List or install toolchains.
     #[command(subcommand)]
     Toolchain(ToolchainCommand),
     /// Remove the build output (and with --cache, the compile cache).
     Clean {
+        /// Path to Kbuild.toml (default: found from the current directory).
         #[arg(long)]
         manifest_path: Option<PathBuf>,
+        /// The output directory to remove (default: the project's out-dir).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Also empty the content-addressed compile cache.
@@ -112,13 +126,17 @@ pub enum BaselineCommand {
 pub enum ToolchainCommand {
     /// Show each toolchain's path, version and the catalogue targets it can build.
     List {
+        /// `kbuild.toolchains/v1` JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Path to Kbuild.toml, for its [toolchain] settings (default: found from the current
+        /// directory, if any).
         #[arg(long)]
         manifest_path: Option<PathBuf>,
     },
     /// Install a toolchain (both when none is named). Idempotent.
     Install {
+        /// `cuda` or `hip` (default: both).
         #[arg(value_parser = ["cuda", "hip"])]
         which: Option<String>,
     },
@@ -127,9 +145,11 @@ pub enum ToolchainCommand {
 #[derive(Args, Default)]
 pub struct BuildArgs {
     /// Targets: names (sm_89, gfx1100, gfx90a:xnack-, compute_90), groups (ampere, rdna3, all),
-    /// or TORCH_CUDA_ARCH_LIST syntax (8.0;8.9;9.0+PTX). Default: the project's list.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
-    pub targets: Option<TargetList>,
+    /// or TORCH_CUDA_ARCH_LIST syntax (8.0;8.9;9.0+PTX); `-TARGET` excludes one (all,-gfx950).
+    /// `all` is every target the found toolchains can build. Repeatable. Default: the
+    /// project's list.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub targets: Vec<TargetList>,
     /// Path to Kbuild.toml (default: found from the current directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
@@ -239,9 +259,10 @@ pub struct PackageArgs {
     /// the cache) first, then package its out-dir.
     #[arg(value_name = "BUILD_DIR")]
     pub build_dir: Option<PathBuf>,
-    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax).
-    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
-    pub targets: Option<TargetList>,
+    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes).
+    /// Repeatable.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub targets: Vec<TargetList>,
     /// Where bundles go.
     #[arg(long, value_name = "DIR", default_value = "dist")]
     pub out: PathBuf,
@@ -251,9 +272,14 @@ pub struct PackageArgs {
     /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
     #[arg(long)]
     pub verify_reproducible: bool,
+    /// Package a build with failed or missing objects (refused otherwise); the bundle's
+    /// manifest is marked `partial`, and pull and explain show it.
+    #[arg(long)]
+    pub allow_partial: bool,
     /// Path to Kbuild.toml (default: found from the current directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+    /// `kbuild.package/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -266,8 +292,15 @@ pub struct PublishArgs {
     pub bundle: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
+    /// Publish a partial bundle (`package --allow-partial`; refused otherwise). Published
+    /// versions are immutable.
+    #[arg(long)]
+    pub allow_partial: bool,
+    /// Path to Kbuild.toml, to find the default bundle (default: found from the current
+    /// directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+    /// `kbuild.publish/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -308,6 +341,7 @@ pub struct PullArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trust: TrustArgs,
+    /// `kbuild.pull/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -321,6 +355,7 @@ pub struct LsArgs {
     /// Only what is cached locally.
     #[arg(long)]
     pub offline: bool,
+    /// `kbuild.ls/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -331,6 +366,7 @@ pub struct KeygenArgs {
     /// dir's keys/).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Base name of the key files.
     #[arg(long, default_value = "kbuild")]
     pub name: String,
     /// Replace existing key files.
@@ -429,19 +465,42 @@ pub fn parse_fail_on(s: &str) -> Result<FailOn, gate::GateRuleError> {
     gate::parse_rules(s).map(FailOn)
 }
 
+/// One `--targets` value, checked item by item (exclusions may refer to other occurrences,
+/// so emptiness is judged on all of them together, by [`target_spec`]).
 pub fn parse_targets(s: &str) -> Result<TargetList, String> {
-    parse_target_list(s)
-        .map(TargetList)
+    parse_target_spec(s)
+        .map(|_| TargetList(s.to_string()))
         .map_err(|e| e.to_string())
+}
+
+/// Every `--targets` occurrence as one list (`None` when there was none).
+pub fn target_spec(lists: &[TargetList]) -> Result<Option<TargetSpec>, TargetError> {
+    if lists.is_empty() {
+        return Ok(None);
+    }
+    let joined: Vec<&str> = lists.iter().map(|l| l.0.as_str()).collect();
+    let spec = parse_target_spec(&joined.join(","))?;
+    if spec.targets.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    Ok(Some(spec))
 }
 
 /// A parsed `--fail-on` value.
 #[derive(Clone)]
 pub struct FailOn(pub Vec<Rule>);
 
-/// A parsed `--targets` value (one argument, many targets).
+/// `BuildOptions::{targets, targets_all}` from the `--targets` occurrences.
+pub fn build_targets(lists: &[TargetList]) -> Result<(Option<Vec<Target>>, bool), TargetError> {
+    Ok(match target_spec(lists)? {
+        Some(s) => (Some(s.targets), s.all),
+        None => (None, false),
+    })
+}
+
+/// One `--targets` value as given (checked; see [`target_spec`]).
 #[derive(Clone, Debug)]
-pub struct TargetList(pub Vec<Target>);
+pub struct TargetList(pub String);
 
 pub fn parse_device(s: &str) -> Result<String, String> {
     if s == "auto" {
@@ -472,6 +531,7 @@ pub struct DiffArgs {
     /// Build this git revision in a temporary worktree and diff it with the working tree.
     #[arg(long, value_name = "GIT_REV")]
     pub base: Option<String>,
+    /// Report format: text, md (a PR comment) or json.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch.
@@ -480,12 +540,13 @@ pub struct DiffArgs {
     /// Allowlist of known cases (kbuild-allow.toml).
     #[arg(long, value_name = "FILE")]
     pub allow: Option<PathBuf>,
-    /// With --base: targets of both builds (default: each side's project list).
-    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
-    pub targets: Option<TargetList>,
+    /// With --base: targets of both builds (default: each side's project list). Repeatable.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub targets: Vec<TargetList>,
     /// With --base: path to Kbuild.toml.
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+    /// With --base: parallel compiles (default: number of cores).
     #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 }
@@ -493,8 +554,11 @@ pub struct DiffArgs {
 /// Arguments of `kbuild baseline update`.
 #[derive(Args)]
 pub struct BaselineUpdateArgs {
-    #[arg(long, value_name = "LIST", value_parser = parse_targets)]
-    pub targets: Option<TargetList>,
+    /// Targets to rebuild (names, groups, `-TARGET` excludes; default: the project's list).
+    /// Repeatable.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub targets: Vec<TargetList>,
+    /// Path to Kbuild.toml (default: found from the current directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
     /// The baseline file (default: resources.json next to Kbuild.toml).
@@ -503,6 +567,7 @@ pub struct BaselineUpdateArgs {
     /// Take the resources from this build output dir or manifest instead of building.
     #[arg(long, value_name = "PATH")]
     pub from: Option<PathBuf>,
+    /// Parallel compiles (default: number of cores).
     #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 }
@@ -515,4 +580,69 @@ pub enum Format {
     Markdown,
     Text,
     Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option, flag and positional of every (sub)command says what it does in `--help`.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") || arg.is_hide_set() {
+                    continue;
+                }
+                let has_help = arg
+                    .get_help()
+                    .or(arg.get_long_help())
+                    .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !has_help {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kbuild", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without help text:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    #[test]
+    fn targets_repeat_and_exclude() {
+        let cli = Cli::try_parse_from([
+            "kbuild",
+            "build",
+            "--targets",
+            "all",
+            "--targets",
+            "-gfx950",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let Some(Command::Build(b)) = cli.command else {
+            panic!("not a build")
+        };
+        let spec = target_spec(&b.targets).unwrap().unwrap();
+        assert!(spec.all);
+        assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
+        let cli =
+            Cli::try_parse_from(["kbuild", "build", "--targets", "sm_89", "--targets=-sm_89"])
+                .unwrap_or_else(|e| panic!("{e}"));
+        let Some(Command::Build(b)) = cli.command else {
+            panic!("not a build")
+        };
+        assert!(target_spec(&b.targets).is_err());
+    }
 }

@@ -17,7 +17,23 @@ fn main() -> ExitCode {
     let env = Env::from_process();
     init_tracing(&env);
     let cli = Cli::parse();
-    match run(cli, &env) {
+    progress::init(
+        match (cli.quiet, cli.verbose) {
+            (true, _) => progress::Verbosity::Quiet,
+            (_, true) => progress::Verbosity::Verbose,
+            _ => progress::Verbosity::Normal,
+        },
+        &env,
+    );
+    if let Err(e) = kbuild_build::interrupt::install() {
+        tracing::warn!("could not install the SIGINT/SIGTERM handler: {e}");
+    }
+    let result = run(cli, &env);
+    if kbuild_build::interrupt::interrupted() {
+        eprintln!("kbuild: interrupted; compilers stopped, nothing half-written left");
+        return ExitCode::from(kbuild_build::interrupt::EXIT_CODE);
+    }
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", crate::commands::error_text(&e));
@@ -34,7 +50,7 @@ fn init_tracing(env: &Env) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(env.get(names::NO_COLOR).is_none())
+        .with_ansi(progress::stderr_is_fancy(env))
         .try_init();
 }
 
@@ -43,7 +59,11 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => build::run(cli.build, env),
         Some(Command::Build(args)) => build::run(args, env),
-        Some(Command::Inspect { files, json }) => Ok(inspect::run(&files, json, env)),
+        Some(Command::Inspect {
+            files,
+            json,
+            block_size,
+        }) => Ok(inspect::run(&files, json, block_size, env)),
         Some(Command::Devices { json }) => Ok(explain::run_devices(json, env)),
         Some(Command::Explain(args)) => Ok(explain::run_explain(args, env)),
         Some(Command::Package(args)) => registry::run_package(args, env),

@@ -10,45 +10,128 @@ use kbuild_base::env::{names, Env};
 use kbuild_build::events::{Event, JobStatus, Observer};
 use kbuild_registry::progress::Progress;
 
+/// How much a command says while it works: `-q` (errors and warnings only), the default, or
+/// `-v` (also every job and every compile as it starts). Set once by `main`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+static VERBOSITY: std::sync::OnceLock<Verbosity> = std::sync::OnceLock::new();
+static FANCY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Set the process's verbosity and whether stderr takes escape codes (the first call wins).
+pub fn init(v: Verbosity, env: &Env) {
+    let _ = VERBOSITY.set(v);
+    let _ = FANCY.set(stderr_is_fancy(env));
+}
+
+pub fn verbosity() -> Verbosity {
+    VERBOSITY.get().copied().unwrap_or(Verbosity::Normal)
+}
+
+/// Whether stderr may get escape codes: a terminal, TERM not `dumb`, NO_COLOR unset.
+pub fn stderr_is_fancy(env: &Env) -> bool {
+    std::io::stderr().is_terminal()
+        && env.str(names::TERM) != Some("dumb")
+        && env.get(names::NO_COLOR).is_none()
+}
+
 /// Where a build's events go.
 pub enum BuildProgress {
     Json,
-    Plain,
-    Bar(indicatif::ProgressBar),
+    Plain(Verbosity),
+    Bar {
+        bar: indicatif::ProgressBar,
+        /// Labels of the jobs compiling now, in start order.
+        running: Mutex<Vec<String>>,
+        verbosity: Verbosity,
+    },
 }
 
 impl BuildProgress {
-    /// JSON lines with `--json`; a bar when stderr is a terminal outside CI and TERM is not
-    /// `dumb`; plain lines otherwise.
+    /// JSON lines with `--json`; a bar when stderr is a terminal outside CI, TERM is not
+    /// `dumb` and NO_COLOR is unset (and not `-q`); plain lines otherwise.
     pub fn new(json: bool, env: &Env) -> BuildProgress {
         if json {
             return BuildProgress::Json;
         }
-        let dumb = env.str(names::TERM) == Some("dumb");
-        if std::io::stderr().is_terminal() && env.get(names::CI).is_none() && !dumb {
+        let verbosity = verbosity();
+        if verbosity > Verbosity::Quiet && stderr_is_fancy(env) && env.get(names::CI).is_none() {
             let bar = indicatif::ProgressBar::new(0);
+            // Short fixed part; the message (how many run, and which) takes the rest of the
+            // terminal's width and is cut to fit it.
             let style = indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {wide_msg}",
+                "{spinner} {pos}/{len} [{bar:20}] {elapsed} {wide_msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-            bar.set_style(style);
+            bar.set_style(style.progress_chars("=> "));
             bar.enable_steady_tick(Duration::from_millis(200));
-            return BuildProgress::Bar(bar);
+            return BuildProgress::Bar {
+                bar,
+                running: Mutex::new(Vec::new()),
+                verbosity,
+            };
         }
-        BuildProgress::Plain
+        BuildProgress::Plain(verbosity)
+    }
+
+    /// Plain lines at the default verbosity (for `--print-commands` notes).
+    pub fn plain() -> BuildProgress {
+        BuildProgress::Plain(verbosity())
+    }
+}
+
+/// `2 running: a for sm_89, b for gfx1100`.
+fn running_message(running: &[String]) -> String {
+    if running.is_empty() {
+        return String::new();
+    }
+    format!("{} running: {}", running.len(), running.join(", "))
+}
+
+/// `kernel[.variant] for target` of a job event, as the library labels jobs.
+fn event_label(e: &Event) -> Option<String> {
+    match e {
+        Event::Job {
+            kernel,
+            variant,
+            target,
+            ..
+        } => Some(match variant {
+            Some(v) => format!("{kernel}.{v} for {target}"),
+            None => format!("{kernel} for {target}"),
+        }),
+        Event::Summary { .. } => None,
     }
 }
 
 impl Observer for BuildProgress {
     fn planned(&self, jobs: usize) {
-        if let BuildProgress::Bar(b) = self {
-            b.set_length(jobs as u64);
+        if let BuildProgress::Bar { bar, .. } = self {
+            bar.set_length(jobs as u64);
         }
     }
 
     fn started(&self, label: &str) {
-        if let BuildProgress::Bar(b) = self {
-            b.set_message(format!("compiling {label}"));
+        match self {
+            BuildProgress::Bar {
+                bar,
+                running,
+                verbosity,
+            } => {
+                if *verbosity >= Verbosity::Verbose {
+                    bar.println(format!("  starting {label}"));
+                }
+                if let Ok(mut r) = running.lock() {
+                    r.push(label.to_string());
+                    bar.set_message(running_message(&r));
+                }
+            }
+            BuildProgress::Plain(Verbosity::Verbose) => eprintln!("  starting {label}"),
+            _ => {}
         }
     }
 
@@ -60,24 +143,38 @@ impl Observer for BuildProgress {
                     let _ = writeln!(out, "{line}");
                 }
             }
-            BuildProgress::Plain => {
-                if let Some(line) = e.line() {
-                    eprintln!("{line}");
+            BuildProgress::Plain(v) => {
+                let show = match e {
+                    Event::Job { .. } => *v > Verbosity::Quiet,
+                    Event::Summary { failed, .. } => *v > Verbosity::Quiet || *failed > 0,
+                };
+                if show {
+                    if let Some(line) = e.line() {
+                        eprintln!("{line}");
+                    }
                 }
             }
-            BuildProgress::Bar(b) => match e {
-                Event::Job {
-                    status: JobStatus::Failed,
-                    ..
-                } => {
-                    if let Some(line) = e.line() {
-                        b.println(line);
+            BuildProgress::Bar {
+                bar,
+                running,
+                verbosity,
+            } => match e {
+                Event::Job { status, .. } => {
+                    if let (Some(label), Ok(mut r)) = (event_label(e), running.lock()) {
+                        if let Some(i) = r.iter().position(|l| *l == label) {
+                            r.remove(i);
+                        }
+                        bar.set_message(running_message(&r));
                     }
-                    b.inc(1);
+                    if *status == JobStatus::Failed || *verbosity >= Verbosity::Verbose {
+                        if let Some(line) = e.line() {
+                            bar.println(line);
+                        }
+                    }
+                    bar.inc(1);
                 }
-                Event::Job { .. } => b.inc(1),
                 Event::Summary { .. } => {
-                    b.finish_and_clear();
+                    bar.finish_and_clear();
                     if let Some(line) = e.line() {
                         eprintln!("{line}");
                     }
@@ -89,7 +186,7 @@ impl Observer for BuildProgress {
     /// Free text goes to stderr in every mode, so stdout stays one JSON object per line.
     fn note(&self, text: &str) {
         match self {
-            BuildProgress::Bar(b) => b.println(text),
+            BuildProgress::Bar { bar, .. } => bar.println(text),
             _ => eprintln!("{text}"),
         }
     }
@@ -105,9 +202,10 @@ pub struct Bars {
 
 impl Bars {
     pub fn new(json: bool) -> Bars {
+        let quiet = json || verbosity() == Verbosity::Quiet;
         Bars {
-            show_bars: !json && std::io::stderr().is_terminal(),
-            quiet: json,
+            show_bars: !quiet && FANCY.get().copied().unwrap_or(false),
+            quiet,
             bar: Mutex::new(None),
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::Bundle;
 use kbuild_manifest::manifest::Manifest;
-use kbuild_manifest::resources::{inspect, InspectFailure, InspectedObject, Resources};
+use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
 
 /// What [`inspect_path`] found in one path: the objects it read and what it could not read
 /// (the path itself, or single objects of a build or bundle).
@@ -54,8 +54,8 @@ fn build_log(path: &Path) -> Option<String> {
 /// Inspect one path: a code object or container (cubin, hsaco, PTX, fatbin, offload bundle,
 /// host ELF), a kbuild build output directory or its `manifest.json` (every object it lists,
 /// read from the build), or a bundle (every object in it, named `BUNDLE#OBJECT PATH`).
-/// `limits` bound what a bundle may unpack to.
-pub fn inspect_path(path: &Path, limits: Limits) -> Inspected {
+/// `limits` bound what a bundle may unpack to; `block_size` is `--block-size` for occupancy.
+pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) -> Inspected {
     let label = path.display().to_string();
     if path.is_dir() {
         let m = path.join("manifest.json");
@@ -65,37 +65,37 @@ pub fn inspect_path(path: &Path, limits: Limits) -> Inspected {
                 "a directory without manifest.json; pass a build output directory (`kbuild build --out DIR`), a bundle, or code object files",
             );
         }
-        return inspect_manifest_file(&m);
+        return inspect_manifest_file(&m, block_size);
     }
     // A bundle is read streaming from its file (its compressed bytes never all in memory).
     if starts_like_bundle(path) {
-        return inspect_bundle(&label, Bundle::open(path, limits));
+        return inspect_bundle(&label, Bundle::open(path, limits), block_size);
     }
     let data = match std::fs::read(path) {
         Ok(d) => d,
         Err(e) => return Inspected::fail(label, e),
     };
     if data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-        return inspect_manifest(path, &data);
+        return inspect_manifest(path, &data, block_size);
     }
     let mut out = Inspected::default();
     let log = build_log(path);
     out.add(
         &label,
-        inspect(&label, &data, log.as_deref()).map_err(|e| e.to_string()),
+        inspect(&label, &data, log.as_deref(), block_size).map_err(|e| e.to_string()),
     );
     out
 }
 
-fn inspect_manifest_file(m: &Path) -> Inspected {
+fn inspect_manifest_file(m: &Path, block_size: Option<BlockSize>) -> Inspected {
     match std::fs::read(m) {
-        Ok(data) => inspect_manifest(m, &data),
+        Ok(data) => inspect_manifest(m, &data, block_size),
         Err(e) => Inspected::fail(m.display().to_string(), e),
     }
 }
 
 /// A build's manifest: each object it lists, read from the build dir beside it.
-fn inspect_manifest(path: &Path, data: &[u8]) -> Inspected {
+fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> Inspected {
     let manifest = match Manifest::from_json(data) {
         Ok(m) => m,
         Err(e) => return Inspected::fail(path.display().to_string(), e),
@@ -108,7 +108,7 @@ fn inspect_manifest(path: &Path, data: &[u8]) -> Inspected {
         let found = match std::fs::read(&file) {
             Ok(bytes) => {
                 let log = build_log(&file);
-                inspect(&label, &bytes, log.as_deref()).map_err(|e| e.to_string())
+                inspect(&label, &bytes, log.as_deref(), block_size).map_err(|e| e.to_string())
             }
             Err(e) => Err(format!(
                 "listed in {} but not readable: {e}",
@@ -139,7 +139,11 @@ fn starts_like_bundle(path: &Path) -> bool {
 }
 
 /// A bundle: each object its manifest lists, from the bundle (verified as it is read).
-fn inspect_bundle(label: &str, bundle: Result<Bundle, kbuild_bundle::BundleError>) -> Inspected {
+fn inspect_bundle(
+    label: &str,
+    bundle: Result<Bundle, kbuild_bundle::BundleError>,
+    block_size: Option<BlockSize>,
+) -> Inspected {
     let bundle = match bundle {
         Ok(b) => b,
         Err(e) => return Inspected::fail(label, format!("not a readable kbuild bundle: {e}")),
@@ -148,7 +152,7 @@ fn inspect_bundle(label: &str, bundle: Result<Bundle, kbuild_bundle::BundleError
     for o in &bundle.manifest().objects {
         let name = format!("{label}#{}", o.path);
         let found = match bundle.object(&o.sha256) {
-            Some(bytes) => inspect(&name, bytes, None).map_err(|e| e.to_string()),
+            Some(bytes) => inspect(&name, bytes, None, block_size).map_err(|e| e.to_string()),
             None => Err("listed in the bundle's manifest but not in the bundle".into()),
         };
         out.add(&name, found);
@@ -158,8 +162,18 @@ fn inspect_bundle(label: &str, bundle: Result<Bundle, kbuild_bundle::BundleError
 
 fn occupancy_cell(o: &Option<kbuild_manifest::occupancy::Occupancy>) -> String {
     match o {
-        Some(o) => format!("{}/{} {} ({})", o.value, o.max, o.unit, o.limiter),
-        None => "-".into(),
+        Some(o) => match (o.block_size, &o.block_size_from) {
+            (Some(b), Some(from)) => format!(
+                "{}/{} {} ({}) at {b} threads ({from})",
+                o.value, o.max, o.unit, o.limiter
+            ),
+            (Some(b), None) => format!(
+                "{}/{} {} ({}) at {b} threads",
+                o.value, o.max, o.unit, o.limiter
+            ),
+            _ => format!("{}/{} {} ({})", o.value, o.max, o.unit, o.limiter),
+        },
+        None => "unknown".into(),
     }
 }
 

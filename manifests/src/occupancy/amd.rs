@@ -138,6 +138,8 @@ pub fn amd_occupancy(p: &Processor, u: &AmdUsage) -> Option<Occupancy> {
         value,
         max,
         limiter: limiter.to_string(),
+        block_size: Some(u.block_size),
+        block_size_from: None,
     };
     if u.block_size == 0 {
         return Some(occupancy(0, "waves"));

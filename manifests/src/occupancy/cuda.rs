@@ -137,6 +137,8 @@ pub fn cuda_occupancy(p: &Processor, u: &CudaUsage) -> Option<Occupancy> {
         value: u32::try_from(value).unwrap_or(u32::MAX),
         max: l.warps_per_sm,
         limiter: limiter.to_string(),
+        block_size: Some(u.block_size),
+        block_size_from: None,
     };
     if u.block_size == 0 {
         return Some(occupancy(0, "warps"));

@@ -32,6 +32,15 @@ pub struct Occupancy {
     /// AMD: `vgprs`, `sgprs`, `lds`, `waves`. At `max` it is `warps` / `waves` (the hardware
     /// ceiling); below it, when several bind equally, the first of that order is named.
     pub limiter: String,
+    /// Threads per block the figure is for (absent in manifests written before it was
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// Where `block_size` came from: `block-size` (Kbuild.toml), `--block-size` (inspect),
+    /// `launch-bounds` (CUDA `__launch_bounds__` / REQNTID / MAXNTID) or
+    /// `max-flat-workgroup-size` (AMD code object metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size_from: Option<String>,
 }
 
 impl Occupancy {

@@ -61,6 +61,15 @@ pub enum BundleError {
     Build(String),
     #[error("its manifest.json is {0} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes; refusing an oversize manifest")]
     ManifestTooLarge(u64),
+    /// A build with failed or missing objects, or a bundle marked partial, without
+    /// `--allow-partial`.
+    #[error("{what} is a partial build of {package}: {summary}; refusing to {action} it (pass --allow-partial to {action} it anyway, marked partial)")]
+    Partial {
+        what: String,
+        package: String,
+        summary: String,
+        action: &'static str,
+    },
 }
 
 /// Whether a bundle's next archive entry `name` of `size` bytes may be inflated, given the
@@ -272,7 +281,14 @@ impl Bundle {
 
     /// Package a build directory (`kbuild build --out DIR`): its manifest.json and objects,
     /// optionally only some targets. Each object's bytes are checked against the manifest.
-    pub fn from_build_dir(dir: &Path, targets: Option<&[String]>) -> Result<Bundle, BundleError> {
+    ///
+    /// A build whose manifest lists failed or missing objects is refused unless
+    /// `allow_partial`; then the bundle's manifest is marked `partial`.
+    pub fn from_build_dir(
+        dir: &Path,
+        targets: Option<&[String]>,
+        allow_partial: bool,
+    ) -> Result<Bundle, BundleError> {
         let mpath = dir.join("manifest.json");
         let raw = std::fs::read(&mpath).map_err(|err| BundleError::Io {
             path: mpath.display().to_string(),
@@ -291,6 +307,19 @@ impl Bundle {
             }
             manifest.targets.retain(|t| keep.contains(t));
             manifest.objects.retain(|o| keep.contains(&o.target));
+            manifest.failed.retain(|o| keep.contains(&o.target));
+            manifest.missing.retain(|o| keep.contains(&o.target));
+        }
+        if let Some(summary) = manifest.incomplete_summary() {
+            if !allow_partial {
+                return Err(BundleError::Partial {
+                    what: mpath.display().to_string(),
+                    package: format!("{} {}", manifest.package.name, manifest.package.version),
+                    summary,
+                    action: "package",
+                });
+            }
+            manifest.partial = true;
         }
         // Multi-target containers (`--fat`) are build outputs, not per-target objects.
         manifest.containers.clear();
@@ -377,6 +406,23 @@ impl Bundle {
             .cloned()
             .collect();
         Bundle::from_parts(self.manifest_json.clone(), objects, Some(ordered))
+    }
+
+    /// Refuse to publish a partial bundle (one whose manifest is marked partial or lists
+    /// failed or missing objects) unless `allow_partial`. `what` names it in the error.
+    pub fn check_publishable(&self, what: &str, allow_partial: bool) -> Result<(), BundleError> {
+        let m = &self.manifest;
+        if allow_partial || !(m.partial || m.is_incomplete()) {
+            return Ok(());
+        }
+        Err(BundleError::Partial {
+            what: what.to_string(),
+            package: format!("{} {}", m.package.name, m.package.version),
+            summary: m
+                .incomplete_summary()
+                .unwrap_or_else(|| "it is marked partial".to_string()),
+            action: "publish",
+        })
     }
 
     pub fn manifest(&self) -> &Manifest {

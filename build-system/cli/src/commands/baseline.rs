@@ -69,9 +69,11 @@ pub fn check(manifest: &Path, path: &Path, json: bool, env: &Env) -> Result<Exit
 
 pub fn update(args: BaselineUpdateArgs, env: &Env) -> Result<ExitCode> {
     let project = config::open(args.manifest_path.as_deref())?;
+    let (targets, targets_all) = crate::cli::build_targets(&args.targets)?;
     let req = UpdateRequest {
         build: BuildOptions {
-            targets: args.targets.map(|t| t.0),
+            targets,
+            targets_all,
             jobs: args.jobs.map(|j| j as usize),
             env: env.clone(),
             ..BuildOptions::default()

@@ -15,8 +15,10 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
     if let Some(l) = args.launcher {
         project.launcher = Some(l);
     }
+    let (targets, targets_all) = crate::cli::build_targets(&args.targets)?;
     let opts = BuildOptions {
-        targets: args.targets.map(|t| t.0),
+        targets,
+        targets_all,
         out_dir: args.out,
         jobs: args.jobs.map(|j| j as usize),
         keep_going: args.keep_going,
@@ -33,7 +35,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
             .out_dir
             .clone()
             .unwrap_or_else(|| project.out_dir.clone());
-        for (job, cmd) in commands(&project, &opts)? {
+        for (job, cmd) in commands(&project, &opts, &BuildProgress::plain())? {
             let line = serde_json::json!({
                 "kernel": job.kernel_name, "variant": job.variant_name(), "target": job.target.to_string(),
                 "cwd": project.root, "launcher": cmd.launcher, "program": cmd.program, "args": cmd.key_args,
@@ -53,7 +55,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
     } else {
         if !args.json {
             eprintln!(
-                "error: {} job(s) failed; the manifest lists only the objects that built",
+                "error: {} job(s) failed; the manifest lists the objects that built and, as `failed` and `missing`, those that did not (package and publish refuse it without --allow-partial)",
                 report.failures.len()
             );
         }

@@ -59,8 +59,11 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
     let side = |path: &std::path::Path, which: &str| load_side(path, which, limits);
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
         (Some(rev), None, None) => {
+            let (targets, targets_all) =
+                crate::cli::build_targets(&args.targets).map_err(|e| Failed(e.into()))?;
             let opts = BuildOptions {
-                targets: args.targets.map(|t| t.0),
+                targets,
+                targets_all,
                 jobs: args.jobs.map(|j| j as usize),
                 env: env.clone(),
                 ..BuildOptions::default()

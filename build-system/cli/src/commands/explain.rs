@@ -47,6 +47,9 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     if let Some(note) = package.trust_note() {
         eprintln!("{}: {note}", path.display());
     }
+    if let Some(note) = package.manifest().ok().and_then(|m| m.partial_note()) {
+        eprintln!("warning: {}: {note}", path.display());
+    }
     let opts = DeviceOptions {
         device: args.device.clone(),
         driver: args.driver,

@@ -8,16 +8,17 @@ use std::process::ExitCode;
 
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
-use kbuild_manifest::resources::{InspectReport, INSPECT_SCHEMA};
+use kbuild_manifest::resources::{BlockSize, InspectReport, INSPECT_SCHEMA};
 use kbuild_report::inspect::{inspect_path, inspect_table};
 
-/// Inspect `files`; exit 1 when any could not be read.
-pub fn run(files: &[PathBuf], json: bool, env: &Env) -> ExitCode {
+/// Inspect `files`; exit 1 when any could not be read. `block_size`: `--block-size`.
+pub fn run(files: &[PathBuf], json: bool, block_size: Option<u32>, env: &Env) -> ExitCode {
     let limits = Limits::from_env(env);
+    let block_size = block_size.map(BlockSize::flag);
     let mut objects = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        let found = inspect_path(f, limits);
+        let found = inspect_path(f, limits, block_size);
         objects.extend(found.objects);
         errors.extend(found.errors);
     }

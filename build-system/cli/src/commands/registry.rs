@@ -66,13 +66,15 @@ impl TrustArgs {
 
 fn build_into(
     project: &config::Project,
-    targets: Option<Vec<Target>>,
+    (targets, targets_all): (Option<Vec<Target>>, bool),
     out_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    allow_partial: bool,
     env: &Env,
 ) -> Result<PathBuf> {
     let opts = BuildOptions {
         targets,
+        targets_all,
         out_dir,
         cache_dir,
         env: env.clone(),
@@ -83,7 +85,7 @@ fn build_into(
         &opts,
         &crate::progress::BuildProgress::new(false, env),
     )?;
-    if !report.failures.is_empty() {
+    if !report.failures.is_empty() && !allow_partial {
         bail!(
             "{} job(s) failed; nothing was packaged (run `kbuild build` to see them)",
             report.failures.len()
@@ -94,19 +96,28 @@ fn build_into(
 
 /// `kbuild package`.
 pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
-    let targets = args.targets.map(|t| t.0);
+    let (targets, targets_all) = crate::cli::build_targets(&args.targets)?;
+    // `all` packages what the build holds: the targets its toolchains could build.
     let filter: Option<Vec<String>> = targets
         .as_ref()
+        .filter(|_| !targets_all)
         .map(|ts| ts.iter().map(Target::to_string).collect());
     let mtime = env.source_date_epoch();
     let build_dir = match &args.build_dir {
         Some(d) => d.clone(),
         None => {
             let project = config::open(args.manifest_path.as_deref())?;
-            build_into(&project, targets.clone(), None, None, env)?
+            build_into(
+                &project,
+                (targets.clone(), targets_all),
+                None,
+                None,
+                args.allow_partial,
+                env,
+            )?
         }
     };
-    let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref())?;
+    let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref(), args.allow_partial)?;
     let bytes = bundle.to_bytes(mtime)?;
     let mut written = vec![write_bundle(&args.out, &bundle, &bytes)?];
     if args.split {
@@ -125,12 +136,19 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
             kbuild_manifest::target::parse_target_list(&bundle.manifest().targets.join(","))?;
         let again = build_into(
             &project,
-            Some(list),
+            (Some(list), false),
             Some(scratch.join("out")),
             Some(scratch.join("cache")),
+            args.allow_partial,
             env,
         );
-        let second = again.and_then(|d| Ok(Bundle::from_build_dir(&d, filter.as_deref())?));
+        let second = again.and_then(|d| {
+            Ok(Bundle::from_build_dir(
+                &d,
+                filter.as_deref(),
+                args.allow_partial,
+            )?)
+        });
         let _ = std::fs::remove_dir_all(&scratch);
         let second = second?;
         let second_bytes = second.to_bytes(mtime)?;
@@ -234,6 +252,7 @@ pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let bundle = Bundle::from_bytes(&bytes, Limits::from_env(env))
         .with_context(|| path.display().to_string())?;
+    bundle.check_publishable(&path.display().to_string(), args.allow_partial)?;
     let sig_path = kbuild_bundle::signature_path(&path);
     let sigs = match std::fs::read(&sig_path) {
         Ok(b) => {
@@ -418,6 +437,7 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
                 "objects": b.objects().len(), "layer_bytes": pulled.layer_bytes,
                 "from_cache": pulled.from_cache, "device": device.as_ref().map(|d| d.1.clone()),
                 "signature": signature, "bundle": out_file,
+                "partial": b.manifest().partial_note(),
             })
         );
     } else {
@@ -445,6 +465,9 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         if let Some(p) = out_file {
             println!("wrote {}", p.display());
         }
+    }
+    if let Some(note) = b.manifest().partial_note() {
+        eprintln!("warning: {name} {}: {note}", b.version());
     }
     Ok(ExitCode::SUCCESS)
 }

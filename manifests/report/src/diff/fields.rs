@@ -280,6 +280,8 @@ mod tests {
                 value: 8,
                 max: 16,
                 limiter: "vgprs".into(),
+                block_size: None,
+                block_size_from: None,
             }),
         })
     }

@@ -26,6 +26,8 @@ pub(crate) fn amd(vgprs: u32, vgpr_spills: u32, lds: u64, waves: u32) -> Resourc
             value: waves,
             max: 16,
             limiter: if waves < 16 { "vgprs" } else { "waves" }.into(),
+            block_size: None,
+            block_size_from: None,
         }),
     })
 }
@@ -46,6 +48,8 @@ pub(crate) fn cuda(registers: u32, spill: Option<u64>, warps: u32) -> Resources 
             value: warps,
             max: 48,
             limiter: if warps < 48 { "registers" } else { "warps" }.into(),
+            block_size: None,
+            block_size_from: None,
         }),
         note: None,
     })
