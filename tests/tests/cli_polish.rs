@@ -351,6 +351,8 @@ fn a_failed_job_is_one_error_naming_kernel_and_target() {
         e.contains("error: k for sm_89: compiler exited with"),
         "{e}"
     );
+    // One failure, one `error:` line; the summary after it is not a second error.
+    assert_eq!(e.matches("error:").count(), 1, "{e}");
 }
 
 // ------------------------------------------------ 12. inspect reads everything kbuild writes

@@ -55,7 +55,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
     } else {
         if !args.json {
             eprintln!(
-                "error: {} job(s) failed; the manifest lists the objects that built and, as `failed` and `missing`, those that did not (package and publish refuse it without --allow-partial)",
+                "kbuild: {} job(s) failed; the manifest lists the objects that built and, as `failed` and `missing`, those that did not (package and publish refuse it without --allow-partial)",
                 report.failures.len()
             );
         }
