@@ -446,3 +446,34 @@ pub fn tags(port: u16, repo: &str) -> Vec<String> {
         .filter_map(|t| t.as_str().map(str::to_string))
         .collect()
 }
+
+/// Upload `bytes` as a blob of `repo` straight to the registry on 127.0.0.1:`port`
+/// (monolithic POST, then PUT with the digest); returns the digest.
+pub fn put_blob(port: u16, repo: &str, bytes: &[u8]) -> String {
+    let digest = format!("sha256:{}", kbuild_base::digest::sha256_hex(bytes));
+    let (code, lines, body) = http_full(
+        port,
+        "POST",
+        &format!("/v2/{repo}/blobs/uploads/"),
+        &[],
+        &[],
+    )
+    .expect("registry answers");
+    assert_eq!(code, 202, "{}", String::from_utf8_lossy(&body));
+    let loc = header_value(&lines, "location").expect("upload location");
+    let path = match loc.find("/v2/") {
+        Some(i) => loc[i..].to_string(),
+        None => loc,
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let (code, body) = http(
+        port,
+        "PUT",
+        &format!("{path}{sep}digest={digest}"),
+        &[("Content-Type", "application/octet-stream")],
+        bytes,
+    )
+    .expect("registry answers");
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
+    digest
+}

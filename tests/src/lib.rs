@@ -183,3 +183,38 @@ pub fn manifest(out_dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .expect("manifest is JSON")
 }
+
+/// The C example (`examples/c/explain.c`) built with gcc against this workspace's cdylib
+/// (built first, with the tests' profile) into `dir`: (the executable, the library dir for
+/// `LD_LIBRARY_PATH`).
+pub fn c_example(dir: &Path) -> (PathBuf, PathBuf) {
+    let exe = std::env::current_exe().expect("test executable");
+    let libdir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    let release = libdir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.args(["build", "-q", "-p", "kbuild-capi"])
+        .current_dir(repo_root());
+    if release {
+        c.arg("--release");
+    }
+    assert!(c.status().expect("cargo build").success());
+    let out = dir.join("explain");
+    let root = repo_root();
+    let o = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("loader/include"))
+        .arg(root.join("examples/c/explain.c"))
+        .arg("-L")
+        .arg(&libdir)
+        .args(["-lkbuild_capi", "-o"])
+        .arg(&out)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o));
+    (out, libdir)
+}

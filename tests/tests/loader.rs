@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use kbuild_tests::{repo_root, text, Scratch};
+use kbuild_tests::{text, Scratch};
 
 /// One build shared by the tests of this file: rmsnorm for the H200 acceptance targets plus
 /// two AMD ones.
@@ -329,44 +329,11 @@ fn devices_with_the_hip_search_pointed_at_an_empty_dir_is_not_found() {
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
 
-/// The cdylib of this workspace, built with the tests' profile.
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf();
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut c = Command::new(cargo);
-    c.args(["build", "-q", "-p", "kbuild-capi"])
-        .current_dir(repo_root());
-    if release {
-        c.arg("--release");
-    }
-    assert!(c.status().expect("cargo build").success());
-    profile_dir
-}
-
 #[test]
 fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
     let dir = build().display().to_string();
-    let libdir = cdylib();
     let tmp = tempfile::tempdir().unwrap();
-    let exe = tmp.path().join("explain");
-    let root = repo_root();
-    let o = Command::new("gcc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root.join("loader/include"))
-        .arg(root.join("examples/c/explain.c"))
-        .arg("-L")
-        .arg(&libdir)
-        .args(["-lkbuild_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "{}", text(&o));
+    let (exe, libdir) = kbuild_tests::c_example(tmp.path());
     let run = |args: &[&str]| {
         Command::new(&exe)
             .args(args)
@@ -449,20 +416,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
     assert_eq!(from_bundle["kernels"][0]["selected"]["target"], "sm_90a");
 
     // The C ABI opens the bundle too.
-    let libdir = cdylib();
-    let exe = tmp.path().join("explain");
-    let root = repo_root();
-    let o = Command::new("gcc")
-        .arg("-I")
-        .arg(root.join("loader/include"))
-        .arg(root.join("examples/c/explain.c"))
-        .arg("-L")
-        .arg(&libdir)
-        .args(["-lkbuild_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "{}", text(&o));
+    let (exe, libdir) = kbuild_tests::c_example(tmp.path());
     let o = Command::new(&exe)
         .args([&b, "gfx1100"])
         .env("LD_LIBRARY_PATH", &libdir)

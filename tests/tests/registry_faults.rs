@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kbuild_tests::fault_proxy::{header_value, http, http_full, tags, Fault, FaultProxy, Rule};
+use kbuild_tests::fault_proxy::{http, put_blob, tags, Fault, FaultProxy, Rule};
 use kbuild_tests::registry::{files_under, json, write_project, Env, Registry, SMALL_A, SMALL_B};
 use kbuild_tests::text;
 
@@ -467,36 +467,6 @@ fn put_manifest(port: u16, repo: &str, reference: &str, bytes: &[u8]) {
     )
     .expect("registry answers");
     assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
-}
-
-/// A blob upload straight to the registry (POST, then PUT with the bytes).
-fn put_blob(port: u16, repo: &str, bytes: &[u8]) -> String {
-    let digest = format!("sha256:{}", sha256_hex(bytes));
-    let (code, lines, body) = http_full(
-        port,
-        "POST",
-        &format!("/v2/{repo}/blobs/uploads/"),
-        &[],
-        &[],
-    )
-    .expect("registry answers");
-    assert_eq!(code, 202, "{}", String::from_utf8_lossy(&body));
-    let loc = header_value(&lines, "location").expect("upload location");
-    let path = match loc.find("/v2/") {
-        Some(i) => loc[i..].to_string(),
-        None => loc,
-    };
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let (code, body) = http(
-        port,
-        "PUT",
-        &format!("{path}{sep}digest={digest}"),
-        &[("Content-Type", "application/octet-stream")],
-        bytes,
-    )
-    .expect("registry answers");
-    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
-    digest
 }
 
 #[test]

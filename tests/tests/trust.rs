@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::sign::{Payload, Policy, SecretKey, SignatureFile, Trust};
 use kbuild_manifest::fixtures;
-use kbuild_tests::fault_proxy::{http, http_full};
+use kbuild_tests::fault_proxy::{http, put_blob};
 use kbuild_tests::registry::{files_under, json, Env, Registry};
 use kbuild_tests::text;
 
@@ -51,36 +51,6 @@ fn publish(env: &Env, bundle: &Path, url: &str) -> serde_json::Value {
             "--json",
         ],
     ))
-}
-
-/// Upload `bytes` as a blob of `repo` (monolithic POST + PUT); returns its digest.
-fn put_blob(port: u16, repo: &str, bytes: &[u8]) -> String {
-    let digest = kbuild_base::digest::oci_digest(bytes);
-    let (code, lines, _) = http_full(
-        port,
-        "POST",
-        &format!("/v2/{repo}/blobs/uploads/"),
-        &[],
-        &[],
-    )
-    .unwrap();
-    assert_eq!(code, 202, "{lines:?}");
-    let location = kbuild_tests::fault_proxy::header_value(&lines, "location").unwrap();
-    let path = location
-        .split_once("://")
-        .map(|(_, rest)| rest[rest.find('/').unwrap()..].to_string())
-        .unwrap_or(location);
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let (code, body) = http(
-        port,
-        "PUT",
-        &format!("{path}{sep}digest={digest}"),
-        &[("Content-Type", "application/octet-stream")],
-        bytes,
-    )
-    .unwrap();
-    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&body));
-    digest
 }
 
 /// A copy of `repo`'s manifest for `tag` whose kbuild manifest (the config blob) is changed by
@@ -595,31 +565,7 @@ fn attack_10_a_load_index_with_swapped_records_is_not_used() {
 fn attack_5_the_c_abi_applies_the_policy_too() {
     let env = Env::new();
     let bundle = fixture_bundle(&env.path().join("dist"), "0.1.0", "a");
-    let libdir = {
-        let exe = std::env::current_exe().unwrap();
-        let profile = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-        let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        c.args(["build", "-q", "-p", "kbuild-capi"])
-            .current_dir(kbuild_tests::repo_root());
-        if profile.file_name().is_some_and(|n| n == "release") {
-            c.arg("--release");
-        }
-        assert!(c.status().unwrap().success());
-        profile
-    };
-    let exe = env.path().join("explain");
-    let root = kbuild_tests::repo_root();
-    let o = Command::new("gcc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root.join("loader/include"))
-        .arg(root.join("examples/c/explain.c"))
-        .arg("-L")
-        .arg(&libdir)
-        .args(["-lkbuild_capi", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "{}", text(&o));
+    let (exe, libdir) = kbuild_tests::c_example(env.path());
     let run = |vars: &[(&str, &str)]| {
         let mut c = Command::new(&exe);
         c.arg(&bundle)

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -452,6 +452,24 @@ fn basic_gate(ok: impl Fn(&Req) -> Resp + Send + Sync + 'static) -> impl Fn(&Req
     }
 }
 
+/// `kbuild ARGS --registry <registry's REPO> --plain-http --retries 0`, with the env
+/// credentials bound to that registry's host (`KBUILD_REGISTRY_HOST`).
+fn kb_bound(env: &Env, args: &[&str], registry: &Hostile, repo: &str) -> Output {
+    let url = registry.url(repo);
+    let host = registry.host();
+    let mut all = args.to_vec();
+    all.extend(["--registry", url.as_str(), "--plain-http", "--retries", "0"]);
+    env.kb_env(
+        env.path(),
+        &all,
+        &[
+            ("KBUILD_REGISTRY_USER", "u"),
+            ("KBUILD_REGISTRY_PASSWORD", SECRET),
+            ("KBUILD_REGISTRY_HOST", host.as_str()),
+        ],
+    )
+}
+
 fn assert_no_secret(server: &Hostile, what: &str) {
     let leaked: Vec<String> = server.authorizations();
     assert!(
@@ -587,24 +605,7 @@ fn tag_link_to_another_origin_gets_no_authorization() {
         Resp::json(200, r#"{"name":"kb-small","tags":["0.1.0"]}"#).header("Link", next.clone())
     }));
     let env = Env::new();
-    let host = registry.host();
-    let o = env.kb_env(
-        env.path(),
-        &[
-            "ls",
-            "kb-small",
-            "--registry",
-            &registry.url("kb-small"),
-            "--plain-http",
-            "--retries",
-            "0",
-        ],
-        &[
-            ("KBUILD_REGISTRY_USER", "u"),
-            ("KBUILD_REGISTRY_PASSWORD", SECRET),
-            ("KBUILD_REGISTRY_HOST", host.as_str()),
-        ],
-    );
+    let o = kb_bound(&env, &["ls", "kb-small"], &registry, "kb-small");
     assert_no_secret(&evil, "Link: rel=next");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -635,23 +636,11 @@ fn upload_location_to_another_origin_gets_no_authorization() {
     let bundle = kbuild_bundle::bundle::Bundle::from_parts(m, o, None).expect("bundle");
     let file = env.path().join("pkg-1.2.3.kbundle");
     std::fs::write(&file, bundle.to_bytes(0).expect("bundle bytes")).unwrap();
-    let host = registry.host();
-    let o = env.kb_env(
-        env.path(),
-        &[
-            "publish",
-            &file.display().to_string(),
-            "--registry",
-            &registry.url("pkg"),
-            "--plain-http",
-            "--retries",
-            "0",
-        ],
-        &[
-            ("KBUILD_REGISTRY_USER", "u"),
-            ("KBUILD_REGISTRY_PASSWORD", SECRET),
-            ("KBUILD_REGISTRY_HOST", host.as_str()),
-        ],
+    let o = kb_bound(
+        &env,
+        &["publish", &file.display().to_string()],
+        &registry,
+        "pkg",
     );
     assert_no_secret(&evil, "upload Location");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -673,24 +662,7 @@ fn redirect_to_another_origin_gets_no_authorization() {
         Resp::new(307).header("Location", format!("{evil_base}{}", r.path))
     }));
     let env = Env::new();
-    let host = registry.host();
-    let o = env.kb_env(
-        env.path(),
-        &[
-            "ls",
-            "kb-small",
-            "--registry",
-            &registry.url("kb-small"),
-            "--plain-http",
-            "--retries",
-            "0",
-        ],
-        &[
-            ("KBUILD_REGISTRY_USER", "u"),
-            ("KBUILD_REGISTRY_PASSWORD", SECRET),
-            ("KBUILD_REGISTRY_HOST", host.as_str()),
-        ],
-    );
+    let o = kb_bound(&env, &["ls", "kb-small"], &registry, "kb-small");
     assert_no_secret(&evil, "a 307 redirect");
     assert!(o.status.success(), "{}", text(&o));
     // The redirect's target asks for credentials itself (a Bearer challenge naming a token
@@ -703,24 +675,7 @@ fn redirect_to_another_origin_gets_no_authorization() {
     let registry = Hostile::start(move |r| {
         Resp::new(307).header("Location", format!("{evil_base}{}", r.path))
     });
-    let host = registry.host();
-    let o = env.kb_env(
-        env.path(),
-        &[
-            "ls",
-            "kb-small",
-            "--registry",
-            &registry.url("kb-small"),
-            "--plain-http",
-            "--retries",
-            "0",
-        ],
-        &[
-            ("KBUILD_REGISTRY_USER", "u"),
-            ("KBUILD_REGISTRY_PASSWORD", SECRET),
-            ("KBUILD_REGISTRY_HOST", host.as_str()),
-        ],
-    );
+    let o = kb_bound(&env, &["ls", "kb-small"], &registry, "kb-small");
     assert_no_secret(&evil, "a redirect target's challenge");
     assert_no_secret(&realm, "the token realm of a redirect target's challenge");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
