@@ -52,26 +52,26 @@ impl DirSource {
     pub fn new(root: impl Into<PathBuf>) -> DirSource {
         DirSource { root: root.into() }
     }
+
+    /// The object file at manifest-relative `path`, which must stay inside the directory.
+    fn file(&self, path: &str) -> Result<PathBuf> {
+        kbuild_base::ident::confined(&self.root, "object path", path).map_err(|e| {
+            LoaderError::Package {
+                path: self.root.join("manifest.json"),
+                what: e.to_string(),
+            }
+        })
+    }
 }
 
 impl ObjectSource for DirSource {
     fn read(&self, path: &str, _sha256: &str) -> Result<Vec<u8>> {
-        let full = kbuild_base::ident::confined(&self.root, "object path", path).map_err(|e| {
-            LoaderError::Package {
-                path: self.root.join("manifest.json"),
-                what: e.to_string(),
-            }
-        })?;
+        let full = self.file(path)?;
         std::fs::read(&full).map_err(|e| LoaderError::io(full, "reading the code object", e))
     }
 
     fn read_sized(&self, path: &str, _sha256: &str, size: u64) -> Result<Vec<u8>> {
-        let full = kbuild_base::ident::confined(&self.root, "object path", path).map_err(|e| {
-            LoaderError::Package {
-                path: self.root.join("manifest.json"),
-                what: e.to_string(),
-            }
-        })?;
+        let full = self.file(path)?;
         // The size the manifest records: open and one read into spare capacity (no stat, no
         // zeroing, no probe for the end). Only these bytes are verified and handed on, so a
         // longer file changes nothing; a shorter one fails its digest.

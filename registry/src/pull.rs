@@ -269,12 +269,8 @@ pub fn pull(
                 .iter()
                 .all(|t| c.layers.get(t) == entry.layers.get(t));
         if have_all {
-            let opened = req
-                .cache
-                .open(&c)
-                .ok()
-                .filter(|b| b.manifest_digest() == resolved.manifest_digest);
-            if let Some(b) = opened {
+            // `open` reads the manifest blob by the ref's digest, checked equal above.
+            if let Ok(b) = req.cache.open(&c) {
                 let bundle = b.restrict(&targets).map_err(StoreError::from)?;
                 if sigs.is_some() {
                     // Newly signed since it was cached: remember the signatures.

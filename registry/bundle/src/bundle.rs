@@ -198,7 +198,8 @@ impl Bundle {
                 objects.insert(hex, e.data);
             }
         }
-        Bundle::from_parts(first.data, objects, subset)
+        // The manifest parsed to admit the entries is the one verified (no second parse).
+        Bundle::assemble(first.data, declared, objects, subset)
     }
 
     /// Assemble and verify a bundle from a manifest's bytes and objects keyed by sha256 hex.
@@ -208,10 +209,23 @@ impl Bundle {
         objects: BTreeMap<String, Vec<u8>>,
         subset: Option<Vec<String>>,
     ) -> Result<Bundle, BundleError> {
+        Bundle::assemble(manifest_json, None, objects, subset)
+    }
+
+    /// [`Bundle::from_parts`], with `parsed` the manifest already parsed from `manifest_json`.
+    fn assemble(
+        manifest_json: Vec<u8>,
+        parsed: Option<Manifest>,
+        objects: BTreeMap<String, Vec<u8>>,
+        subset: Option<Vec<String>>,
+    ) -> Result<Bundle, BundleError> {
         if manifest_json.len() as u64 > MAX_MANIFEST_BYTES {
             return Err(BundleError::ManifestTooLarge(manifest_json.len() as u64));
         }
-        let manifest = Manifest::from_json(&manifest_json)?;
+        let manifest = match parsed {
+            Some(m) => m,
+            None => Manifest::from_json(&manifest_json)?,
+        };
         let subset = match subset {
             Some(s) => {
                 let mut seen = BTreeSet::new();
