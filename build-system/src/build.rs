@@ -464,7 +464,11 @@ fn cross_target_audit(
             BTreeMap::new();
         for r in records.iter().filter(|r| r.kernel == k.name) {
             let matched: BTreeSet<String> = crate::entries::concrete(
-                &k.entries.iter().filter(|e| !e.is_exact()).cloned().collect::<Vec<_>>(),
+                &k.entries
+                    .iter()
+                    .filter(|e| !e.is_exact())
+                    .cloned()
+                    .collect::<Vec<_>>(),
                 &r.entries,
             )
             .into_iter()
@@ -670,23 +674,19 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         },
     };
     let kernel = &ctx.project.kernels[job.kernel];
-    let audited = match crate::audit::audit(
-        &kernel.name,
-        &job.target,
-        &kernel.entries,
-        &entry.object,
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            return fail(
-                format!("coverage audit: {e}"),
-                Some(entry.meta.command.clone()),
-                String::new(),
-            )
-        }
-    };
+    let audited =
+        match crate::audit::audit(&kernel.name, &job.target, &kernel.entries, &entry.object) {
+            Ok(a) => a,
+            Err(e) => {
+                return fail(
+                    format!("coverage audit: {e}"),
+                    Some(entry.meta.command.clone()),
+                    String::new(),
+                )
+            }
+        };
     let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
-    let resources =
+    let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
         match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
             Ok(r) => r
                 .kernels
@@ -701,6 +701,23 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
                 )
             }
         };
+    // A kernel with patterns records what its entries name (concrete symbols); one with
+    // exact names only records every symbol the object exports, as it always has.
+    let (entries, resources, demangled) = if kernel.has_patterns() {
+        let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
+        let keep = |k: &String| named.contains(k);
+        (
+            named.clone(),
+            resources.into_iter().filter(|(k, _)| keep(k)).collect(),
+            audited
+                .demangled
+                .into_iter()
+                .filter(|(k, _)| keep(k))
+                .collect(),
+        )
+    } else {
+        (audited.ident.entries, resources, audited.demangled)
+    };
     let dest = ctx.out_dir.join(&job.out_rel);
     if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
         return fail(
@@ -734,8 +751,8 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         blake3: Some(kbuild_base::digest::blake3_hex(&entry.object)),
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
-        entries: audited.ident.entries,
-        demangled: audited.demangled,
+        entries,
+        demangled,
         resources,
         cache_key: entry.key,
     };

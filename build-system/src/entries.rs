@@ -47,7 +47,10 @@ enum Token {
     Char(char),
     Any,
     AnyRun,
-    Class { negated: bool, items: Vec<(char, char)> },
+    Class {
+        negated: bool,
+        items: Vec<(char, char)>,
+    },
 }
 
 impl fmt::Display for EntryPattern {
@@ -225,8 +228,9 @@ pub fn disagreements(
     let all: BTreeSet<&String> = per_target.values().flatten().collect();
     let mut out = Vec::new();
     for sym in all {
-        let (has, lacks): (Vec<&String>, Vec<&String>) =
-            per_target.keys().partition(|t| per_target[*t].contains(sym));
+        let (has, lacks): (Vec<&String>, Vec<&String>) = per_target
+            .keys()
+            .partition(|t| per_target[*t].contains(sym));
         if !lacks.is_empty() {
             out.push((
                 sym.clone(),
@@ -420,11 +424,18 @@ mod tests {
         assert_eq!(r.unmatched, ["none_*"]);
         assert_eq!(r.matched.iter().collect::<Vec<_>>(), ["fast_a", "fast_b"]);
         let mut per = BTreeMap::new();
-        per.insert("sm_89".to_string(), BTreeSet::from(["a".to_string(), "b".to_string()]));
+        per.insert(
+            "sm_89".to_string(),
+            BTreeSet::from(["a".to_string(), "b".to_string()]),
+        );
         per.insert("gfx1100".to_string(), BTreeSet::from(["a".to_string()]));
         assert_eq!(
             disagreements(&per),
-            [("b".to_string(), vec!["sm_89".to_string()], vec!["gfx1100".to_string()])]
+            [(
+                "b".to_string(),
+                vec!["sm_89".to_string()],
+                vec!["gfx1100".to_string()]
+            )]
         );
     }
 }

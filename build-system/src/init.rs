@@ -76,7 +76,9 @@ pub enum InitError {
     CompileCommands { path: String, message: String },
     #[error("--targets: {0}")]
     Targets(#[from] TargetError),
-    #[error("no toolchain builds any of the units: {0} (install one with `kbuild toolchain install`)")]
+    #[error(
+        "no toolchain builds any of the units: {0} (install one with `kbuild toolchain install`)"
+    )]
     NoToolchain(String),
     #[error(transparent)]
     Dirs(#[from] kbuild_base::dirs::DirsError),
@@ -211,8 +213,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         .flat_map(|d| d.exported.keys())
         .filter_map(|t| vendor_of(t))
         .collect();
-    let (target_items, build_targets): (Vec<String>, Vec<Target>) = match (&opts.targets, &given)
-    {
+    let (target_items, build_targets): (Vec<String>, Vec<Target>) = match (&opts.targets, &given) {
         (Some(text), Some(spec)) => (
             text.split(|c: char| c == ',' || c == ';' || c.is_whitespace())
                 .filter(|s| !s.is_empty())
@@ -305,12 +306,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
                 failures += 1;
             } else {
                 kernels += 1;
-                entries += d
-                    .exported
-                    .values()
-                    .flatten()
-                    .collect::<BTreeSet<_>>()
-                    .len();
+                entries += d.exported.values().flatten().collect::<BTreeSet<_>>().len();
             }
             reports.push(r);
         }
@@ -547,7 +543,10 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
             let _ = writeln!(text, "# kbuild init: does not compile for {t}: {e}");
         }
         if d.errors.is_empty() {
-            let _ = writeln!(text, "# kbuild init: was not built (no toolchain for its language)");
+            let _ = writeln!(
+                text,
+                "# kbuild init: was not built (no toolchain for its language)"
+            );
         }
         let _ = writeln!(text, "# [kernels.{}]", u.kernel);
         let _ = writeln!(text, "# source = {}", toml_str(&source));
@@ -557,7 +556,12 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
         let _ = writeln!(text, "# entries = [\"*\"]");
         return report;
     }
-    let _ = write!(text, "\n[kernels.{}]\nsource = {}\n", u.kernel, toml_str(&source));
+    let _ = write!(
+        text,
+        "\n[kernels.{}]\nsource = {}\n",
+        u.kernel,
+        toml_str(&source)
+    );
     if u.language == Language::Hip {
         let _ = writeln!(text, "language = \"hip\"");
     }
@@ -573,7 +577,8 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
             .filter(|t| built.contains(&t.vendor()))
             .map(Target::to_string)
             .collect();
-        if !keep.is_empty() {
+        // Only when the list also holds targets of the vendor it failed for.
+        if !keep.is_empty() && keep.len() < targets.len() {
             let _ = writeln!(text, "targets = {}", toml_array(&keep));
         }
     }
@@ -601,11 +606,7 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
     }
     let same_everywhere = common.len() == union.len();
     if same_everywhere && common.len() > MAX_LISTED {
-        let preview: Vec<String> = common
-            .iter()
-            .take(4)
-            .map(|s| display_entry(s).0)
-            .collect();
+        let preview: Vec<String> = common.iter().take(4).map(|s| display_entry(s).0).collect();
         let _ = writeln!(
             text,
             "# {} entries found ({}, ...): `*` is every exported kernel",
@@ -917,7 +918,11 @@ fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError> {
             Some(d) => PathBuf::from(d),
             None => dir.to_path_buf(),
         };
-        let cwd = if cwd.is_absolute() { cwd } else { dir.join(cwd) };
+        let cwd = if cwd.is_absolute() {
+            cwd
+        } else {
+            dir.join(cwd)
+        };
         let args: Vec<String> = match (entry.get("arguments"), entry.get("command")) {
             (Some(a), _) => a
                 .as_array()
@@ -930,9 +935,7 @@ fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError> {
                     .ok_or_else(|| bad(format!("entry {i}: `command` is not a string")))?,
             ),
             (None, None) => {
-                return Err(bad(format!(
-                    "entry {i}: neither `arguments` nor `command`"
-                )))
+                return Err(bad(format!("entry {i}: neither `arguments` nor `command`")))
             }
         };
         let mut it = args.iter().skip(1).peekable();
@@ -971,7 +974,10 @@ fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError> {
                     Some((k, v)) => (k.to_string(), v.to_string()),
                     None => (d.clone(), "1".to_string()),
                 };
-                let is_ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                let is_ident = k
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                     && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !is_ident {
                     let note = format!("-D{d} (a function-like or unusual macro)");
@@ -1102,8 +1108,12 @@ mod tests {
             "template <typename T>\n__global__ void scale(T* x, int n) { }\ntemplate __global__ void scale<float>(float*, int);"
         ));
         assert!(!defines_kernel("__global__ void k(float* x);"));
-        assert!(!defines_kernel("// __global__ void k() {}\n/* __global__ void j() {} */"));
-        assert!(!defines_kernel("const char* s = \"__global__ void k() {}\";"));
+        assert!(!defines_kernel(
+            "// __global__ void k() {}\n/* __global__ void j() {} */"
+        ));
+        assert!(!defines_kernel(
+            "const char* s = \"__global__ void k() {}\";"
+        ));
         assert!(!defines_kernel("int my__global__x() { return 0; }"));
         assert!(defines_kernel("KC_KERNEL(64) void k(float* x) { }"));
     }
@@ -1153,6 +1163,9 @@ mod tests {
         assert_eq!(s.skipped.len(), 2, "{:?}", s.skipped);
         std::fs::write(d.path().join("compile_commands.json"), "{}").unwrap();
         let e = compile_settings(d.path()).unwrap_err().to_string();
-        assert!(e.contains("compile_commands.json: expected an array"), "{e}");
+        assert!(
+            e.contains("compile_commands.json: expected an array"),
+            "{e}"
+        );
     }
 }
