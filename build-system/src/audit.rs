@@ -25,13 +25,18 @@ pub enum AuditError {
     },
     #[error("object does not export entry symbol(s) {missing} (it exports: {found})")]
     MissingEntries { missing: String, found: String },
-    #[error("kernel `{kernel}`, target {target}: entry pattern(s) {patterns} match no exported symbol (it exports: {found})")]
-    Unmatched {
-        kernel: String,
-        target: String,
-        patterns: String,
-        found: String,
-    },
+    #[error("{0}")]
+    Unmatched(Box<Unmatched>),
+}
+
+/// Entry patterns that match no exported symbol of a kernel's object for a target.
+#[derive(Debug, thiserror::Error)]
+#[error("kernel `{kernel}`, target {target}: entry pattern(s) {patterns} match no exported symbol (it exports: {found})")]
+pub struct Unmatched {
+    pub kernel: String,
+    pub target: String,
+    pub patterns: String,
+    pub found: String,
 }
 
 /// What the audit found in an object: its identity, and what its entries resolve to.
@@ -69,7 +74,7 @@ pub fn audit(
         });
     }
     if !r.unmatched.is_empty() {
-        return Err(AuditError::Unmatched {
+        return Err(AuditError::Unmatched(Box::new(Unmatched {
             kernel: kernel.to_string(),
             target: target.to_string(),
             patterns: r
@@ -79,7 +84,7 @@ pub fn audit(
                 .collect::<Vec<_>>()
                 .join(", "),
             found: found(),
-        });
+        })));
     }
     let demangled = exported
         .iter()
