@@ -122,6 +122,30 @@ entries = ["*"]
         every.sort();
         assert_eq!(every, [float, int, "fast_add", "fast_mul", "slow_add"]);
     }
+    // The loader selects by kernel and finds the entries by their concrete names.
+    let package = kbuild_loader::Package::open(&dir.join("out")).unwrap();
+    assert!(package.has_load_index());
+    for spec in ["sm_89", "gfx1100"] {
+        let device = kbuild_manifest::compat::Device::parse(spec, None, None).unwrap();
+        let selection = package.select(&device);
+        let choice = selection.kernel("scaled", None).unwrap();
+        let picked = selection.require(choice).unwrap();
+        assert_eq!(picked.target, spec);
+        let object = package.object(picked.object).unwrap();
+        assert!(object.entry(float).is_some() && object.entry(int).is_some());
+        assert!(
+            object.entry("fast_add").is_none(),
+            "not one of `scaled`'s entries"
+        );
+        let fast = selection
+            .require(selection.kernel("fast", None).unwrap())
+            .unwrap();
+        assert!(package
+            .object(fast.object)
+            .unwrap()
+            .entry("fast_mul")
+            .is_some());
+    }
 }
 
 #[test]
