@@ -1142,6 +1142,79 @@ mod tests {
         assert_eq!(unique_name(Path::new("1x.cu"), &mut taken), "k1x");
     }
 
+    fn unit(kernel: &str) -> Unit {
+        Unit {
+            rel: PathBuf::from(format!("ops/{kernel}.cu")),
+            language: Language::Cuda,
+            kernel: kernel.into(),
+        }
+    }
+
+    #[test]
+    fn many_entries_become_star_and_vendor_differences_a_comment() {
+        let targets: Vec<Target> = ["sm_89", "gfx1100"]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let many: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        let mut d = Discovered::default();
+        d.exported.insert("sm_89".into(), many.clone());
+        d.exported.insert("gfx1100".into(), many);
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("wide"), &d, &targets);
+        assert_eq!(r.entries, ["*"]);
+        assert!(
+            text.contains("# 10 entries found (k0, k1, k2, k3, ...)"),
+            "{text}"
+        );
+
+        let mut d = Discovered::default();
+        d.exported.insert(
+            "sm_89".into(),
+            vec!["_Z5scaleIfEvPT_i".into(), "both".into(), "cuda_only".into()],
+        );
+        d.exported.insert(
+            "gfx1100".into(),
+            vec!["_Z5scaleIfEvPT_i".into(), "both".into()],
+        );
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("guarded"), &d, &targets);
+        assert_eq!(r.entries, ["scale<float>", "both"]);
+        assert!(
+            text.contains("# exported only for sm_89, so not listed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"scale<float>\", # _Z5scaleIfEvPT_i"),
+            "{text}"
+        );
+
+        let mut d = Discovered::default();
+        d.exported.insert("sm_89".into(), vec!["k".into()]);
+        d.errors
+            .insert("gfx1100".into(), "k.cu:1:1: error: nope".into());
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("cuda"), &d, &targets);
+        assert_eq!(r.status, "partial");
+        assert!(
+            text.contains("targets = [\"sm_89\"]") && text.contains("error: nope"),
+            "{text}"
+        );
+        let d = Discovered {
+            errors: [("sm_89".to_string(), "bad".to_string())]
+                .into_iter()
+                .collect(),
+            ..Discovered::default()
+        };
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("broken"), &d, &targets);
+        assert_eq!(r.status, "failed");
+        assert!(
+            text.contains("# [kernels.broken]") && !text.contains("\n[kernels."),
+            "{text}"
+        );
+    }
+
     #[test]
     fn reads_compile_commands() {
         let d = tempfile::tempdir().unwrap();
