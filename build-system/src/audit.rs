@@ -1,10 +1,16 @@
 //! The coverage audit: an object must be the target's (the identity
 //! [`kbuild_manifest::compat::object_identity`] requires: ELF machine, arch field, target name)
-//! and export every expected entry symbol; otherwise the build fails naming what is missing.
+//! and export every expected entry symbol (each exact name, at least one symbol per pattern);
+//! otherwise the build fails naming what is missing. A kernel with patterns must export the
+//! same matching symbols on every target ([`cross_target`]).
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use kbuild_manifest::compat::object_identity;
 use kbuild_manifest::read::{identify, ObjectIdent};
 use kbuild_manifest::target::Target;
+
+use crate::entries::{disagreements, resolve, shown, EntryPattern, Exported};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -19,31 +25,120 @@ pub enum AuditError {
     },
     #[error("object does not export entry symbol(s) {missing} (it exports: {found})")]
     MissingEntries { missing: String, found: String },
+    #[error("{0}")]
+    Unmatched(Box<Unmatched>),
 }
 
-/// Check `object` against `target` and the `expected` entries; returns what it identified.
+/// Entry patterns that match no exported symbol of a kernel's object for a target.
+#[derive(Debug, thiserror::Error)]
+#[error("kernel `{kernel}`, target {target}: entry pattern(s) {patterns} match no exported symbol (it exports: {found})")]
+pub struct Unmatched {
+    pub kernel: String,
+    pub target: String,
+    pub patterns: String,
+    pub found: String,
+}
+
+/// What the audit found in an object: its identity, and what its entries resolve to.
+#[derive(Debug)]
+pub struct Audited {
+    pub ident: ObjectIdent,
+    /// Exported symbol → its demangled form (c++filt's), for the mangled ones.
+    pub demangled: BTreeMap<String, String>,
+    /// The exported symbols the kernel's patterns (not exact names) match.
+    pub matched: BTreeSet<String>,
+}
+
+/// Check `object` against `target` and the kernel's `entries`: every exact name exported,
+/// every pattern matching at least one exported symbol. `kernel` names it in errors.
 pub fn audit(
+    kernel: &str,
     target: &Target,
-    expected: &[String],
+    entries: &[EntryPattern],
     object: &[u8],
-) -> Result<ObjectIdent, AuditError> {
+) -> Result<Audited, AuditError> {
     let ident = check_target(target, object)?;
-    let missing: Vec<&str> = expected
-        .iter()
-        .filter(|e| !ident.entries.iter().any(|x| x == *e))
-        .map(String::as_str)
-        .collect();
-    if !missing.is_empty() {
+    let exported: Vec<Exported> = ident.entries.iter().map(|n| Exported::new(n)).collect();
+    let found = || {
+        if exported.is_empty() {
+            "none".to_string()
+        } else {
+            exported.iter().map(shown).collect::<Vec<_>>().join(", ")
+        }
+    };
+    let r = resolve(entries, &exported);
+    if !r.missing.is_empty() {
         return Err(AuditError::MissingEntries {
-            missing: missing.join(", "),
-            found: if ident.entries.is_empty() {
-                "none".into()
-            } else {
-                ident.entries.join(", ")
-            },
+            missing: r.missing.join(", "),
+            found: found(),
         });
     }
-    Ok(ident)
+    if !r.unmatched.is_empty() {
+        return Err(AuditError::Unmatched(Box::new(Unmatched {
+            kernel: kernel.to_string(),
+            target: target.to_string(),
+            patterns: r
+                .unmatched
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            found: found(),
+        })));
+    }
+    let demangled = exported
+        .iter()
+        .filter_map(|e| e.demangled.clone().map(|d| (e.name.clone(), d)))
+        .collect();
+    Ok(Audited {
+        ident,
+        demangled,
+        matched: r.matched,
+    })
+}
+
+/// The cross-target half of the audit, for a kernel with pattern entries: every target of one
+/// (kernel, variant) must export the same set of matching symbols, or a
+/// `#if __CUDA_ARCH__`-guarded kernel would be missing where a loader looks for it.
+/// `per_target` maps each built target to the symbols its object's patterns matched.
+pub fn cross_target(
+    kernel: &str,
+    variant: Option<&str>,
+    entries: &[EntryPattern],
+    per_target: &BTreeMap<String, BTreeSet<String>>,
+) -> Option<String> {
+    let differ = disagreements(per_target);
+    if differ.is_empty() {
+        return None;
+    }
+    let patterns: Vec<String> = entries
+        .iter()
+        .filter(|e| !e.is_exact())
+        .map(|e| format!("`{e}`"))
+        .collect();
+    let what: Vec<String> = differ
+        .iter()
+        .map(|(sym, has, lacks)| {
+            let shown = match kbuild_report::demangle::demangle_symbol(sym) {
+                Some(d) => format!("`{sym}` ({d})"),
+                None => format!("`{sym}`"),
+            };
+            format!(
+                "{shown} is exported for {} but not for {}",
+                has.join(", "),
+                lacks.join(", ")
+            )
+        })
+        .collect();
+    let name = match variant {
+        Some(v) => format!("kernel `{kernel}` variant `{v}`"),
+        None => format!("kernel `{kernel}`"),
+    };
+    Some(format!(
+        "{name}: the targets export different entries for {}: {} (list the entries by name, or restrict the kernel's `targets`)",
+        patterns.join(", "),
+        what.join("; ")
+    ))
 }
 
 /// The object is a readable code object for `target`: what a compile must produce before its

@@ -387,6 +387,10 @@ pub fn build(
     records.sort_by(|a, b| {
         (&a.target, &a.kernel, &a.variant).cmp(&(&b.target, &b.kernel, &b.variant))
     });
+    for f in cross_target_audit(project, &mut records, &out_dir, &mut failed) {
+        reporter.note(&failure_text(&f));
+        failures.push(f);
+    }
     let containers = if opts.fat && failures.is_empty() {
         crate::fat::write_containers(&tcs, &cache, &out_dir, &records)
             .map_err(|(path, err)| BuildError::Write { path, err })?
@@ -441,6 +445,78 @@ pub fn build(
         seconds,
         remote,
     })
+}
+
+/// The cross-target audit of kernels with pattern entries: per (kernel, variant), every
+/// target's object must export the same matching symbols. A group that disagrees fails: its
+/// objects leave the output and the manifest lists them as `failed`, with the error.
+fn cross_target_audit(
+    project: &Project,
+    records: &mut Vec<ObjectRecord>,
+    out_dir: &Path,
+    failed: &mut Vec<UnbuiltObject>,
+) -> Vec<Failure> {
+    use std::collections::BTreeSet;
+    let mut failures = Vec::new();
+    let mut drop: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    for k in project.kernels.iter().filter(|k| k.has_patterns()) {
+        let mut groups: BTreeMap<Option<String>, BTreeMap<String, BTreeSet<String>>> =
+            BTreeMap::new();
+        for r in records.iter().filter(|r| r.kernel == k.name) {
+            let matched: BTreeSet<String> = crate::entries::concrete(
+                &k.entries
+                    .iter()
+                    .filter(|e| !e.is_exact())
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                &r.entries,
+            )
+            .into_iter()
+            .collect();
+            groups
+                .entry(r.variant.clone())
+                .or_default()
+                .insert(r.target.clone(), matched);
+        }
+        for (variant, per_target) in groups {
+            let Some(message) =
+                crate::audit::cross_target(&k.name, variant.as_deref(), &k.entries, &per_target)
+            else {
+                continue;
+            };
+            let name = match &variant {
+                Some(v) => format!("{}.{v}", k.name),
+                None => k.name.clone(),
+            };
+            let targets: Vec<&str> = per_target.keys().map(String::as_str).collect();
+            failures.push(Failure {
+                label: format!("{name} for {}", targets.join(", ")),
+                cause: format!("coverage audit: {message}"),
+                command: None,
+                log: String::new(),
+            });
+            for t in per_target.keys() {
+                failed.push(UnbuiltObject {
+                    kernel: k.name.clone(),
+                    variant: variant.clone(),
+                    target: t.clone(),
+                    error: Some(format!("coverage audit: {message}")),
+                });
+            }
+            drop.insert((k.name.clone(), variant));
+        }
+    }
+    records.retain(|r| {
+        let gone = drop.contains(&(r.kernel.clone(), r.variant.clone()));
+        if gone {
+            let _ = std::fs::remove_file(out_dir.join(&r.path));
+        }
+        !gone
+    });
+    if !drop.is_empty() {
+        failed.sort_by_key(|u| (u.target.clone(), u.kernel.clone(), u.variant.clone()));
+    }
+    failures
 }
 
 /// `manifest.kbi` beside the manifest (after it: it records the manifest's length, mtime and
@@ -598,18 +674,19 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         },
     };
     let kernel = &ctx.project.kernels[job.kernel];
-    let ident = match crate::audit::audit(&job.target, &kernel.entries, &entry.object) {
-        Ok(i) => i,
-        Err(e) => {
-            return fail(
-                format!("coverage audit: {e}"),
-                Some(entry.meta.command.clone()),
-                String::new(),
-            )
-        }
-    };
+    let audited =
+        match crate::audit::audit(&kernel.name, &job.target, &kernel.entries, &entry.object) {
+            Ok(a) => a,
+            Err(e) => {
+                return fail(
+                    format!("coverage audit: {e}"),
+                    Some(entry.meta.command.clone()),
+                    String::new(),
+                )
+            }
+        };
     let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
-    let resources =
+    let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
         match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
             Ok(r) => r
                 .kernels
@@ -624,6 +701,23 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
                 )
             }
         };
+    // A kernel with patterns records what its entries name (concrete symbols); one with
+    // exact names only records every symbol the object exports, as it always has.
+    let (entries, resources, demangled) = if kernel.has_patterns() {
+        let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
+        let keep = |k: &String| named.contains(k);
+        (
+            named.clone(),
+            resources.into_iter().filter(|(k, _)| keep(k)).collect(),
+            audited
+                .demangled
+                .into_iter()
+                .filter(|(k, _)| keep(k))
+                .collect(),
+        )
+    } else {
+        (audited.ident.entries, resources, audited.demangled)
+    };
     let dest = ctx.out_dir.join(&job.out_rel);
     if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
         return fail(
@@ -657,7 +751,8 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         blake3: Some(kbuild_base::digest::blake3_hex(&entry.object)),
         size: entry.object.len() as u64,
         format: job.target.object_kind().extension().to_string(),
-        entries: ident.entries,
+        entries,
+        demangled,
         resources,
         cache_key: entry.key,
     };

@@ -357,10 +357,18 @@ fn render_module(project: &Project, bundle: &Bundle, bundle_path: &Path) -> Stri
         let _ = writeln!(s, "pub mod {} {{", module_ident(&k.name));
         let _ = writeln!(s, "    /// The kernel's name in the manifest.");
         let _ = writeln!(s, "    pub const NAME: &str = {:?};", k.name);
+        // Patterns (`fast_*`, `scale<*>`) become the concrete symbols the objects export.
+        let entries = crate::entries::concrete(
+            &k.entries,
+            m.objects
+                .iter()
+                .filter(|o| o.kernel == k.name)
+                .flat_map(|o| o.entries.iter()),
+        );
         let _ = writeln!(s, "    /// Its entry symbols.");
-        let _ = writeln!(s, "    pub const ENTRIES: &[&str] = &{:?};", k.entries);
+        let _ = writeln!(s, "    pub const ENTRIES: &[&str] = &{entries:?};");
         let mut seen = BTreeSet::new();
-        for e in &k.entries {
+        for e in &entries {
             let c = const_ident(e);
             if c == "NAME" || c == "ENTRIES" || !seen.insert(c.clone()) {
                 continue;

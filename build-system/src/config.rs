@@ -6,6 +6,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use kbuild_manifest::target::{parse_target_spec, Target, Vendor};
+
+use crate::entries::EntryPattern;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -173,13 +175,19 @@ pub struct Kernel {
     /// Empty when the kernel has no variant matrix.
     pub variants: Vec<Variant>,
     pub flags: VendorFlags,
-    pub entries: Vec<String>,
+    /// Exact names, globs and demangled C++ patterns (see [`crate::entries`]).
+    pub entries: Vec<EntryPattern>,
     pub block_size: Option<u32>,
     /// Optional restriction: only these targets (by processor) are built.
     pub targets: Option<Vec<Target>>,
 }
 
 impl Kernel {
+    /// Whether any entry is a glob or demangled pattern (not an exact name).
+    pub fn has_patterns(&self) -> bool {
+        self.entries.iter().any(|e| !e.is_exact())
+    }
+
     /// Whether this kernel is built for `target`.
     pub fn builds_for(&self, target: &Target) -> bool {
         if self.language == Language::Hip && target.vendor() != Vendor::Amd {
@@ -394,6 +402,13 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
                 format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
             ));
         }
+        let mut entries = Vec::new();
+        for e in k.entries.get_ref() {
+            match EntryPattern::parse(e) {
+                Ok(p) => entries.push(p),
+                Err(err) => return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}"))),
+            }
+        }
         let block_size = match &k.block_size {
             Some(b) if *b.get_ref() == 0 || *b.get_ref() > 1024 => {
                 return Err(at(
@@ -419,7 +434,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             defines: kdefines,
             variants,
             flags,
-            entries: k.entries.get_ref().clone(),
+            entries,
             block_size,
             targets: restriction,
         });

@@ -182,6 +182,7 @@ mod tests {
             }
             .into(),
             entries: entries.iter().map(|e| e.to_string()).collect(),
+            demangled: Default::default(),
             resources: BTreeMap::new(),
             cache_key: String::new(),
         }

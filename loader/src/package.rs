@@ -540,6 +540,7 @@ impl Package {
             size: o.size,
             format: o.format.to_string(),
             entries: o.entries().map(str::to_string).collect(),
+            demangled: Default::default(),
             resources: self.resources(index)?,
             cache_key: String::new(),
         })

@@ -402,6 +402,7 @@ pub(crate) mod tests {
             size: 1,
             format: format.into(),
             entries: vec![kernel.into()],
+            demangled: Default::default(),
             resources,
             cache_key: String::new(),
         }

@@ -55,6 +55,7 @@ pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectR
         size: bytes.len() as u64,
         format: format.into(),
         entries: vec![kernel.into()],
+        demangled: Default::default(),
         resources: BTreeMap::new(),
         cache_key: "k".into(),
     }

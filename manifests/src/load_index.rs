@@ -980,6 +980,7 @@ mod tests {
                     size: 1234,
                     format: format.into(),
                     entries: vec![format!("{kernel}_f32"), format!("{kernel}_bf16")],
+                    demangled: Default::default(),
                     resources: [(format!("{kernel}_f32"), r)].into_iter().collect(),
                     cache_key: "k".into(),
                 }

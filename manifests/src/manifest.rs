@@ -144,8 +144,13 @@ pub struct ObjectRecord {
     pub size: u64,
     /// `cubin`, `ptx` or `hsaco`.
     pub format: String,
-    /// Entry symbols the object exports.
+    /// Entry symbols the object exports (concrete names, also for a kernel whose Kbuild.toml
+    /// `entries` are patterns).
     pub entries: Vec<String>,
+    /// Entry symbol → its demangled C++ form (`void scale<float>(float*, int)`), for the
+    /// mangled ones only. Absent in manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub demangled: BTreeMap<String, String>,
     /// Per entry: what it uses (registers, shared/LDS, stack/scratch, spills, occupancy).
     #[serde(default)]
     pub resources: BTreeMap<String, crate::resources::Resources>,
@@ -322,6 +327,7 @@ mod tests {
                 size: 1,
                 format: "cubin".into(),
                 entries: vec!["k".into()],
+                demangled: Default::default(),
                 resources: [("k".to_string(), r)].into(),
                 cache_key: "x".into(),
             });

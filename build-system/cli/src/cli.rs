@@ -46,6 +46,10 @@ const EXPLAIN_EXIT_CODES: &str = "Exit status:
 pub enum Command {
     /// Build every kernel × variant × target (the default command).
     Build(BuildArgs),
+    /// Write a first Kbuild.toml for a tree of kernels: finds the *.cu/*.hip files that
+    /// define __global__ functions, reads include dirs, defines and -std from
+    /// compile_commands.json, and builds each once per vendor to list its entries.
+    Init(InitArgs),
     /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
     /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
     /// a git revision; `--fail-on` makes it a CI gate (exit 1).
@@ -192,6 +196,25 @@ pub struct BuildArgs {
     /// committed baseline (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub check_baseline: Option<Option<PathBuf>>,
+}
+
+/// Arguments of `kbuild init`.
+#[derive(Args, Debug, Default)]
+pub struct InitArgs {
+    /// The directory to scan and to write Kbuild.toml into (default: the current directory).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// `[build] targets` of the new file (names, groups, TORCH_CUDA_ARCH_LIST syntax,
+    /// `-TARGET` excludes); discovery builds one of them per vendor. Default: common targets
+    /// of each vendor whose toolchain was found.
+    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
+    pub targets: Vec<TargetList>,
+    /// Replace an existing Kbuild.toml (refused otherwise).
+    #[arg(long)]
+    pub force: bool,
+    /// `kbuild.init/v1` JSON on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `kbuild explain`.

@@ -59,6 +59,7 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => build::run(cli.build, env),
         Some(Command::Build(args)) => build::run(args, env),
+        Some(Command::Init(args)) => init::run(args, env),
         Some(Command::Inspect {
             files,
             json,

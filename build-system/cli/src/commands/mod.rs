@@ -5,6 +5,7 @@ pub mod build;
 pub mod clean;
 pub mod diff;
 pub mod explain;
+pub mod init;
 pub mod inspect;
 pub mod registry;
 #[cfg(feature = "engine")]

@@ -1,0 +1,441 @@
+//! A kernel's `entries`: exact symbol names, globs over the exported symbol (`fast_*`, `?`,
+//! `[a-z]`, `[!x]`, `\*` for a literal `*`), and demangled C++ patterns (`softmax<*>`,
+//! `ns::kern<float, 4>`, `scale<*>(float*, int)`): an entry holding `<`, `::` or `(` is
+//! matched against the demangled name, whitespace normalised (`kern<float,4>` matches
+//! `kern<float, 4>`), without parameters unless the pattern has `(`. `*` alone is every
+//! exported kernel.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use kbuild_report::demangle;
+
+/// Why an `entries` item is not a pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("entry `{0}`: empty")]
+    Empty(String),
+    #[error("entry pattern `{0}`: `[` without a closing `]`")]
+    UnclosedClass(String),
+    #[error("entry pattern `{0}`: ends in a lone `\\`")]
+    TrailingEscape(String),
+}
+
+/// How an entry is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatternKind {
+    /// A symbol name, as exported: the object must export it.
+    Exact,
+    /// A glob over the exported symbol name.
+    Glob,
+    /// A glob over the demangled name (no parameters) or signature (pattern with `(`).
+    Demangled,
+}
+
+/// One `entries` item, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryPattern {
+    text: String,
+    kind: PatternKind,
+    tokens: Vec<Token>,
+    /// A demangled pattern with a parameter list: matched against the signature.
+    with_params: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Char(char),
+    Any,
+    AnyRun,
+    Class {
+        negated: bool,
+        items: Vec<(char, char)>,
+    },
+}
+
+impl fmt::Display for EntryPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl EntryPattern {
+    pub fn parse(text: &str) -> Result<EntryPattern, PatternError> {
+        if text.trim().is_empty() {
+            return Err(PatternError::Empty(text.to_string()));
+        }
+        let demangled = text.contains('<') || text.contains("::") || text.contains('(');
+        let globby = text.contains(['*', '?', '[', '\\']);
+        let kind = match (demangled, globby) {
+            (true, _) => PatternKind::Demangled,
+            (false, true) => PatternKind::Glob,
+            (false, false) => PatternKind::Exact,
+        };
+        let source = match kind {
+            PatternKind::Demangled => normalize(text),
+            _ => text.to_string(),
+        };
+        Ok(EntryPattern {
+            text: text.to_string(),
+            kind,
+            tokens: tokens(text, &source)?,
+            with_params: text.contains('('),
+        })
+    }
+
+    /// The entry as written in Kbuild.toml.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn kind(&self) -> PatternKind {
+        self.kind
+    }
+
+    /// An exact name (today's meaning: the object must export exactly this symbol).
+    pub fn is_exact(&self) -> bool {
+        self.kind == PatternKind::Exact
+    }
+
+    /// Whether the exported `symbol` matches.
+    pub fn matches(&self, symbol: &Exported) -> bool {
+        match self.kind {
+            PatternKind::Exact => symbol.name == self.text,
+            PatternKind::Glob => glob(&self.tokens, &symbol.name.chars().collect::<Vec<_>>()),
+            PatternKind::Demangled => {
+                let plain = normalize(&symbol.name);
+                let candidates: Vec<&str> = match (&symbol.name_only, self.with_params) {
+                    // Not mangled (extern "C"): the name is its own demangled form.
+                    (None, _) => vec![plain.as_str()],
+                    (Some(name), false) => vec![name.as_str()],
+                    // With parameters: the signature, or the whole thing with its return type.
+                    (Some(_), true) => [&symbol.signature, &symbol.full]
+                        .into_iter()
+                        .filter_map(|f| f.as_deref())
+                        .collect(),
+                };
+                candidates
+                    .iter()
+                    .any(|c| glob(&self.tokens, &c.chars().collect::<Vec<_>>()))
+            }
+        }
+    }
+}
+
+/// An exported symbol with its demangled forms (whitespace normalised), computed once.
+#[derive(Debug, Clone)]
+pub struct Exported {
+    pub name: String,
+    /// `void scale<float>(float*, int)`, as c++filt shows it (not normalised).
+    pub demangled: Option<String>,
+    full: Option<String>,
+    signature: Option<String>,
+    name_only: Option<String>,
+}
+
+impl Exported {
+    pub fn new(name: &str) -> Exported {
+        let demangled = demangle::demangle_symbol(name);
+        Exported {
+            name: name.to_string(),
+            full: demangled.as_deref().map(normalize),
+            signature: demangle::demangle_signature(name).as_deref().map(normalize),
+            name_only: demangle::demangle_name(name).as_deref().map(normalize),
+            demangled,
+        }
+    }
+
+    /// `scale<float>` (the demangled name without return type and parameters), for
+    /// `kbuild init`: None for a name that is not mangled.
+    pub fn demangled_name(&self) -> Option<String> {
+        demangle::demangle_name(&self.name)
+    }
+}
+
+/// `name (demangled)` or `name`, for messages.
+pub fn shown(e: &Exported) -> String {
+    match &e.demangled {
+        Some(d) => format!("{} ({d})", e.name),
+        None => e.name.clone(),
+    }
+}
+
+/// What a kernel's entries make of one object's exports.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    /// Exact entries the object does not export.
+    pub missing: Vec<String>,
+    /// Patterns that match no exported symbol.
+    pub unmatched: Vec<String>,
+    /// The exported symbols the non-exact patterns match (what the cross-target audit compares).
+    pub matched: BTreeSet<String>,
+}
+
+/// Resolve `patterns` against the `exported` symbols of one object.
+pub fn resolve(patterns: &[EntryPattern], exported: &[Exported]) -> Resolution {
+    let mut r = Resolution::default();
+    for p in patterns {
+        let hits: Vec<&Exported> = exported.iter().filter(|e| p.matches(e)).collect();
+        if hits.is_empty() {
+            if p.is_exact() {
+                r.missing.push(p.text.clone());
+            } else {
+                r.unmatched.push(p.text.clone());
+            }
+        } else if !p.is_exact() {
+            r.matched.extend(hits.iter().map(|e| e.name.clone()));
+        }
+    }
+    r
+}
+
+/// The concrete symbols `patterns` name among `exports`, in the entries' order (exact names
+/// as given; each pattern's matches as exported, sorted), each once: what a kernel's entries
+/// mean for built objects.
+pub fn concrete<'a>(
+    patterns: &[EntryPattern],
+    exports: impl IntoIterator<Item = &'a String>,
+) -> Vec<String> {
+    let names: BTreeSet<&String> = exports.into_iter().collect();
+    let exported: Vec<Exported> = names.into_iter().map(|n| Exported::new(n)).collect();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut out = Vec::new();
+    for p in patterns {
+        let hits: Vec<String> = if p.is_exact() {
+            vec![p.text.clone()]
+        } else {
+            exported
+                .iter()
+                .filter(|e| p.matches(e))
+                .map(|e| e.name.clone())
+                .collect()
+        };
+        for h in hits {
+            if seen.insert(h.clone()) {
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
+/// For one kernel (and variant): the symbols the patterns match on each target. Returns,
+/// when the targets disagree, each symbol some target lacks with the targets that export it
+/// and those that do not.
+pub fn disagreements(
+    per_target: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<(String, Vec<String>, Vec<String>)> {
+    let all: BTreeSet<&String> = per_target.values().flatten().collect();
+    let mut out = Vec::new();
+    for sym in all {
+        let (has, lacks): (Vec<&String>, Vec<&String>) = per_target
+            .keys()
+            .partition(|t| per_target[*t].contains(sym));
+        if !lacks.is_empty() {
+            out.push((
+                sym.clone(),
+                has.into_iter().cloned().collect(),
+                lacks.into_iter().cloned().collect(),
+            ));
+        }
+    }
+    out
+}
+
+/// Whitespace normalised for matching: runs collapse, and a space survives only between two
+/// identifier characters (`unsigned int`), so `kern<float,4>` and `kern<float, 4>` agree.
+pub fn normalize(s: &str) -> String {
+    let chars: Vec<char> = s.trim().chars().collect();
+    let mut out = String::with_capacity(chars.len());
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i].is_whitespace() {
+            let mut j = i;
+            while j < chars.len() && chars[j].is_whitespace() {
+                j += 1;
+            }
+            let before = out.chars().next_back();
+            let after = chars.get(j).copied();
+            if before.is_some_and(word) && after.is_some_and(word) {
+                out.push(' ');
+            }
+            i = j;
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn tokens(original: &str, s: &str) -> Result<Vec<Token>, PatternError> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '*' => {
+                if out.last() != Some(&Token::AnyRun) {
+                    out.push(Token::AnyRun);
+                }
+            }
+            '?' => out.push(Token::Any),
+            '\\' => {
+                i += 1;
+                let c = *chars
+                    .get(i)
+                    .ok_or_else(|| PatternError::TrailingEscape(original.to_string()))?;
+                out.push(Token::Char(c));
+            }
+            '[' => {
+                let mut j = i + 1;
+                let negated = matches!(chars.get(j), Some('!' | '^'));
+                if negated {
+                    j += 1;
+                }
+                let mut items = Vec::new();
+                let mut first = true;
+                loop {
+                    let Some(&c) = chars.get(j) else {
+                        return Err(PatternError::UnclosedClass(original.to_string()));
+                    };
+                    if c == ']' && !first {
+                        break;
+                    }
+                    first = false;
+                    if chars.get(j + 1) == Some(&'-') && chars.get(j + 2).is_some_and(|&e| e != ']')
+                    {
+                        items.push((c, chars[j + 2]));
+                        j += 3;
+                    } else {
+                        items.push((c, c));
+                        j += 1;
+                    }
+                }
+                out.push(Token::Class { negated, items });
+                i = j;
+            }
+            c => out.push(Token::Char(c)),
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// Glob match, iterative with one backtrack point per `*` (linear in practice, never
+/// exponential).
+fn glob(p: &[Token], s: &[char]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        let step = match p.get(pi) {
+            Some(Token::AnyRun) => {
+                star = Some((pi, si));
+                pi += 1;
+                continue;
+            }
+            Some(Token::Any) => true,
+            Some(Token::Char(c)) => *c == s[si],
+            Some(Token::Class { negated, items }) => {
+                items.iter().any(|(a, b)| (*a..=*b).contains(&s[si])) != *negated
+            }
+            None => false,
+        };
+        if step {
+            pi += 1;
+            si += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|t| *t == Token::AnyRun)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(pattern: &str, symbol: &str) -> bool {
+        EntryPattern::parse(pattern)
+            .unwrap()
+            .matches(&Exported::new(symbol))
+    }
+
+    #[test]
+    fn exact_glob_and_demangled() {
+        assert!(m("fast_add", "fast_add"));
+        assert!(!m("fast_add", "fast_addx"));
+        assert!(m("fast_*", "fast_add"));
+        assert!(!m("fast_*", "slow_add"));
+        assert!(m("f?st_[a-c]dd", "fast_add"));
+        assert!(!m("fast_[!a]dd", "fast_add"));
+        assert!(m("*", "_Z5scaleIfEvPfi"));
+        assert!(m("_Z5scale*", "_Z5scaleIfEvPfi"));
+        assert!(m("scale<*>", "_Z5scaleIfEvPfi"));
+        assert!(m("scale<float>", "_Z5scaleIfEvPfi"));
+        assert!(!m("scale<int>", "_Z5scaleIfEvPfi"));
+        assert!(m("scale<float>(float*, int)", "_Z5scaleIfEvPfi"));
+        assert!(m("scale<float>(float *,int)", "_Z5scaleIfEvPfi"));
+        assert!(m("void scale<*>(*)", "_Z5scaleIfEvPfi"));
+        assert!(m("ns::kern<float,4>", "_ZN2ns4kernIfLi4EEEvPT_"));
+        assert!(m("ns::*", "_ZN2ns4kernIfLi4EEEvPT_"));
+        assert!(m("ns::kern<float, 4>", "_ZN2ns4kernIfLi4EEEvPT_"));
+        // An extern "C" kernel is its own demangled name.
+        assert!(!m("ns::*", "plain"));
+        assert!(EntryPattern::parse("fast_*").unwrap().kind() == PatternKind::Glob);
+        assert!(EntryPattern::parse("fast").unwrap().is_exact());
+        assert_eq!(
+            EntryPattern::parse("a[b").unwrap_err().to_string(),
+            "entry pattern `a[b`: `[` without a closing `]`"
+        );
+        assert!(EntryPattern::parse(" ").is_err());
+        assert!(m("a\\*", "a*") && !m("a\\*", "ab"));
+    }
+
+    #[test]
+    fn normalises_whitespace() {
+        assert_eq!(normalize(" kern< float , 4 > "), "kern<float,4>");
+        assert_eq!(normalize("f(unsigned  int)"), "f(unsigned int)");
+    }
+
+    #[test]
+    fn glob_is_not_exponential() {
+        let p = EntryPattern::parse(&"*a".repeat(30)).unwrap();
+        assert!(!p.matches(&Exported::new(&"a".repeat(29))));
+    }
+
+    #[test]
+    fn resolve_and_disagree() {
+        let exported: Vec<Exported> = ["fast_a", "fast_b", "slow"]
+            .iter()
+            .map(|n| Exported::new(n))
+            .collect();
+        let pats: Vec<EntryPattern> = ["fast_*", "slow", "none_*", "gone"]
+            .iter()
+            .map(|p| EntryPattern::parse(p).unwrap())
+            .collect();
+        let r = resolve(&pats, &exported);
+        assert_eq!(r.missing, ["gone"]);
+        assert_eq!(r.unmatched, ["none_*"]);
+        assert_eq!(r.matched.iter().collect::<Vec<_>>(), ["fast_a", "fast_b"]);
+        let mut per = BTreeMap::new();
+        per.insert(
+            "sm_89".to_string(),
+            BTreeSet::from(["a".to_string(), "b".to_string()]),
+        );
+        per.insert("gfx1100".to_string(), BTreeSet::from(["a".to_string()]));
+        assert_eq!(
+            disagreements(&per),
+            [(
+                "b".to_string(),
+                vec!["sm_89".to_string()],
+                vec!["gfx1100".to_string()]
+            )]
+        );
+    }
+}
