@@ -40,7 +40,7 @@ pub enum Language {
 }
 
 /// Flags per vendor toolchain.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct VendorFlags {
     #[serde(default)]

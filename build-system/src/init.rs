@@ -1,7 +1,8 @@
 //! `kbuild init`: write a first `Kbuild.toml` for an existing tree of kernels.
 //!
-//! It finds the translation units that define `__global__` functions (`*.cu`, `*.hip`), takes
-//! include directories, defines and `-std` from a `compile_commands.json`, builds every unit
+//! It finds the translation units (`*.cu`, `*.hip`) that define or instantiate kernels, takes
+//! include directories, defines and `-std` from a `compile_commands.json` (and the command
+//! line's `-I`/`-D`/flags), builds every unit
 //! once for one target per vendor (in-process, through the cache, into a scratch directory)
 //! with `entries = ["*"]` to discover what each exports, and writes a file a person would
 //! keep: kernels grouped by directory, entries by name (demangled C++ patterns for mangled
@@ -56,6 +57,15 @@ pub struct InitOptions {
     pub targets: Option<String>,
     /// Replace an existing `Kbuild.toml`.
     pub force: bool,
+    /// Include dirs (relative to `dir`), after those of compile_commands.json: for a project
+    /// without one, what its build system passes.
+    pub include_dirs: Vec<String>,
+    /// Defines (`NAME` → value, `1` when none was given), over those of compile_commands.json.
+    pub defines: BTreeMap<String, String>,
+    /// Extra nvcc flags (`[build.flags] cuda`), e.g. `-use_fast_math`.
+    pub cuda_flags: Vec<String>,
+    /// Extra hip-clang flags (`[build.flags] hip`).
+    pub hip_flags: Vec<String>,
     /// The compile cache (default: kbuild's cache directory from `env`).
     pub cache_dir: Option<PathBuf>,
     /// Toolchain variables and kbuild's directories.
@@ -68,7 +78,7 @@ pub enum InitError {
     NotADirectory(String),
     #[error("{0} already exists; pass --force to replace it")]
     Exists(String),
-    #[error("no translation unit defines a __global__ function under {0} (looked for *.cu and *.hip, skipping hidden and build directories)")]
+    #[error("no translation unit under {0} (looked for *.cu and *.hip, skipping hidden and build directories)")]
     NoUnits(String),
     #[error("reading {path}: {err}")]
     Read { path: String, err: std::io::Error },
@@ -106,7 +116,8 @@ pub struct UnitReport {
     /// `cuda` or `hip`.
     pub language: &'static str,
     /// `ok`, `partial` (builds for some discovery targets only: the kernel gets a `targets`
-    /// restriction) or `failed` (commented out).
+    /// restriction), `failed` (commented out) or `host-only` (compiles, exports no kernel, and
+    /// its text defines none: left out).
     pub status: &'static str,
     /// What `entries` says, as written.
     pub entries: Vec<String>,
@@ -131,7 +142,8 @@ pub struct InitReport {
     pub compile_commands: Option<String>,
     pub include_dirs: Vec<String>,
     pub defines: BTreeMap<String, String>,
-    pub flags: Vec<String>,
+    /// `[build.flags]` written (and used by discovery), by vendor.
+    pub flags: VendorFlags,
     pub units: Vec<UnitReport>,
     /// Kernels written (not commented out).
     pub kernels: usize,
@@ -139,6 +151,8 @@ pub struct InitReport {
     pub entries: usize,
     /// Units commented out because they built for no discovery target.
     pub failures: usize,
+    /// Units that build but export no kernel (host code only), left out.
+    pub host_only: usize,
 }
 
 /// A unit found by the scan.
@@ -147,6 +161,9 @@ struct Unit {
     rel: PathBuf,
     language: Language,
     kernel: String,
+    /// Whether its own text defines a kernel; one that does not may still instantiate
+    /// kernels from headers (template instances), which only its object shows.
+    defines_kernel: bool,
 }
 
 /// Settings taken from `compile_commands.json`.
@@ -173,7 +190,15 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     if units.is_empty() {
         return Err(InitError::NoUnits(dir.display().to_string()));
     }
-    let settings = compile_settings(dir)?;
+    let mut settings = compile_settings(dir)?;
+    for d in &opts.include_dirs {
+        if !settings.include_dirs.contains(d) {
+            settings.include_dirs.push(d.clone());
+        }
+    }
+    settings
+        .defines
+        .extend(opts.defines.iter().map(|(k, v)| (k.clone(), v.clone())));
     let cache_dir = match &opts.cache_dir {
         Some(c) => c.clone(),
         None => Dirs::from_env(&opts.env)?.cache,
@@ -202,7 +227,21 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         ));
     }
 
-    let flags: Vec<String> = settings.std.iter().cloned().collect();
+    let with_std = |extra: &[String]| -> Vec<String> {
+        let mut f: Vec<String> = settings.std.iter().cloned().collect();
+        f.extend(
+            extra
+                .iter()
+                .filter(|x| !f.contains(x))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        f
+    };
+    let flags = VendorFlags {
+        cuda: with_std(&opts.cuda_flags),
+        hip: with_std(&opts.hip_flags),
+    };
     let found = discover(
         dir, &units, &settings, &flags, &discovery, &cache_dir, opts, observer,
     )?;
@@ -272,9 +311,11 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
             .collect();
         let _ = writeln!(text, "defines = {{ {} }}", items.join(", "));
     }
-    if !flags.is_empty() {
-        let _ = writeln!(text, "flags.cuda = {}", toml_array(&flags));
-        let _ = writeln!(text, "flags.hip = {}", toml_array(&flags));
+    if !flags.cuda.is_empty() {
+        let _ = writeln!(text, "flags.cuda = {}", toml_array(&flags.cuda));
+    }
+    if !flags.hip.is_empty() {
+        let _ = writeln!(text, "flags.hip = {}", toml_array(&flags.hip));
     }
     for s in &settings.skipped {
         let _ = writeln!(text, "# not carried over: {s}");
@@ -291,7 +332,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
             .unwrap_or_else(|| ".".into());
         groups.entry(parent).or_default().push(u);
     }
-    let (mut kernels, mut entries, mut failures) = (0, 0, 0);
+    let (mut kernels, mut entries, mut failures, mut host_only) = (0, 0, 0, 0);
     for (group, members) in &groups {
         let _ = write!(
             text,
@@ -304,6 +345,8 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
             let r = kernel_section(&mut text, u, &d, &build_targets);
             if r.status == "failed" {
                 failures += 1;
+            } else if r.status == "host-only" {
+                host_only += 1;
             } else {
                 kernels += 1;
                 entries += d.exported.values().flatten().collect::<BTreeSet<_>>().len();
@@ -344,6 +387,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         kernels,
         entries,
         failures,
+        host_only,
     })
 }
 
@@ -389,7 +433,7 @@ fn discover(
     dir: &Path,
     units: &[Unit],
     settings: &CompileSettings,
-    flags: &[String],
+    flags: &VendorFlags,
     discovery: &[Target],
     cache_dir: &Path,
     opts: &InitOptions,
@@ -415,10 +459,7 @@ fn discover(
                 include_dirs: settings.include_dirs.iter().map(PathBuf::from).collect(),
                 defines: settings.defines.clone(),
                 variants: Vec::new(),
-                flags: VendorFlags {
-                    cuda: flags.to_vec(),
-                    hip: flags.to_vec(),
-                },
+                flags: flags.clone(),
                 entries: vec![all.clone()],
                 block_size: None,
                 targets: Some(vec![*t]),
@@ -536,6 +577,21 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
         exported: d.exported.clone(),
         errors: d.errors.clone(),
     };
+    // A unit whose text has no kernel, that compiled and exported none: host code.
+    let host_only = !u.defines_kernel
+        && !d.errors.is_empty()
+        && d.errors
+            .values()
+            .all(|e| e.contains("match no exported symbol"));
+    if d.exported.is_empty() && host_only {
+        report.status = "host-only";
+        report.errors.clear();
+        let _ = write!(
+            text,
+            "\n# kbuild init: {source} compiles but exports no kernel (host code only); not listed\n"
+        );
+        return report;
+    }
     if d.exported.is_empty() {
         report.status = "failed";
         let _ = writeln!(text);
@@ -715,8 +771,9 @@ pub fn package_name(dir: &Path) -> String {
     }
 }
 
-/// The translation units under `dir` that define a `__global__` function, sorted by path, each
-/// with a unique kernel name.
+/// The translation units under `dir`, sorted by path, each with a unique kernel name. All of
+/// them: a template-instance file defines no `__global__` of its own, yet its object holds
+/// the kernels it instantiates, which only the discovery build shows.
 fn scan(dir: &Path) -> Result<Vec<Unit>, InitError> {
     let mut files = Vec::new();
     walk(dir, dir, &mut files, 0)?;
@@ -729,9 +786,7 @@ fn scan(dir: &Path) -> Result<Vec<Unit>, InitError> {
             path: path.display().to_string(),
             err,
         })?;
-        if !defines_kernel(&String::from_utf8_lossy(&text)) {
-            continue;
-        }
+        let defines_kernel = defines_kernel(&String::from_utf8_lossy(&text));
         let language = match rel.extension().and_then(|e| e.to_str()) {
             Some("hip") => Language::Hip,
             _ => Language::Cuda,
@@ -741,6 +796,7 @@ fn scan(dir: &Path) -> Result<Vec<Unit>, InitError> {
             rel,
             language,
             kernel,
+            defines_kernel,
         });
     }
     Ok(units)
@@ -1147,6 +1203,7 @@ mod tests {
             rel: PathBuf::from(format!("ops/{kernel}.cu")),
             language: Language::Cuda,
             kernel: kernel.into(),
+            defines_kernel: true,
         }
     }
 

@@ -358,3 +358,80 @@ fn init_writes_a_kbuild_toml_that_builds() {
         file
     );
 }
+
+/// A tree without compile_commands.json whose settings come from init's command line, with a
+/// template-instance file (its kernels come from a header's macro: no `__global__` in its own
+/// text, as ggml's `template-instances/*.cu`) and a host-only file.
+#[test]
+fn init_takes_command_line_settings_and_finds_template_instances() {
+    let s = Scratch::new();
+    let dir = s.path().join("lib");
+    for d in ["inc", "inst", "host"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(
+        dir.join("inc/tile.cuh"),
+        "#pragma once\n#ifndef BLOCK\n#error BLOCK must be defined\n#endif\n\
+         template <int N>\n__global__ void tile(float* x) { x[threadIdx.x % BLOCK] *= (float)N; }\n\
+         #define DECL_TILE(N) template __global__ void tile<N>(float*)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inst/tile-4.cu"),
+        "#include \"tile.cuh\"\nDECL_TILE(4);\nDECL_TILE(8);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("host/helper.cu"),
+        "#include \"tile.cuh\"\nint host_helper(int v) { return v * BLOCK; }\n",
+    )
+    .unwrap();
+    let out = s.kbuild(
+        &dir,
+        &[
+            "init",
+            "--targets",
+            "sm_89",
+            "-I",
+            "inc",
+            "-D",
+            "BLOCK=64",
+            "--cuda-flag=-use_fast_math",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("init --json");
+    assert_eq!(report["kernels"], 1, "{report:#}");
+    assert_eq!(report["host_only"], 1, "{report:#}");
+    assert_eq!(report["failures"], 0, "{report:#}");
+    let file = std::fs::read_to_string(dir.join("Kbuild.toml")).unwrap();
+    let doc: toml::Value = toml::from_str(&file).unwrap_or_else(|e| panic!("{e}\n{file}"));
+    let b = &doc["build"];
+    assert_eq!(b["include-dirs"], toml::Value::try_from(["inc"]).unwrap());
+    assert_eq!(b["defines"]["BLOCK"].as_integer(), Some(64), "{file}");
+    assert_eq!(
+        b["flags"]["cuda"],
+        toml::Value::try_from(["-use_fast_math"]).unwrap(),
+        "{file}"
+    );
+    let k = doc["kernels"].as_table().unwrap();
+    assert_eq!(k.keys().collect::<Vec<_>>(), ["tile_4"], "{file}");
+    assert_eq!(
+        k["tile_4"]["entries"],
+        toml::Value::try_from(["tile<4>", "tile<8>"]).unwrap(),
+        "{file}"
+    );
+    assert!(
+        file.contains("# kbuild init: host/helper.cu compiles but exports no kernel (host code only); not listed"),
+        "{file}"
+    );
+    let built = s.kbuild(&dir, &["build"]);
+    assert!(built.status.success(), "{}", text(&built));
+    // A bad -D is refused before anything is written.
+    std::fs::remove_file(dir.join("Kbuild.toml")).unwrap();
+    let bad = s.kbuild(&dir, &["init", "-D", "=1"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(text(&bad).contains("is not a macro name"), "{}", text(&bad));
+    assert!(!dir.join("Kbuild.toml").exists());
+}

@@ -212,6 +212,19 @@ pub struct InitArgs {
     /// Replace an existing Kbuild.toml (refused otherwise).
     #[arg(long)]
     pub force: bool,
+    /// An include dir, relative to DIR, written to `include-dirs` and used by discovery (after
+    /// those of compile_commands.json). Repeatable.
+    #[arg(short = 'I', long = "include-dir", value_name = "DIR")]
+    pub include_dirs: Vec<String>,
+    /// A define NAME or NAME=VALUE, written to `defines` and used by discovery. Repeatable.
+    #[arg(short = 'D', long = "define", value_name = "NAME[=VALUE]")]
+    pub defines: Vec<String>,
+    /// An nvcc flag for `[build.flags] cuda` (`--cuda-flag=-use_fast_math`). Repeatable.
+    #[arg(long = "cuda-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    pub cuda_flags: Vec<String>,
+    /// A hip-clang flag for `[build.flags] hip`. Repeatable.
+    #[arg(long = "hip-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    pub hip_flags: Vec<String>,
     /// `kbuild.init/v1` JSON on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,

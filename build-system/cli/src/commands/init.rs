@@ -27,10 +27,22 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
                 .join(","),
         )
     };
+    let mut defines = std::collections::BTreeMap::new();
+    for d in &args.defines {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
+        if name.is_empty() || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()) {
+            anyhow::bail!("-D {d}: `{name}` is not a macro name (NAME or NAME=VALUE)");
+        }
+        defines.insert(name.to_string(), value.to_string());
+    }
     let opts = InitOptions {
         dir: dir.clone(),
         targets,
         force: args.force,
+        include_dirs: args.include_dirs,
+        defines,
+        cuda_flags: args.cuda_flags,
+        hip_flags: args.hip_flags,
         cache_dir: None,
         env: env.clone(),
     };
@@ -55,27 +67,37 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
 
 fn print_summary(r: &InitReport, dir: &Path) {
     println!(
-        "wrote {}: {} translation unit(s), {} kernel(s), {} entr{} (found by building for {}), {} failed",
+        "wrote {}: {} translation unit(s), {} kernel(s), {} entr{} (found by building for {}), {} failed, {} host code only",
         r.file,
         r.units.len(),
         r.kernels,
         r.entries,
         if r.entries == 1 { "y" } else { "ies" },
         r.discovery_targets.join(", "),
-        r.failures
+        r.failures,
+        r.host_only
     );
-    if let Some(cc) = &r.compile_commands {
-        println!(
-            "  from {cc}: {} include dir(s), {} define(s){}",
-            r.include_dirs.len(),
-            r.defines.len(),
-            if r.flags.is_empty() {
-                String::new()
-            } else {
-                format!(", {}", r.flags.join(" "))
-            }
-        );
-    }
+    let flags: Vec<&str> = r
+        .flags
+        .cuda
+        .iter()
+        .chain(r.flags.hip.iter().filter(|f| !r.flags.cuda.contains(f)))
+        .map(String::as_str)
+        .collect();
+    println!(
+        "  {}{} include dir(s), {} define(s){}",
+        match &r.compile_commands {
+            Some(cc) => format!("from {cc} and the command line: "),
+            None => String::new(),
+        },
+        r.include_dirs.len(),
+        r.defines.len(),
+        if flags.is_empty() {
+            String::new()
+        } else {
+            format!(", flags {}", flags.join(" "))
+        }
+    );
     for u in &r.units {
         match u.status {
             "failed" => {
