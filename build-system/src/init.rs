@@ -705,10 +705,17 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
 }
 
 /// How a symbol is written in `entries`: a mangled C++ name as its demangled pattern (with
-/// the mangled name for the comment), anything else as it is.
+/// the mangled name for the comment), anything else as it is. A plain function's name alone
+/// (`arange_f32`) would read as an exact symbol, so it gets its parameters, which make it a
+/// demangled pattern: `arange_f32(float*, int, float, float)`.
 fn display_entry(symbol: &str) -> (String, Option<String>) {
     match Exported::new(symbol).demangled_name() {
-        Some(d) => {
+        Some(name) => {
+            let d = if EntryPattern::parse(&name).is_ok_and(|p| p.is_exact()) {
+                kbuild_report::demangle::demangle_signature(symbol).unwrap_or(name)
+            } else {
+                name
+            };
             // `[` and `\` would be pattern syntax; `*` and `?` match themselves too.
             let escaped = d.replace('\\', "\\\\").replace('[', "\\[");
             (escaped, Some(symbol.to_string()))
@@ -1156,6 +1163,20 @@ fn define_value(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_cxx_function_is_written_with_its_parameters_and_matches_itself() {
+        for (symbol, want) in [
+            ("_Z10arange_f32Pfiff", "arange_f32(float*, int, float, float)"),
+            ("_Z5scaleIfEvPT_i", "scale<float>"),
+            ("extern_c_kernel", "extern_c_kernel"),
+        ] {
+            let (entry, _) = display_entry(symbol);
+            assert_eq!(entry, want);
+            let p = EntryPattern::parse(&entry).unwrap();
+            assert!(p.matches(&Exported::new(symbol)), "{entry} vs {symbol}");
+        }
+    }
 
     #[test]
     fn finds_definitions_not_declarations_or_comments() {
