@@ -471,7 +471,8 @@ fn cross_target_audit(
                     .collect::<Vec<_>>(),
                 &r.entries,
             )
-            .into_iter()
+            .iter()
+            .map(|s| crate::entries::cross_target_key(s))
             .collect();
             groups
                 .entry(r.variant.clone())

@@ -242,6 +242,61 @@ pub fn disagreements(
     out
 }
 
+/// Whether a symbol is one of CUDA's own libraries' kernels (CUB, Thrust, libcu++), which a
+/// file instantiates through their templates and their host code launches.
+pub fn is_cccl_kernel(symbol: &str) -> bool {
+    ["_ZN3cub", "_ZN6thrust", "_ZN4cuda"]
+        .iter()
+        .any(|p| symbol.starts_with(p))
+}
+
+/// A symbol as the cross-target audit compares it: CUB's and Thrust's kernels live in an
+/// inline namespace named after the CCCL version and the target (`cub::_V_300500_SM_890`), so
+/// the same kernel has another symbol on every target; that namespace is compared as one.
+pub fn cross_target_key(symbol: &str) -> String {
+    // Itanium mangling writes it `<len><name>`: `16_V_300500_SM_890`.
+    let is_abi_namespace = |name: &str| {
+        let Some(rest) = name.strip_prefix("_V_") else {
+            return false;
+        };
+        let mut parts = rest.split("_SM_");
+        let version = parts.next().unwrap_or_default();
+        let tags: Vec<&str> = parts.collect();
+        let number = |p: &str| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit());
+        number(version) && !tags.is_empty() && tags.iter().all(|t| number(t))
+    };
+    let b = symbol.as_bytes();
+    let mut out = String::with_capacity(symbol.len());
+    let mut i = 0;
+    while i < b.len() {
+        let starts_number = b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit());
+        if starts_number {
+            let mut j = i;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            let len: Option<usize> = symbol[i..j].parse().ok();
+            if let Some(name) = len.and_then(|n| symbol.get(j..j.checked_add(n)?)) {
+                if is_abi_namespace(name) {
+                    let version = name.split("_SM_").next().unwrap_or_default();
+                    out.push_str(version);
+                    out.push_str("_SM_*");
+                    i = j + name.len();
+                    continue;
+                }
+            }
+            out.push_str(&symbol[i..j]);
+            i = j;
+            continue;
+        }
+        // Symbols are ASCII; anything else is copied whole.
+        let c = symbol[i..].chars().next().unwrap_or('?');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
 /// Whitespace normalised for matching: runs collapse, and a space survives only between two
 /// identifier characters (`unsigned int`), so `kern<float,4>` and `kern<float, 4>` agree.
 pub fn normalize(s: &str) -> String {
@@ -364,6 +419,24 @@ mod tests {
         EntryPattern::parse(pattern)
             .unwrap()
             .matches(&Exported::new(symbol))
+    }
+
+    #[test]
+    fn cccl_kernels_compare_as_one_across_targets() {
+        let sm89 = "_ZN3cub16_V_300500_SM_8906detail11EmptyKernelIvEEvv";
+        let sm90 = "_ZN3cub16_V_300500_SM_9006detail11EmptyKernelIvEEvv";
+        let both = "_ZN3cub23_V_300500_SM_890_SM_9006detail11EmptyKernelIvEEvv";
+        assert!(is_cccl_kernel(sm89) && !is_cccl_kernel("_Z10arange_f32Pfiff"));
+        assert_eq!(cross_target_key(sm89), cross_target_key(sm90));
+        assert_eq!(cross_target_key(sm89), cross_target_key(both));
+        assert_eq!(
+            cross_target_key(sm89),
+            "_ZN3cub_V_300500_SM_*6detail11EmptyKernelIvEEvv"
+        );
+        // Other symbols are their own key.
+        for s in ["_Z10arange_f32Pfiff", "k_V_1", "_Z3f_V_v", "plain"] {
+            assert_eq!(cross_target_key(s), s);
+        }
     }
 
     #[test]

@@ -563,6 +563,28 @@ fn first_error(f: &Failure) -> String {
 
 /// Write one `[kernels.NAME]` (or its commented-out form) and say what it is.
 fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target]) -> UnitReport {
+    // CUB's and Thrust's kernels are launched by their host code, and named after the target
+    // (`cub::_V_300500_SM_890`): not the file's entries.
+    let library: BTreeSet<&String> = d
+        .exported
+        .values()
+        .flatten()
+        .filter(|s| crate::entries::is_cccl_kernel(s))
+        .collect();
+    let own = Discovered {
+        exported: d
+            .exported
+            .iter()
+            .map(|(t, e)| {
+                let e = e.iter().filter(|s| !library.contains(s)).cloned().collect();
+                (t.clone(), e)
+            })
+            .collect(),
+        errors: d.errors.clone(),
+    };
+    let library_only =
+        !library.is_empty() && own.exported.values().all(|e: &Vec<String>| e.is_empty());
+    let d = &own;
     let source = slash(&u.rel);
     let language = match u.language {
         Language::Cuda => "cuda",
@@ -583,6 +605,14 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
         && d.errors
             .values()
             .all(|e| e.contains("match no exported symbol"));
+    if library_only {
+        report.status = "host-only";
+        let _ = write!(
+            text,
+            "\n# kbuild init: {source} exports only CUB/Thrust kernels, which their host code launches; not listed\n"
+        );
+        return report;
+    }
     if d.exported.is_empty() && host_only {
         report.status = "host-only";
         report.errors.clear();
@@ -620,6 +650,13 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
     );
     if u.language == Language::Hip {
         let _ = writeln!(text, "language = \"hip\"");
+    }
+    if !library.is_empty() {
+        let _ = writeln!(
+            text,
+            "# also instantiates {} CUB/Thrust kernel(s), which their host code launches; not listed",
+            library.len()
+        );
     }
     // Built for some vendors only: restrict it to the targets of those.
     let built: BTreeSet<Vendor> = d.exported.keys().filter_map(|t| vendor_of(t)).collect();
@@ -1165,9 +1202,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cub_kernels_are_not_entries() {
+        let targets: Vec<Target> = vec!["sm_89".parse().unwrap()];
+        let cub = "_ZN3cub16_V_300500_SM_8906detail11EmptyKernelIvEEvv".to_string();
+        let mut d = Discovered::default();
+        d.exported.insert("sm_89".into(), vec![cub.clone()]);
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("sum"), &d, &targets);
+        assert_eq!(r.status, "host-only");
+        assert!(text.contains("exports only CUB/Thrust kernels"), "{text}");
+        assert!(!text.contains("[kernels.sum]"), "{text}");
+
+        d.exported
+            .insert("sm_89".into(), vec![cub, "_Z10arange_f32Pfiff".into()]);
+        let mut text = String::new();
+        let r = kernel_section(&mut text, &unit("sum"), &d, &targets);
+        assert_eq!(r.entries, ["arange_f32(float*, int, float, float)"]);
+        assert!(
+            text.contains("also instantiates 1 CUB/Thrust kernel(s)"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_plain_cxx_function_is_written_with_its_parameters_and_matches_itself() {
         for (symbol, want) in [
-            ("_Z10arange_f32Pfiff", "arange_f32(float*, int, float, float)"),
+            (
+                "_Z10arange_f32Pfiff",
+                "arange_f32(float*, int, float, float)",
+            ),
             ("_Z5scaleIfEvPT_i", "scale<float>"),
             ("extern_c_kernel", "extern_c_kernel"),
         ] {
