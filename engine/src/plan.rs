@@ -184,6 +184,7 @@ mod tests {
             entries: entries.iter().map(|e| e.to_string()).collect(),
             resources: BTreeMap::new(),
             cache_key: String::new(),
+            compile_args: Vec::new(),
         }
     }
 

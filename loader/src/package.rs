@@ -530,6 +530,7 @@ impl Package {
             entries: o.entries().map(str::to_string).collect(),
             resources: self.resources(index)?,
             cache_key: String::new(),
+            compile_args: Vec::new(),
         })
     }
 

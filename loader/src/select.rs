@@ -404,6 +404,7 @@ pub(crate) mod tests {
             entries: vec![kernel.into()],
             resources,
             cache_key: String::new(),
+            compile_args: Vec::new(),
         }
     }
 

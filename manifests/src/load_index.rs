@@ -982,6 +982,7 @@ mod tests {
                     entries: vec![format!("{kernel}_f32"), format!("{kernel}_bf16")],
                     resources: [(format!("{kernel}_f32"), r)].into_iter().collect(),
                     cache_key: "k".into(),
+                    compile_args: Vec::new(),
                 }
             };
         let ptx = Resources::Ptx(PtxResources {
