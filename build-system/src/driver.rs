@@ -362,3 +362,88 @@ fn kill_group(child: &std::process::Child) {
 
 #[cfg(not(unix))]
 fn kill_group(_child: &std::process::Child) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_project_opt_level_is_any_o_flag() {
+        for set in [
+            &["-O2"][..],
+            &["-O0"],
+            &["-Os"],
+            &["-O"],
+            &["-std=c++17", "-O1"],
+            &["--optimize"],
+            &["--optimize=2"],
+            &["-Xcompiler", "-O2"],
+        ] {
+            assert!(sets_opt_level(&strings(set)), "{set:?}");
+        }
+        for unset in [&[][..], &["-std=c++17"], &["--offload-arch=gfx1100", "-DO3=1"]] {
+            assert!(!sets_opt_level(&strings(unset)), "{unset:?}");
+        }
+    }
+
+    fn cmd(digest: Option<&str>) -> CompileCommand {
+        CompileCommand {
+            program: PathBuf::from("/usr/bin/clang++"),
+            key_args: strings(&[
+                "-x",
+                "hip",
+                "--rocm-path=/opt/rocm-6.1",
+                "--rocm-device-lib-path=/home/me/libs",
+                "-I$KBUILD_INCLUDE",
+                "-I$KBUILD_INCLUDE/hip-shim",
+                "-include",
+                "kcompat.h",
+                "k.cu",
+            ]),
+            launcher: None,
+            identity: "id".into(),
+            compat_dir: digest.map(|_| PathBuf::from("/build/out/include")),
+            compat_digest: digest.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_compat_header_bytes_are_in_the_action_key() {
+        let a = cmd(Some(&compat_header::digest()));
+        let b = cmd(Some("another header"));
+        assert_ne!(a.action_key("gfx1100"), b.action_key("gfx1100"));
+        assert_eq!(a.action_key("gfx1100"), a.clone().action_key("gfx1100"));
+        // The out-dir is not: another --out-dir, the same key.
+        let mut moved = a.clone();
+        moved.compat_dir = Some(PathBuf::from("/elsewhere/include"));
+        assert_eq!(a.action_key("gfx1100"), moved.action_key("gfx1100"));
+    }
+
+    #[test]
+    fn the_compiler_gets_real_paths_and_the_manifest_symbolic_ones() {
+        let c = cmd(Some("d"));
+        let args = c.args();
+        assert!(args.contains(&"-I/build/out/include".to_string()));
+        assert!(args.contains(&"-I/build/out/include/hip-shim".to_string()));
+        assert!(args.contains(&"--rocm-path=/opt/rocm-6.1".to_string()));
+        let recorded = c.recorded_args();
+        assert_eq!(
+            recorded,
+            strings(&[
+                "-x",
+                "hip",
+                "--rocm-path=$ROCM",
+                "--rocm-device-lib-path=$ROCM_DEVICE_LIBS",
+                "-I$KBUILD_INCLUDE",
+                "-I$KBUILD_INCLUDE/hip-shim",
+                "-include",
+                "kcompat.h",
+                "k.cu",
+            ])
+        );
+    }
+}
