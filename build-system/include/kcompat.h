@@ -73,14 +73,48 @@ KC_DEVICE kc_bf16 kc_float_to_bf16(float f) {
 #if !defined(KC_NO_CUDA_NAMES)
 // ROCm >= 6.2 declares its own *_sync functions when HIP_ENABLE_WARP_SYNC_BUILTINS is set.
 #if !defined(HIP_ENABLE_WARP_SYNC_BUILTINS)
+namespace kc_detail {
+// HIP's shuffles take int, long, long long, their unsigned forms, float and double; any other
+// type of at most 4 bytes (__half, __half2, __nv_bfloat16, short) moves as a 32-bit word.
+template <typename T> struct native_shfl { static const bool value = false; };
+#define KC_NATIVE_SHFL(T) template <> struct native_shfl<T> { static const bool value = true; };
+KC_NATIVE_SHFL(int) KC_NATIVE_SHFL(unsigned int) KC_NATIVE_SHFL(long) KC_NATIVE_SHFL(unsigned long)
+KC_NATIVE_SHFL(long long) KC_NATIVE_SHFL(unsigned long long) KC_NATIVE_SHFL(float) KC_NATIVE_SHFL(double)
+#undef KC_NATIVE_SHFL
+template <typename T, bool Native = native_shfl<T>::value>
+struct shfl {
+  static KC_DEVICE T idx(T v, int l, int w) { return __shfl(v, l, w); }
+  static KC_DEVICE T bxor(T v, int m, int w) { return __shfl_xor(v, m, w); }
+  static KC_DEVICE T down(T v, unsigned int d, int w) { return __shfl_down(v, d, w); }
+  static KC_DEVICE T up(T v, unsigned int d, int w) { return __shfl_up(v, d, w); }
+};
+template <typename T>
+struct shfl<T, false> {
+  static_assert(sizeof(T) <= 4, "__shfl*_sync: a type other than HIP's must be at most 4 bytes");
+  static KC_DEVICE int word(T v) {
+    int w = 0;
+    __builtin_memcpy(&w, &v, sizeof(T));
+    return w;
+  }
+  static KC_DEVICE T value(int w) {
+    T v;
+    __builtin_memcpy(&v, &w, sizeof(T));
+    return v;
+  }
+  static KC_DEVICE T idx(T v, int l, int w) { return value(__shfl(word(v), l, w)); }
+  static KC_DEVICE T bxor(T v, int m, int w) { return value(__shfl_xor(word(v), m, w)); }
+  static KC_DEVICE T down(T v, unsigned int d, int w) { return value(__shfl_down(word(v), d, w)); }
+  static KC_DEVICE T up(T v, unsigned int d, int w) { return value(__shfl_up(word(v), d, w)); }
+};
+}  // namespace kc_detail
 template <typename KcMask, typename T>
-KC_DEVICE T __shfl_sync(KcMask, T var, int src_lane, int width = 32) { return __shfl(var, src_lane, width); }
+KC_DEVICE T __shfl_sync(KcMask, T var, int src_lane, int width = 32) { return kc_detail::shfl<T>::idx(var, src_lane, width); }
 template <typename KcMask, typename T>
-KC_DEVICE T __shfl_xor_sync(KcMask, T var, int lane_mask, int width = 32) { return __shfl_xor(var, lane_mask, width); }
+KC_DEVICE T __shfl_xor_sync(KcMask, T var, int lane_mask, int width = 32) { return kc_detail::shfl<T>::bxor(var, lane_mask, width); }
 template <typename KcMask, typename T>
-KC_DEVICE T __shfl_down_sync(KcMask, T var, unsigned int delta, int width = 32) { return __shfl_down(var, delta, width); }
+KC_DEVICE T __shfl_down_sync(KcMask, T var, unsigned int delta, int width = 32) { return kc_detail::shfl<T>::down(var, delta, width); }
 template <typename KcMask, typename T>
-KC_DEVICE T __shfl_up_sync(KcMask, T var, unsigned int delta, int width = 32) { return __shfl_up(var, delta, width); }
+KC_DEVICE T __shfl_up_sync(KcMask, T var, unsigned int delta, int width = 32) { return kc_detail::shfl<T>::up(var, delta, width); }
 // Votes over the whole wave: the ballot is 64 bits wide on wave64.
 template <typename KcMask>
 KC_DEVICE unsigned long long __ballot_sync(KcMask, int predicate) { return __ballot(predicate); }

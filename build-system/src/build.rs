@@ -577,8 +577,13 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }),
         seconds: start.elapsed().as_secs_f64(),
     };
-    let Some(cmd) = driver::command(ctx.project, job, ctx.tcs, ctx.env, ctx.compat_dir.as_deref())
-    else {
+    let Some(cmd) = driver::command(
+        ctx.project,
+        job,
+        ctx.tcs,
+        ctx.env,
+        ctx.compat_dir.as_deref(),
+    ) else {
         return fail(
             format!("no {} toolchain", job.target.vendor().toolchain()),
             None,

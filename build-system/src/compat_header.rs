@@ -1,6 +1,7 @@
-//! The compat header kbuild ships (`kcompat.h`, plus `cuda_runtime.h` / `cuda_fp16.h` /
-//! `cuda_bf16.h` shims for hip-clang): embedded here, written to `<out-dir>/include/` by every
-//! build, and put on every kernel's include path (docs/compat-header.md).
+//! The compat header kbuild ships (`kcompat.h`, plus `cuda_runtime.h`, `cuda_fp16.h`,
+//! `cuda_bf16.h`, `cooperative_groups.h` and `device_launch_parameters.h` shims for
+//! hip-clang): embedded here, written to `<out-dir>/include/` by every build, and put on every
+//! kernel's include path (docs/compat-header.md).
 //!
 //! Compile commands name the directory through the symbolic root [`ROOT`], resolved only when a
 //! compiler runs, so cache keys and the manifest's `compile_args` do not depend on where the
@@ -29,6 +30,14 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "hip-shim/cuda_bf16.h",
         include_str!("../include/hip-shim/cuda_bf16.h"),
+    ),
+    (
+        "hip-shim/cooperative_groups.h",
+        include_str!("../include/hip-shim/cooperative_groups.h"),
+    ),
+    (
+        "hip-shim/device_launch_parameters.h",
+        include_str!("../include/hip-shim/device_launch_parameters.h"),
     ),
 ];
 
@@ -80,10 +89,7 @@ pub fn write(out_dir: &Path) -> Result<PathBuf, WriteError> {
 /// `arg` with a leading [`ROOT`] (bare, or after `-I`) replaced by `dir`.
 pub fn resolve(arg: &str, dir: &Path) -> String {
     for prefix in ["-I", ""] {
-        if let Some(rest) = arg
-            .strip_prefix(prefix)
-            .and_then(|a| a.strip_prefix(ROOT))
-        {
+        if let Some(rest) = arg.strip_prefix(prefix).and_then(|a| a.strip_prefix(ROOT)) {
             if rest.is_empty() || rest.starts_with('/') {
                 return format!("{prefix}{}{rest}", dir.display());
             }

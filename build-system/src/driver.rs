@@ -116,9 +116,9 @@ fn output_args(tmp: &Path) -> Vec<String> {
 /// and clang spell it the same). A `-O` meant for another tool (`-Xcompiler -O2`) counts too:
 /// the project chose its levels.
 pub fn sets_opt_level(flags: &[String]) -> bool {
-    flags.iter().any(|f| {
-        f.starts_with("-O") || f == "--optimize" || f.starts_with("--optimize=")
-    })
+    flags
+        .iter()
+        .any(|f| f.starts_with("-O") || f == "--optimize" || f.starts_with("--optimize="))
 }
 
 /// Build the command for `job`. The toolchain must have been checked for its target.
@@ -385,7 +385,11 @@ mod tests {
         ] {
             assert!(sets_opt_level(&strings(set)), "{set:?}");
         }
-        for unset in [&[][..], &["-std=c++17"], &["--offload-arch=gfx1100", "-DO3=1"]] {
+        for unset in [
+            &[][..],
+            &["-std=c++17"],
+            &["--offload-arch=gfx1100", "-DO3=1"],
+        ] {
             assert!(!sets_opt_level(&strings(unset)), "{unset:?}");
         }
     }

@@ -86,12 +86,17 @@ fn a_plain_cuda_kernel_builds_for_gfx1100_and_sm_89_without_include_dirs() {
         "{r:#}"
     );
     let args = compile_args(amd);
-    for a in ["-I$KBUILD_INCLUDE", "-I$KBUILD_INCLUDE/hip-shim", "-include"] {
+    for a in [
+        "-I$KBUILD_INCLUDE",
+        "-I$KBUILD_INCLUDE/hip-shim",
+        "-include",
+    ] {
         assert!(args.iter().any(|x| x == a), "{a} not in {args:?}");
     }
     // Reproducible: no machine path in what the manifest records.
     assert!(
-        args.iter().all(|a| !a.contains("/usr") && !a.contains(".local")),
+        args.iter()
+            .all(|a| !a.contains("/usr") && !a.contains(".local")),
         "{args:?}"
     );
 
@@ -102,7 +107,9 @@ fn a_plain_cuda_kernel_builds_for_gfx1100_and_sm_89_without_include_dirs() {
     // nvcc sees kcompat.h's dir but not the hip-shim one: its cuda_*.h are the toolkit's.
     assert!(args.iter().any(|a| a == "-I$KBUILD_INCLUDE"), "{args:?}");
     assert!(
-        !args.iter().any(|a| a.contains("hip-shim") || a == "-include"),
+        !args
+            .iter()
+            .any(|a| a.contains("hip-shim") || a == "-include"),
         "{args:?}"
     );
 }
@@ -155,7 +162,12 @@ fn the_header_lands_in_the_out_dir_is_restored_and_does_not_key_on_the_out_dir()
 #[test]
 fn compat_header_false_leaves_the_include_path_alone() {
     let s = Scratch::new();
-    let p = project(s.path(), "vector_add", VECTOR_ADD, "compat-header = false\n");
+    let p = project(
+        s.path(),
+        "vector_add",
+        VECTOR_ADD,
+        "compat-header = false\n",
+    );
     let o = s.kbuild(&p, &["build", "--targets", "gfx1100,sm_89"]);
     // Without the header hip-clang has no blockIdx for a plain CUDA file: the failure.
     assert!(!o.status.success(), "{}", text(&o));
@@ -168,7 +180,9 @@ fn compat_header_false_leaves_the_include_path_alone() {
     assert!(!p.join("out/include").exists());
     let nv = object(&manifest(&p.join("out")), "sm_89").clone();
     assert!(
-        !compile_args(&nv).iter().any(|a| a.contains("KBUILD_INCLUDE")),
+        !compile_args(&nv)
+            .iter()
+            .any(|a| a.contains("KBUILD_INCLUDE")),
         "{nv:#}"
     );
 }
@@ -183,7 +197,9 @@ fn o3_is_the_default_for_both_vendors_and_a_project_level_is_kept() {
     for t in ["gfx1100", "sm_89"] {
         let args = compile_args(object(&m, t));
         assert_eq!(
-            args.iter().filter(|a| a.starts_with("-O")).collect::<Vec<_>>(),
+            args.iter()
+                .filter(|a| a.starts_with("-O"))
+                .collect::<Vec<_>>(),
             ["-O3"],
             "{t}: {args:?}"
         );
@@ -203,7 +219,9 @@ fn o3_is_the_default_for_both_vendors_and_a_project_level_is_kept() {
     for t in ["gfx1100", "sm_89"] {
         let args = compile_args(object(&m, t));
         assert_eq!(
-            args.iter().filter(|a| a.starts_with("-O")).collect::<Vec<_>>(),
+            args.iter()
+                .filter(|a| a.starts_with("-O"))
+                .collect::<Vec<_>>(),
             ["-O1"],
             "{t}: {args:?}"
         );

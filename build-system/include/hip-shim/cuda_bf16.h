@@ -2,9 +2,11 @@
 //
 // HIP 5.2 (Debian) has no <hip/hip_bf16.h> (it appeared in ROCm 6) and its <hip/hip_bfloat16.h>
 // is the rocBLAS-style struct that drags in <ostream>, so this defines CUDA's storage type and
-// conversions itself: bit-identical to __nv_bfloat16 (and kcompat.h's kc_bf16). Arithmetic goes
-// through float (a + b is a float, converted back on assignment); CUDA's bf16 intrinsics
-// (__hadd, __hfma, ... on __nv_bfloat16) are not mapped. Only on hip-clang's include path.
+// conversions itself: bit-identical to __nv_bfloat16 (and kcompat.h's kc_bf16). Operators go
+// through float (a + b is a float, rounded back on assignment); the scalar intrinsics __hadd,
+// __hsub, __hmul, __hdiv, __hfma, __hneg, __habs, __hmax, __hmin have bf16 overloads (computed in
+// float, rounded to nearest even: without them a bf16 argument would silently convert to __half).
+// Only on hip-clang's include path.
 #ifndef KBUILD_SHIM_CUDA_BF16_H
 #define KBUILD_SHIM_CUDA_BF16_H
 #include <hip/hip_runtime.h>
@@ -66,4 +68,22 @@ __device__ __forceinline__ float __high2float(__nv_bfloat162 v) { return __bfloa
 __device__ __forceinline__ float2 __bfloat1622float2(__nv_bfloat162 v) {
   return make_float2(__bfloat162float(v.x), __bfloat162float(v.y));
 }
+
+#define KC_BF16_BINARY(name, expr)                                                           \
+  __device__ __forceinline__ __nv_bfloat16 name(__nv_bfloat16 a, __nv_bfloat16 b) {         \
+    const float x = __bfloat162float(a), y = __bfloat162float(b);                             \
+    return __float2bfloat16_rn(expr);                                                         \
+  }
+KC_BF16_BINARY(__hadd, x + y)
+KC_BF16_BINARY(__hsub, x - y)
+KC_BF16_BINARY(__hmul, x * y)
+KC_BF16_BINARY(__hdiv, x / y)
+KC_BF16_BINARY(__hmax, fmaxf(x, y))
+KC_BF16_BINARY(__hmin, fminf(x, y))
+#undef KC_BF16_BINARY
+__device__ __forceinline__ __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
+  return __float2bfloat16_rn(fmaf(__bfloat162float(a), __bfloat162float(b), __bfloat162float(c)));
+}
+__device__ __forceinline__ __nv_bfloat16 __hneg(__nv_bfloat16 a) { return __ushort_as_bfloat16(a.__x ^ 0x8000u); }
+__device__ __forceinline__ __nv_bfloat16 __habs(__nv_bfloat16 a) { return __ushort_as_bfloat16(a.__x & 0x7fffu); }
 #endif
