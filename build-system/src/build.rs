@@ -122,6 +122,8 @@ struct Ctx<'a> {
     /// Where a remote cache entry's dependency paths may point.
     dep_roots: DepRoots,
     env: &'a Env,
+    /// The written compat header's include dir (absolute); `None`: the project opted out.
+    compat_dir: Option<PathBuf>,
 }
 
 /// What a build runs: its targets, jobs, cache directory and toolchains.
@@ -255,9 +257,13 @@ pub fn commands(
     observer: &dyn Observer,
 ) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
     let Prepared { jobs, tcs, .. } = prepare(project, opts, observer)?;
+    // Written here too: the printed commands are meant to be run.
+    let compat_dir = write_compat_header(project, &out_dir_of(project, opts))?;
     Ok(jobs
         .into_iter()
-        .filter_map(|j| driver::command(project, &j, &tcs, &opts.env).map(|c| (j, c)))
+        .filter_map(|j| {
+            driver::command(project, &j, &tcs, &opts.env, compat_dir.as_deref()).map(|c| (j, c))
+        })
         .collect())
 }
 
@@ -278,10 +284,8 @@ pub fn build(
     } = prepare(project, opts, reporter)?;
     let cache = Cache::open(&cache_dir);
     let remote = open_remote(project, opts, reporter)?;
-    let out_dir = opts
-        .out_dir
-        .clone()
-        .unwrap_or_else(|| project.out_dir.clone());
+    let out_dir = out_dir_of(project, opts);
+    let compat_dir = write_compat_header(project, &out_dir)?;
     order_longest_first(&mut jobs, &cache_dir);
 
     reporter.planned(jobs.len());
@@ -299,6 +303,7 @@ pub fn build(
         remote: remote.as_ref(),
         dep_roots: DepRoots::for_build(&project.root, &tcs),
         env: &opts.env,
+        compat_dir,
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -520,6 +525,26 @@ fn cross_target_audit(
     failures
 }
 
+fn out_dir_of(project: &Project, opts: &BuildOptions) -> PathBuf {
+    opts.out_dir
+        .clone()
+        .unwrap_or_else(|| project.out_dir.clone())
+}
+
+/// kbuild's compat header under `<out_dir>/include` (absolute: compilers run in the project
+/// root, `--out-dir` is relative to the current directory); `None` when the project opted out.
+fn write_compat_header(project: &Project, out_dir: &Path) -> Result<Option<PathBuf>, BuildError> {
+    if !project.compat_header {
+        return Ok(None);
+    }
+    let abs = std::path::absolute(out_dir).unwrap_or_else(|_| out_dir.to_path_buf());
+    let dir = crate::compat_header::write(&abs).map_err(|e| BuildError::Write {
+        path: e.path.display().to_string(),
+        err: e.source,
+    })?;
+    Ok(Some(dir))
+}
+
 /// `manifest.kbi` beside the manifest (after it: it records the manifest's length, mtime and
 /// blake3),
 /// so a loader opens the build without parsing JSON.
@@ -629,7 +654,13 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }),
         seconds: start.elapsed().as_secs_f64(),
     };
-    let Some(cmd) = driver::command(ctx.project, job, ctx.tcs, ctx.env) else {
+    let Some(cmd) = driver::command(
+        ctx.project,
+        job,
+        ctx.tcs,
+        ctx.env,
+        ctx.compat_dir.as_deref(),
+    ) else {
         return fail(
             format!("no {} toolchain", job.target.vendor().toolchain()),
             None,
@@ -637,7 +668,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         );
     };
     let target_name = job.target.to_string();
-    let action = Cache::action_key(&cmd.identity, &target_name, &cmd.key_args);
+    let action = cmd.action_key(&target_name);
     let remote_hit = || {
         let remote = ctx.remote?;
         match remote.fetch(ctx.cache, &action, &ctx.dep_roots) {
@@ -756,6 +787,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         demangled,
         resources,
         cache_key: entry.key,
+        compile_args: cmd.recorded_args(),
     };
     Done {
         status,
@@ -840,7 +872,19 @@ fn compile(
     let root = &ctx.project.root;
     let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
     let mut deps: Vec<Dep> = Vec::new();
+    // The compat header's files are keyed by their bytes (in the action key), not by a path
+    // that names this build's out-dir: a clone elsewhere, or another --out-dir, still hits.
+    let compat = ctx.compat_dir.as_ref().map(|d| {
+        let canon = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        (d.clone(), canon)
+    });
     for p in &out.deps {
+        if let Some((dir, canon)) = &compat {
+            let abs = root.join(p);
+            if abs.starts_with(dir) || abs.starts_with(canon) {
+                continue;
+            }
+        }
         // Project files are recorded relative to the project root, so a clone elsewhere hits.
         let recorded = match p.strip_prefix(&canon_root) {
             Ok(rel) => rel.display().to_string(),

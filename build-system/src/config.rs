@@ -33,7 +33,8 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
-    /// Single-source CUDA: nvcc for `sm_*`/`compute_*`, hip-clang (through kcompat.h) for `gfx*`.
+    /// Single-source CUDA: nvcc for `sm_*`/`compute_*`, hip-clang (with kbuild's kcompat.h
+    /// force-included) for `gfx*`.
     Cuda,
     /// HIP only: hip-clang, AMD targets only.
     Hip,
@@ -96,6 +97,8 @@ struct RawBuild {
     remote_cache: Option<String>,
     /// `read` (default) or `read-write`.
     remote_cache_mode: Option<String>,
+    /// Write kbuild's compat header and put it on every kernel's include path (default true).
+    compat_header: Option<bool>,
 }
 
 /// Explicit toolchain locations: the first place discovery looks.
@@ -220,6 +223,10 @@ pub struct Project {
     /// `[build] remote-cache` and `remote-cache-mode` (see `remote_cache`).
     pub remote_cache: Option<String>,
     pub remote_cache_mode: Option<String>,
+    /// `[build] compat-header` (default true): kbuild's `kcompat.h` and the cuda_*.h shims
+    /// are written to `<out-dir>/include` and put on every kernel's include path
+    /// ([`crate::compat_header`]).
+    pub compat_header: bool,
     pub toolchain: ToolchainConfig,
     pub kernels: Vec<Kernel>,
 }
@@ -460,6 +467,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         job_timeout: raw.build.job_timeout,
         remote_cache: raw.build.remote_cache,
         remote_cache_mode: raw.build.remote_cache_mode,
+        compat_header: raw.build.compat_header.unwrap_or(true),
         toolchain: raw.toolchain,
         kernels,
     })

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use kbuild_manifest::target::{ObjectKind, Vendor};
 
+use crate::compat_header;
 use crate::config::{Language, Project};
 use crate::plan::Job;
 use crate::toolchain::Toolchains;
@@ -22,9 +23,57 @@ pub struct CompileCommand {
     pub launcher: Option<String>,
     /// Identity of the compiler (part of the key).
     pub identity: String,
+    /// Where [`compat_header::ROOT`] in `key_args` points (`<out-dir>/include`, absolute);
+    /// `None` when the project opted out of the compat header.
+    pub compat_dir: Option<PathBuf>,
+    /// [`compat_header::digest`] when the command uses the header (part of the key).
+    pub compat_digest: Option<String>,
 }
 
 impl CompileCommand {
+    /// The arguments the compiler gets (output paths aside): `key_args` with the compat
+    /// header's symbolic root resolved.
+    pub fn args(&self) -> Vec<String> {
+        match &self.compat_dir {
+            Some(dir) => self
+                .key_args
+                .iter()
+                .map(|a| compat_header::resolve(a, dir))
+                .collect(),
+            None => self.key_args.clone(),
+        }
+    }
+
+    /// The action key of this compile on `target`: compiler identity, arguments and the compat
+    /// header's bytes (the header is not in the dependency list, see [`compat_header`]).
+    pub fn action_key(&self, target: &str) -> String {
+        let mut parts = self.key_args.clone();
+        if let Some(d) = &self.compat_digest {
+            parts.push(format!("kbuild-compat-header={d}"));
+        }
+        crate::cache::Cache::action_key(&self.identity, target, &parts)
+    }
+
+    /// The arguments as the manifest records them (`compile_args`): `key_args` with the
+    /// machine's ROCm and device-library paths replaced by `$ROCM` and `$ROCM_DEVICE_LIBS`, so
+    /// the same build on another machine records the same bytes.
+    pub fn recorded_args(&self) -> Vec<String> {
+        self.key_args
+            .iter()
+            .map(|a| {
+                for (flag, root) in [
+                    ("--rocm-path=", "$ROCM"),
+                    ("--rocm-device-lib-path=", "$ROCM_DEVICE_LIBS"),
+                ] {
+                    if a.starts_with(flag) {
+                        return format!("{flag}{root}");
+                    }
+                }
+                a.clone()
+            })
+            .collect()
+    }
+
     /// The command line as a shell would show it, with output paths under `tmp`.
     pub fn display(&self, tmp: &Path) -> String {
         let mut parts: Vec<String> = Vec::new();
@@ -32,7 +81,7 @@ impl CompileCommand {
             parts.push(l.clone());
         }
         parts.push(self.program.display().to_string());
-        parts.extend(self.key_args.iter().cloned());
+        parts.extend(self.args());
         parts.extend(output_args(tmp));
         parts
             .iter()
@@ -63,17 +112,32 @@ fn output_args(tmp: &Path) -> Vec<String> {
     ]
 }
 
+/// Whether `flags` set an optimisation level: `-O`, `-O<level>`, `--optimize[=<level>]` (nvcc
+/// and clang spell it the same). A `-O` meant for another tool (`-Xcompiler -O2`) counts too:
+/// the project chose its levels.
+pub fn sets_opt_level(flags: &[String]) -> bool {
+    flags
+        .iter()
+        .any(|f| f.starts_with("-O") || f == "--optimize" || f.starts_with("--optimize="))
+}
+
 /// Build the command for `job`. The toolchain must have been checked for its target.
-/// `env` gives `KBUILD_LAUNCHER`, used when the project sets no launcher.
+/// `env` gives `KBUILD_LAUNCHER`, used when the project sets no launcher. `compat_dir` is the
+/// written compat header's include dir (absolute), `None` when the project opted out.
 pub fn command(
     project: &Project,
     job: &Job,
     tcs: &Toolchains,
     env: &Env,
+    compat_dir: Option<&Path>,
 ) -> Option<CompileCommand> {
     let k = &project.kernels[job.kernel];
     let t = &job.target;
     let mut args: Vec<String> = Vec::new();
+    let flags = k.flags.for_vendor(t.vendor());
+    // Both vendors default to -O3 (nvcc's device code already is; hip-clang's is -O0, which
+    // spills a plain vector add to scratch), unless the project picked a level.
+    let default_opt = (!sets_opt_level(flags)).then(|| "-O3".to_string());
     let (program, identity) = match t.vendor() {
         Vendor::Nvidia => {
             let tc = tcs.cuda.as_ref()?;
@@ -86,7 +150,8 @@ pub fn command(
                 }
             }
             args.push(format!("-arch={}", t.compiler_arch()));
-            args.extend(k.flags.for_vendor(Vendor::Nvidia).iter().cloned());
+            args.extend(default_opt);
+            args.extend(flags.iter().cloned());
             if k.language == Language::Cuda {
                 args.extend(["-x".into(), "cu".into()]);
             }
@@ -111,12 +176,23 @@ pub fn command(
                 // Generic processors exist from code object v6 on.
                 args.push("-mcode-object-version=6".into());
             }
-            args.extend(k.flags.for_vendor(Vendor::Amd).iter().cloned());
+            args.extend(default_opt);
+            args.extend(flags.iter().cloned());
             (tc.clang.clone(), tc.identity.clone())
         }
     };
     for d in &k.include_dirs {
         args.push(format!("-I{}", d.display()));
+    }
+    // After the project's include dirs: a project's own kcompat.h wins an `#include`.
+    if compat_dir.is_some() {
+        let root = compat_header::ROOT;
+        args.push(format!("-I{root}"));
+        if t.vendor() == Vendor::Amd && k.language == Language::Cuda {
+            // The cuda_*.h shims, and the CUDA names for a file that never includes kcompat.h.
+            args.push(format!("-I{root}/hip-shim"));
+            args.extend(["-include".into(), "kcompat.h".into()]);
+        }
     }
     let mut defines = k.defines.clone();
     if let Some(v) = &job.variant {
@@ -134,6 +210,8 @@ pub fn command(
             .clone()
             .or_else(|| env.str(names::KBUILD_LAUNCHER).map(String::from)),
         identity,
+        compat_dir: compat_dir.map(Path::to_path_buf),
+        compat_digest: compat_dir.map(|_| compat_header::digest()),
     })
 }
 
@@ -196,7 +274,7 @@ pub fn run(
         }
         None => Command::new(&cmd.program),
     };
-    c.args(&cmd.key_args)
+    c.args(cmd.args())
         .args(output_args(tmp))
         .current_dir(cwd)
         .stdin(Stdio::null())
@@ -284,3 +362,92 @@ fn kill_group(child: &std::process::Child) {
 
 #[cfg(not(unix))]
 fn kill_group(_child: &std::process::Child) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_project_opt_level_is_any_o_flag() {
+        for set in [
+            &["-O2"][..],
+            &["-O0"],
+            &["-Os"],
+            &["-O"],
+            &["-std=c++17", "-O1"],
+            &["--optimize"],
+            &["--optimize=2"],
+            &["-Xcompiler", "-O2"],
+        ] {
+            assert!(sets_opt_level(&strings(set)), "{set:?}");
+        }
+        for unset in [
+            &[][..],
+            &["-std=c++17"],
+            &["--offload-arch=gfx1100", "-DO3=1"],
+        ] {
+            assert!(!sets_opt_level(&strings(unset)), "{unset:?}");
+        }
+    }
+
+    fn cmd(digest: Option<&str>) -> CompileCommand {
+        CompileCommand {
+            program: PathBuf::from("/usr/bin/clang++"),
+            key_args: strings(&[
+                "-x",
+                "hip",
+                "--rocm-path=/opt/rocm-6.1",
+                "--rocm-device-lib-path=/home/me/libs",
+                "-I$KBUILD_INCLUDE",
+                "-I$KBUILD_INCLUDE/hip-shim",
+                "-include",
+                "kcompat.h",
+                "k.cu",
+            ]),
+            launcher: None,
+            identity: "id".into(),
+            compat_dir: digest.map(|_| PathBuf::from("/build/out/include")),
+            compat_digest: digest.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_compat_header_bytes_are_in_the_action_key() {
+        let a = cmd(Some(&compat_header::digest()));
+        let b = cmd(Some("another header"));
+        assert_ne!(a.action_key("gfx1100"), b.action_key("gfx1100"));
+        assert_eq!(a.action_key("gfx1100"), a.clone().action_key("gfx1100"));
+        // The out-dir is not: another --out-dir, the same key.
+        let mut moved = a.clone();
+        moved.compat_dir = Some(PathBuf::from("/elsewhere/include"));
+        assert_eq!(a.action_key("gfx1100"), moved.action_key("gfx1100"));
+    }
+
+    #[test]
+    fn the_compiler_gets_real_paths_and_the_manifest_symbolic_ones() {
+        let c = cmd(Some("d"));
+        let args = c.args();
+        assert!(args.contains(&"-I/build/out/include".to_string()));
+        assert!(args.contains(&"-I/build/out/include/hip-shim".to_string()));
+        assert!(args.contains(&"--rocm-path=/opt/rocm-6.1".to_string()));
+        let recorded = c.recorded_args();
+        assert_eq!(
+            recorded,
+            strings(&[
+                "-x",
+                "hip",
+                "--rocm-path=$ROCM",
+                "--rocm-device-lib-path=$ROCM_DEVICE_LIBS",
+                "-I$KBUILD_INCLUDE",
+                "-I$KBUILD_INCLUDE/hip-shim",
+                "-include",
+                "kcompat.h",
+                "k.cu",
+            ])
+        );
+    }
+}

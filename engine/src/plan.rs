@@ -185,6 +185,7 @@ mod tests {
             demangled: Default::default(),
             resources: BTreeMap::new(),
             cache_key: String::new(),
+            compile_args: Vec::new(),
         }
     }
 

@@ -543,6 +543,7 @@ impl Package {
             demangled: Default::default(),
             resources: self.resources(index)?,
             cache_key: String::new(),
+            compile_args: Vec::new(),
         })
     }
 

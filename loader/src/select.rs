@@ -405,6 +405,7 @@ pub(crate) mod tests {
             demangled: Default::default(),
             resources,
             cache_key: String::new(),
+            compile_args: Vec::new(),
         }
     }
 

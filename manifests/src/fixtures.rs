@@ -58,6 +58,7 @@ pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectR
         demangled: Default::default(),
         resources: BTreeMap::new(),
         cache_key: "k".into(),
+        compile_args: Vec::new(),
     }
 }
 

@@ -983,6 +983,7 @@ mod tests {
                     demangled: Default::default(),
                     resources: [(format!("{kernel}_f32"), r)].into_iter().collect(),
                     cache_key: "k".into(),
+                    compile_args: Vec::new(),
                 }
             };
         let ptx = Resources::Ptx(PtxResources {

@@ -156,6 +156,12 @@ pub struct ObjectRecord {
     pub resources: BTreeMap<String, crate::resources::Resources>,
     /// The cache key that produced it (blake3).
     pub cache_key: String,
+    /// The compiler arguments that made it, output paths aside and reproducible: project
+    /// paths relative to the project root, `$ROCM` / `$ROCM_DEVICE_LIBS` / `$KBUILD_INCLUDE`
+    /// (the written compat header) for machine paths. Absent in manifests written before it
+    /// was recorded, and in records rebuilt from a load index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compile_args: Vec<String>,
 }
 
 /// Why a manifest could not be read.
@@ -330,6 +336,7 @@ mod tests {
                 demangled: Default::default(),
                 resources: [("k".to_string(), r)].into(),
                 cache_key: "x".into(),
+                compile_args: Vec::new(),
             });
         }
         m.failed = vec![UnbuiltObject {

@@ -312,10 +312,13 @@ pub fn write_project(
 ) -> PathBuf {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("include")).unwrap();
-    super::copy_dir(
-        &super::repo_root().join("kernels/include"),
-        &k.join("include"),
-    );
+    // A project copy of the shipped kcompat.h: it shadows kbuild's (project include dirs come
+    // first), so a test can change a header the kernels include.
+    std::fs::copy(
+        super::repo_root().join("build-system/include/kcompat.h"),
+        k.join("include/kcompat.h"),
+    )
+    .unwrap();
     let t: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
     let mut toml = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [{}]\ninclude-dirs = [\"include\"]\nout-dir = \"out\"\n",

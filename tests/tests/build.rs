@@ -202,10 +202,6 @@ fn every_default_target_builds_then_noop_and_fresh_clone_compile_nothing() {
 fn two_kernel_project(dir: &Path) {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("include")).unwrap();
-    kbuild_tests::copy_dir(
-        &kbuild_tests::repo_root().join("kernels/include"),
-        &k.join("include"),
-    );
     std::fs::write(
         k.join("include/common.h"),
         "#pragma once\n#define SCALE 2.0f\n",

@@ -39,11 +39,6 @@ fn copy_example(s: &Scratch) -> PathBuf {
         "\"../../build-system\"",
         &format!("{:?}", abs("build-system")),
     );
-    rewrite(
-        &dst.join("kernels/Kbuild.toml"),
-        "\"../../../kernels/include\"",
-        &format!("{:?}", abs("kernels/include")),
-    );
     dst
 }
 

@@ -28,7 +28,6 @@ fn fixture() -> &'static Fixture {
             let dir = root.join(side);
             let _ = std::fs::remove_dir_all(&dir);
             copy_dir(&repo_root().join("tests/fixtures/diff").join(side), &dir);
-            copy_dir(&repo_root().join("kernels/include"), &dir.join("include"));
             let out = kb(&dir, &["build"]);
             assert!(
                 out.status.success(),
@@ -653,12 +652,12 @@ fn base_rev_builds_in_a_worktree_reuses_the_cache_and_finds_the_changed_kernel()
     let s = Scratch::new();
     let repo = s.path().join("repo");
     let k = repo.join("kernels");
-    copy_dir(&repo_root().join("kernels/include"), &k.join("include"));
+    std::fs::create_dir_all(&k).unwrap();
     std::fs::write(repo.join(".gitignore"), "out/\n").unwrap();
     std::fs::write(
         k.join("Kbuild.toml"),
         "[package]\nname = \"two\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\", \"gfx1100\"]\n\
-         include-dirs = [\"include\"]\nout-dir = \"out\"\n\n[kernels.a]\nsource = \"a.cu\"\n\
+         out-dir = \"out\"\n\n[kernels.a]\nsource = \"a.cu\"\n\
          entries = [\"a_kernel\"]\nblock-size = 256\n\n[kernels.b]\nsource = \"b.cu\"\n\
          entries = [\"b_kernel\"]\nblock-size = 256\n",
     )

@@ -12,10 +12,6 @@ use kbuild_tests::{manifest, text, Scratch};
 fn project(dir: &Path, kernels: &[(&str, &str, &str)], extra: &str) -> std::path::PathBuf {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("include")).unwrap();
-    kbuild_tests::copy_dir(
-        &kbuild_tests::repo_root().join("kernels/include"),
-        &k.join("include"),
-    );
     let mut toml = String::from(
         "[package]\nname = \"errs\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\", \"gfx1100\"]\ninclude-dirs = [\"include\"]\nout-dir = \"out\"\n",
     );

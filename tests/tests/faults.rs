@@ -17,10 +17,6 @@ use kbuild_tests::{manifest, text, Scratch};
 fn project(dir: &Path) -> PathBuf {
     let k = dir.join("kernels");
     std::fs::create_dir_all(k.join("include")).unwrap();
-    kbuild_tests::copy_dir(
-        &kbuild_tests::repo_root().join("kernels/include"),
-        &k.join("include"),
-    );
     for name in ["alpha", "beta"] {
         std::fs::write(
             k.join(format!("{name}.cu")),

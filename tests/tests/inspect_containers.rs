@@ -96,7 +96,7 @@ fn nvidia_fatbin_and_host_shared_library() {
     let s = Scratch::new();
     let d = s.path();
     let src = repo_root().join("kernels/softmax.cu");
-    let inc = format!("-I{}", repo_root().join("kernels/include").display());
+    let inc = format!("-I{}", repo_root().join("build-system/include").display());
     run(Command::new(cuda_bin("nvcc"))
         .current_dir(d)
         .args([
@@ -163,7 +163,7 @@ fn clang_offload_bundles_plain_and_compressed_and_hip_host_shared_library() {
     let s = Scratch::new();
     let d = s.path();
     let src = repo_root().join("kernels/softmax.cu");
-    let inc = format!("-I{}", repo_root().join("kernels/include").display());
+    let inc = format!("-I{}", repo_root().join("build-system/include").display());
     let libs = format!("--rocm-device-lib-path={}", hip_device_libs());
     let hip = |extra: &[&str], out: &str| {
         let mut c = Command::new("clang++-19");

@@ -27,7 +27,6 @@ version = "0.1.0"
 
 [build]
 targets = ["sm_80", "sm_89", "sm_90", "sm_90a", "compute_90", "gfx1100", "gfx11-generic"]
-include-dirs = ["include"]
 
 [build.flags]
 cuda = ["-O3", "-std=c++17"]

@@ -14,7 +14,7 @@ use kbuild_tests::{manifest, text, Scratch};
 fn copy_kcompat(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::copy(
-        kbuild_tests::repo_root().join("kernels/include/kcompat.h"),
+        kbuild_tests::repo_root().join("build-system/include/kcompat.h"),
         dir.join("kcompat.h"),
     )
     .unwrap();

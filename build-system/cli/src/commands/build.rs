@@ -38,7 +38,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
         for (job, cmd) in commands(&project, &opts, &BuildProgress::plain())? {
             let line = serde_json::json!({
                 "kernel": job.kernel_name, "variant": job.variant_name(), "target": job.target.to_string(),
-                "cwd": project.root, "launcher": cmd.launcher, "program": cmd.program, "args": cmd.key_args,
+                "cwd": project.root, "launcher": cmd.launcher, "program": cmd.program, "args": cmd.args(),
                 "output": out_dir.join(&job.out_rel),
             });
             println!("{line}");

@@ -1,4 +1,9 @@
-// kcompat.h - single-source CUDA/HIP portability layer for kbuild kernels.
+// kcompat.h - single-source CUDA/HIP portability layer, shipped with kbuild.
+//
+// kbuild writes it to <out-dir>/include/ and puts that directory on the include path of every
+// kernel; for a language = "cuda" kernel compiled by hip-clang it is also force-included
+// (-include kcompat.h), so a plain CUDA file gets the CUDA names below without a source edit.
+// What maps and what does not: docs/compat-header.md. Opt out: [build] compat-header = false.
 //
 // Compiled by nvcc (NVIDIA) and by hip-clang (clang++ -x hip, AMD). Provides:
 //   KC_WARP_SIZE             warp/wave size of the target being compiled (compile-time constant)
@@ -57,6 +62,77 @@ KC_DEVICE kc_bf16 kc_float_to_bf16(float f) {
   }
   return h;
 }
+
+// ------------------------------------------------------------ CUDA names on HIP
+// For plain CUDA sources compiled by hip-clang. HIP (5.2, Debian) has the atomics, __half
+// (<hip/hip_fp16.h>), __launch_bounds__, threadIdx & co. and the mask-less shuffles; these add
+// the *_sync warp functions CUDA 9 made the only spelling. The mask is ignored (every lane of
+// the warp/wave is assumed to take part) and may be 32 or 64 bits wide. The width defaults to
+// 32, CUDA's warpSize, so a shuffle stays inside 32-lane groups on wave64 (gfx9) too: what a
+// CUDA kernel that computes lane = threadIdx.x % 32 expects. KC_NO_CUDA_NAMES turns them off.
+#if !defined(KC_NO_CUDA_NAMES)
+// ROCm >= 6.2 declares its own *_sync functions when HIP_ENABLE_WARP_SYNC_BUILTINS is set.
+#if !defined(HIP_ENABLE_WARP_SYNC_BUILTINS)
+namespace kc_detail {
+// HIP's shuffles take int, long, long long, their unsigned forms, float and double; any other
+// type of at most 4 bytes (__half, __half2, __nv_bfloat16, short) moves as a 32-bit word.
+template <typename T> struct native_shfl { static const bool value = false; };
+#define KC_NATIVE_SHFL(T) template <> struct native_shfl<T> { static const bool value = true; };
+KC_NATIVE_SHFL(int) KC_NATIVE_SHFL(unsigned int) KC_NATIVE_SHFL(long) KC_NATIVE_SHFL(unsigned long)
+KC_NATIVE_SHFL(long long) KC_NATIVE_SHFL(unsigned long long) KC_NATIVE_SHFL(float) KC_NATIVE_SHFL(double)
+#undef KC_NATIVE_SHFL
+template <typename T, bool Native = native_shfl<T>::value>
+struct shfl {
+  static KC_DEVICE T idx(T v, int l, int w) { return __shfl(v, l, w); }
+  static KC_DEVICE T bxor(T v, int m, int w) { return __shfl_xor(v, m, w); }
+  static KC_DEVICE T down(T v, unsigned int d, int w) { return __shfl_down(v, d, w); }
+  static KC_DEVICE T up(T v, unsigned int d, int w) { return __shfl_up(v, d, w); }
+};
+template <typename T>
+struct shfl<T, false> {
+  static_assert(sizeof(T) <= 4, "__shfl*_sync: a type other than HIP's must be at most 4 bytes");
+  static KC_DEVICE int word(T v) {
+    int w = 0;
+    __builtin_memcpy(&w, &v, sizeof(T));
+    return w;
+  }
+  static KC_DEVICE T value(int w) {
+    T v;
+    __builtin_memcpy(&v, &w, sizeof(T));
+    return v;
+  }
+  static KC_DEVICE T idx(T v, int l, int w) { return value(__shfl(word(v), l, w)); }
+  static KC_DEVICE T bxor(T v, int m, int w) { return value(__shfl_xor(word(v), m, w)); }
+  static KC_DEVICE T down(T v, unsigned int d, int w) { return value(__shfl_down(word(v), d, w)); }
+  static KC_DEVICE T up(T v, unsigned int d, int w) { return value(__shfl_up(word(v), d, w)); }
+};
+}  // namespace kc_detail
+template <typename KcMask, typename T>
+KC_DEVICE T __shfl_sync(KcMask, T var, int src_lane, int width = 32) { return kc_detail::shfl<T>::idx(var, src_lane, width); }
+template <typename KcMask, typename T>
+KC_DEVICE T __shfl_xor_sync(KcMask, T var, int lane_mask, int width = 32) { return kc_detail::shfl<T>::bxor(var, lane_mask, width); }
+template <typename KcMask, typename T>
+KC_DEVICE T __shfl_down_sync(KcMask, T var, unsigned int delta, int width = 32) { return kc_detail::shfl<T>::down(var, delta, width); }
+template <typename KcMask, typename T>
+KC_DEVICE T __shfl_up_sync(KcMask, T var, unsigned int delta, int width = 32) { return kc_detail::shfl<T>::up(var, delta, width); }
+// Votes over the whole wave: the ballot is 64 bits wide on wave64.
+template <typename KcMask>
+KC_DEVICE unsigned long long __ballot_sync(KcMask, int predicate) { return __ballot(predicate); }
+template <typename KcMask>
+KC_DEVICE int __any_sync(KcMask, int predicate) { return __any(predicate); }
+template <typename KcMask>
+KC_DEVICE int __all_sync(KcMask, int predicate) { return __all(predicate); }
+// A wave executes in lock step; the fences order its lanes' memory accesses as CUDA's does.
+KC_DEVICE void __syncwarp(unsigned long long = ~0ull) {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
+#endif
+#if HIP_VERSION_MAJOR < 6
+KC_DEVICE unsigned long long __activemask() { return __ballot(1); }
+#endif
+#endif  // !KC_NO_CUDA_NAMES
 
 #else
 // -------------------------------------------------------------------------------- NVIDIA / CUDA
