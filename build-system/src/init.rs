@@ -486,6 +486,8 @@ fn discover(
         remote_cache: None,
         remote_cache_mode: None,
         toolchain: ToolchainConfig::default(),
+        // Discovery builds what `kbuild build` of the written file will: with kbuild's header.
+        compat_header: true,
         kernels,
     };
     let build_opts = BuildOptions {
