@@ -250,13 +250,19 @@ pub fn is_cccl_kernel(symbol: &str) -> bool {
         .any(|p| symbol.starts_with(p))
 }
 
-/// A symbol as the cross-target audit compares it: CUB's and Thrust's kernels live in an
-/// inline namespace named after the CCCL version and the target (`cub::_V_300500_SM_890`), so
-/// the same kernel has another symbol on every target; that namespace is compared as one.
+/// A symbol as the cross-target audit compares it. Two parts of a symbol name the compile, not
+/// the kernel, and are compared as one: CUB's and Thrust's inline namespace, named after the
+/// CCCL version and the target (`cub::_V_300500_SM_890`), and nvcc's name for an internal-
+/// linkage entity (`_INTERNAL_867974e3_6_cpy_cu_f459b794_3316`, whose last number differs
+/// from one compile of a file to the next).
 pub fn cross_target_key(symbol: &str) -> String {
     // Itanium mangling writes it `<len><name>`: `16_V_300500_SM_890`.
     let is_abi_namespace = |name: &str| {
-        let Some(rest) = name.strip_prefix("_V_") else {
+        // CCCL 3.5 writes `_V_300500_SM_890`, CCCL 3.0 `CUB_300001_SM_890` / `THRUST_…`.
+        let Some(rest) = ["_V_", "CUB_", "THRUST_"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p))
+        else {
             return false;
         };
         let mut parts = rest.split("_SM_");
@@ -277,6 +283,11 @@ pub fn cross_target_key(symbol: &str) -> String {
             }
             let len: Option<usize> = symbol[i..j].parse().ok();
             if let Some(name) = len.and_then(|n| symbol.get(j..j.checked_add(n)?)) {
+                if name.starts_with("_INTERNAL_") {
+                    out.push_str("_INTERNAL_*");
+                    i = j + name.len();
+                    continue;
+                }
                 if is_abi_namespace(name) {
                     let version = name.split("_SM_").next().unwrap_or_default();
                     out.push_str(version);
@@ -429,10 +440,23 @@ mod tests {
         assert!(is_cccl_kernel(sm89) && !is_cccl_kernel("_Z10arange_f32Pfiff"));
         assert_eq!(cross_target_key(sm89), cross_target_key(sm90));
         assert_eq!(cross_target_key(sm89), cross_target_key(both));
+        // CUDA 13.0's CCCL names it otherwise.
+        assert_eq!(
+            cross_target_key("_ZN3cub17CUB_300001_SM_8906detail11EmptyKernelIvEEvv"),
+            cross_target_key("_ZN3cub17CUB_300001_SM_9006detail11EmptyKernelIvEEvv")
+        );
         assert_eq!(
             cross_target_key(sm89),
             "_ZN3cub_V_300500_SM_*6detail11EmptyKernelIvEEvv"
         );
+        let internal = |n: u32| {
+            format!("_Z10cpy_scalarIXadL_ZN41_INTERNAL_867974e3_6_cpy_cu_f459b794_{n}12cpy_1_scalarIffEEvPKcPcEEEvS3_S4_l")
+        };
+        assert_eq!(
+            cross_target_key(&internal(3316)),
+            cross_target_key(&internal(3317))
+        );
+        assert!(cross_target_key(&internal(3316)).contains("_INTERNAL_*12cpy_1_scalar"));
         // Other symbols are their own key.
         for s in ["_Z10arange_f32Pfiff", "k_V_1", "_Z3f_V_v", "plain"] {
             assert_eq!(cross_target_key(s), s);

@@ -750,17 +750,37 @@ fn kernel_section(text: &mut String, u: &Unit, d: &Discovered, targets: &[Target
 fn display_entry(symbol: &str) -> (String, Option<String>) {
     match Exported::new(symbol).demangled_name() {
         Some(name) => {
-            let d = if EntryPattern::parse(&name).is_ok_and(|p| p.is_exact()) {
+            // A `(` inside the template arguments makes a pattern one with parameters: then it
+            // needs the function's own parameters too.
+            let d = if name.contains('(') || EntryPattern::parse(&name).is_ok_and(|p| p.is_exact())
+            {
                 kbuild_report::demangle::demangle_signature(symbol).unwrap_or(name)
             } else {
                 name
             };
+            let d = without_compile_names(&d);
             // `[` and `\` would be pattern syntax; `*` and `?` match themselves too.
             let escaped = d.replace('\\', "\\\\").replace('[', "\\[");
             (escaped, Some(symbol.to_string()))
         }
         None => (symbol.to_string(), None),
     }
+}
+
+/// nvcc's names of internal-linkage entities (`_INTERNAL_867974e3_6_cpy_cu_f459b794_3316::`)
+/// change from one compile to the next: in a written pattern they become `*`.
+fn without_compile_names(demangled: &str) -> String {
+    let mut out = String::with_capacity(demangled.len());
+    let mut rest = demangled;
+    while let Some(at) = rest.find("_INTERNAL_") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let end = tail.find("::").unwrap_or(tail.len());
+        out.push('*');
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn header(dir: &Path, discovery: &[Target]) -> String {
@@ -1235,6 +1255,10 @@ mod tests {
             ),
             ("_Z5scaleIfEvPT_i", "scale<float>"),
             ("extern_c_kernel", "extern_c_kernel"),
+            (
+                "_Z10cpy_scalarIXadL_ZN41_INTERNAL_867974e3_6_cpy_cu_f459b794_331712cpy_1_scalarIffEEvPKcPcEEEvS3_S4_lllllllllllllll",
+                "cpy_scalar<&*::cpy_1_scalar<float, float>(char const*, char*)>(char const*, char*, long, long, long, long, long, long, long, long, long, long, long, long, long, long, long)",
+            ),
         ] {
             let (entry, _) = display_entry(symbol);
             assert_eq!(entry, want);
