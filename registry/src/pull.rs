@@ -9,7 +9,7 @@ use kbuild_manifest::manifest::Manifest;
 
 use crate::lock::{self, LockError, LockMode, LockedPackage};
 use crate::progress::Progress;
-use crate::store::{Registry, StoreError};
+use crate::store::{Registry, Resolved, StoreError};
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::cache::{Cache, CacheError};
 use kbuild_bundle::sign::{SignError, Trust, Verdict};
@@ -104,6 +104,53 @@ pub fn parse_spec(spec: &str) -> Result<(String, Want), SpecError> {
         source,
     })?;
     Ok((name.into(), Want::Req(r)))
+}
+
+/// The newest published version of `name` that `req` matches.
+pub fn newest_matching(
+    registry: &Registry,
+    name: &str,
+    req: &semver::VersionReq,
+    progress: &dyn Progress,
+) -> Result<String, PullError> {
+    let versions = registry.versions(name, progress)?;
+    versions
+        .iter()
+        .filter_map(|v| semver::Version::parse(v).ok())
+        .filter(|v| req.matches(v))
+        .max()
+        .map(|v| v.to_string())
+        .ok_or_else(|| {
+            if versions.is_empty() {
+                PullError::NoVersions {
+                    registry: registry.describe(),
+                    name: name.into(),
+                }
+            } else {
+                PullError::NoMatchingVersion {
+                    name: name.into(),
+                    registry: registry.describe(),
+                    req: req.to_string(),
+                    available: versions.join(", "),
+                }
+            }
+        })
+}
+
+/// `NAME@REQ` (or `NAME@sha256:...`) resolved to one published version: its manifest, and no
+/// objects (an OCI registry serves the manifest's blob and nothing else; no cache, no lock).
+/// What `kbuild diff NAME@VERSION` reads.
+pub fn resolve_published(
+    registry: &Registry,
+    name: &str,
+    want: &Want,
+    progress: &dyn Progress,
+) -> Result<Resolved, PullError> {
+    let reference = match want {
+        Want::Digest(d) => d.clone(),
+        Want::Req(r) => newest_matching(registry, name, r, progress)?,
+    };
+    Ok(registry.resolve(name, &reference, progress)?)
 }
 
 /// The lockfile a pull honours, and how strictly ([`LockMode`]).
@@ -201,30 +248,7 @@ pub fn pull(
     let reference = match (locked_entry, req.want) {
         (Some(e), Want::Req(_)) => e.version.clone(),
         (_, Want::Digest(d)) => d.clone(),
-        (None, Want::Req(r)) => {
-            let versions = req.registry.versions(req.name, req.progress)?;
-            versions
-                .iter()
-                .filter_map(|v| semver::Version::parse(v).ok())
-                .filter(|v| r.matches(v))
-                .max()
-                .map(|v| v.to_string())
-                .ok_or_else(|| {
-                    if versions.is_empty() {
-                        PullError::NoVersions {
-                            registry: registry.clone(),
-                            name: req.name.into(),
-                        }
-                    } else {
-                        PullError::NoMatchingVersion {
-                            name: req.name.into(),
-                            registry: registry.clone(),
-                            req: r.to_string(),
-                            available: versions.join(", "),
-                        }
-                    }
-                })?
-        }
+        (None, Want::Req(r)) => newest_matching(req.registry, req.name, r, req.progress)?,
     };
     let resolved = req.registry.resolve(req.name, &reference, req.progress)?;
     let available = resolved.targets();

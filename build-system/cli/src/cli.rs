@@ -558,12 +558,16 @@ pub fn parse_policy(s: &str) -> Result<Policy, String> {
 /// Arguments of `kbuild diff`.
 #[derive(Args)]
 pub struct DiffArgs {
-    /// The base side.
+    /// The base side: a build dir, manifest, bundle or baseline, or NAME@VERSION (NAME@REQ,
+    /// NAME@sha256:...) published in --registry, of which only the manifest is fetched.
     #[arg(required_unless_present = "base", conflicts_with = "base")]
     pub old: Option<PathBuf>,
-    /// The head side.
+    /// The head side (the same kinds as OLD).
     #[arg(required_unless_present = "base", conflicts_with = "base")]
     pub new: Option<PathBuf>,
+    /// Where a NAME@VERSION side is published.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// Build this git revision in a temporary worktree and diff it with the working tree.
     #[arg(long, value_name = "GIT_REV")]
     pub base: Option<String>,

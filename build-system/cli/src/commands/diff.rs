@@ -19,7 +19,10 @@ use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::gate::{self, GateReport};
 use kbuild_report::diff::{self, load_allowlist, load_side, Diff};
 
-use crate::cli::{DiffArgs, Format};
+use kbuild_registry::pull;
+use kbuild_report::diff::Snapshot;
+
+use crate::cli::{DiffArgs, Format, RegistryArgs};
 use crate::progress::BuildProgress;
 
 /// Why no diff was made (exit 2).
@@ -56,7 +59,12 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         None => Vec::new(),
     };
     let limits = Limits::from_env(env);
-    let side = |path: &std::path::Path, which: &str| load_side(path, which, limits);
+    let side = |path: &std::path::Path, which: &str| -> Result<Snapshot, Failed> {
+        match published_spec(path) {
+            Some(spec) => Ok(published_side(&spec, &args.registry, which, env)?),
+            None => Ok(load_side(path, which, limits)?),
+        }
+    };
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
         (Some(rev), None, None) => {
             let (targets, targets_all) =
@@ -97,6 +105,27 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         .then(|| gate::evaluate(&d, &rules, &allow, Date::today()));
     print_report(&d, gates.as_ref(), args.format, env);
     Ok(gate_exit(gates.as_ref()))
+}
+
+/// `NAME@...` when `path` is no file and reads as a published package.
+fn published_spec(path: &std::path::Path) -> Option<String> {
+    let text = path.to_str()?;
+    (text.contains('@') && !path.exists() && pull::parse_spec(text).is_ok()).then(|| text.into())
+}
+
+/// The manifest of a published version, fetched alone (never its objects).
+fn published_side(
+    spec: &str,
+    registry: &RegistryArgs,
+    which: &str,
+    env: &Env,
+) -> anyhow::Result<Snapshot> {
+    use anyhow::Context as _;
+    let (name, want) = pull::parse_spec(spec).map_err(anyhow::Error::msg)?;
+    let reg = registry.open(env)?;
+    let resolved = pull::resolve_published(&reg, &name, &want, &kbuild_registry::progress::Silent)
+        .with_context(|| format!("{which}: {spec} in {}", reg.describe()))?;
+    Ok(Snapshot::from_manifest(&resolved.manifest))
 }
 
 /// Print the report on stdout in `format` (text coloured on a terminal unless NO_COLOR).

@@ -31,7 +31,7 @@ use crate::cli::{
 use crate::progress::Bars;
 
 impl RegistryArgs {
-    fn open(&self, env: &Env) -> Result<Registry> {
+    pub(crate) fn open(&self, env: &Env) -> Result<Registry> {
         let spec = match &self.registry {
             Some(r) => r.clone(),
             None => Dirs::from_env(env)?
