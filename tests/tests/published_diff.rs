@@ -93,6 +93,27 @@ fn diff_against_a_published_version_fetches_only_its_manifest() {
         gets.join("\n")
     );
 
+    // The grown objects trip a size gate (exit 1, the gate named).
+    let gated = env.kb(
+        env.path(),
+        &[
+            "diff",
+            "kb-small@0.1.0",
+            &k.join("out").display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+            "--fail-on",
+            "size:+1%",
+        ],
+    );
+    assert_eq!(gated.status.code(), Some(1), "{}", text(&gated));
+    assert!(
+        String::from_utf8_lossy(&gated.stdout).contains("scale: object"),
+        "{}",
+        text(&gated)
+    );
+
     // NAME@REQ picks the newest match; a version that is not there is bad input (exit 2).
     let req = env.kb(
         env.path(),

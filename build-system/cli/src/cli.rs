@@ -574,7 +574,8 @@ pub struct DiffArgs {
     /// Report format: text, md (a PR comment) or json.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch.
+    /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch, size:+N
+    /// (bytes) or size:+N% (each object, each target's objects, the whole package).
     #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
     pub fail_on: Option<FailOn>,
     /// Allowlist of known cases (kbuild-allow.toml).

@@ -32,13 +32,15 @@ pub enum Rule {
     Registers(Threshold),
     Lds(Threshold),
     Scratch,
+    /// Object, target or whole-package bytes grew by the threshold or more.
+    Size(Threshold),
 }
 
 /// The rule names an allowlist entry can name.
-pub const RULE_NAMES: &[&str] = &["spills", "occupancy", "registers", "lds", "scratch"];
+pub const RULE_NAMES: &[&str] = &["spills", "occupancy", "registers", "lds", "scratch", "size"];
 
 const EXPECTED: &str =
-    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N% or scratch";
+    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N%, scratch, size:+N (bytes) or size:+N%";
 
 /// Why a `--fail-on` rule does not parse; `rule` is the rule as written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +66,7 @@ impl Rule {
             Rule::Registers(_) => "registers",
             Rule::Lds(_) => "lds",
             Rule::Scratch => "scratch",
+            Rule::Size(_) => "size",
         }
     }
 }
@@ -75,7 +78,9 @@ impl fmt::Display for Rule {
             Threshold::Pct(p) => format!("+{p}%"),
         };
         match self {
-            Rule::Registers(t) | Rule::Lds(t) => write!(f, "{}:{}", self.family(), th(t)),
+            Rule::Registers(t) | Rule::Lds(t) | Rule::Size(t) => {
+                write!(f, "{}:{}", self.family(), th(t))
+            }
             _ => f.write_str(self.family()),
         }
     }
@@ -123,6 +128,7 @@ impl std::str::FromStr for Rule {
             "scratch" => no_arg(Rule::Scratch),
             "registers" => Ok(Rule::Registers(threshold(arg)?)),
             "lds" => Ok(Rule::Lds(threshold(arg)?)),
+            "size" => Ok(Rule::Size(threshold(arg)?)),
             "" => Err(GateRuleError::Empty),
             other => Err(GateRuleError::Unknown {
                 name: other.to_string(),
@@ -265,6 +271,7 @@ fn row_trips(rule: &Rule, row: &Row) -> Vec<String> {
             }
             Rule::Lds(t) => c.field.name == "lds_bytes" && grew(t),
             Rule::Scratch => c.field.name == "scratch_bytes" && d > 0,
+            Rule::Size(_) => false,
         }
     });
     hits.map(|c| {
@@ -296,6 +303,127 @@ fn added_trips(rule: &Rule, e: &Entry) -> Vec<String> {
         .collect()
 }
 
+/// Whether `base` → `head` bytes grew by threshold `t` or more.
+fn size_grew(t: &Threshold, base: u64, head: u64) -> bool {
+    head > base
+        && match t {
+            Threshold::Abs(n) => head - base >= *n,
+            Threshold::Pct(p) => base == 0 || ((head - base) as f64) * 100.0 >= p * base as f64,
+        }
+}
+
+fn size_text(base: u64, head: u64) -> String {
+    let pct = if base == 0 {
+        String::new()
+    } else {
+        format!(
+            ", {:+.1}%",
+            (head as f64 - base as f64) * 100.0 / base as f64
+        )
+    };
+    format!(
+        "{base} → {head} bytes (+{}{pct})",
+        head.saturating_sub(base)
+    )
+}
+
+/// `size:+T` on the whole package and on each target present on both sides: one result per
+/// growth past the threshold, `kernel` naming no kernel. (Objects are judged with the
+/// allowlist, in [`evaluate`].)
+fn size_totals(diff: &Diff, t: &Threshold, rule: &Rule, report: &mut GateReport) -> bool {
+    let mut any = false;
+    let both: Vec<&super::TargetDiff> = diff
+        .targets
+        .iter()
+        .filter(|d| d.status == TargetStatus::Both)
+        .collect();
+    for d in &both {
+        if size_grew(t, d.base_bytes, d.head_bytes) {
+            any = true;
+            report.results.push(GateResult {
+                rule: rule.to_string(),
+                tripped: true,
+                kernel: None,
+                target: Some(d.target.clone()),
+                allowed_by: None,
+                message: format!(
+                    "{}: all objects {}",
+                    d.target,
+                    size_text(d.base_bytes, d.head_bytes)
+                ),
+            });
+        }
+    }
+    let base: u64 = diff.targets.iter().map(|d| d.base_bytes).sum();
+    let head: u64 = diff.targets.iter().map(|d| d.head_bytes).sum();
+    if size_grew(t, base, head) {
+        any = true;
+        report.results.push(GateResult {
+            rule: rule.to_string(),
+            tripped: true,
+            kernel: None,
+            target: None,
+            allowed_by: None,
+            message: format!("the package: {}", size_text(base, head)),
+        });
+    }
+    any
+}
+
+/// `size:+T` on each object present on both sides; an allowlist entry names it by its
+/// kernel (`kernel` or `kernel.variant`, as the object files are named) and target.
+fn size_objects(
+    diff: &Diff,
+    t: &Threshold,
+    rule: &Rule,
+    allow: &[AllowEntry],
+    today: Date,
+    used: &mut [bool],
+    report: &mut GateReport,
+) -> bool {
+    let mut any = false;
+    for d in &diff.targets {
+        for s in &d.sizes {
+            let (Some(base), Some(head)) = (s.base, s.head) else {
+                continue;
+            };
+            if !size_grew(t, base, head) {
+                continue;
+            }
+            any = true;
+            let kernel = s.object.split('.').next().unwrap_or(&s.object);
+            let allowed = allow.iter().enumerate().find(|(_, a)| {
+                a.rule == "size"
+                    && a.expires >= today
+                    && glob_match(&a.target, &d.target)
+                    && (glob_match(&a.kernel, &s.object) || glob_match(&a.kernel, kernel))
+            });
+            let allowed_by = allowed.map(|(i, a)| {
+                used[i] = true;
+                AllowedBy {
+                    origin: a.origin.clone(),
+                    justification: a.justification.clone(),
+                    expires: a.expires,
+                }
+            });
+            report.results.push(GateResult {
+                rule: rule.to_string(),
+                tripped: allowed_by.is_none(),
+                kernel: Some(s.object.clone()),
+                target: Some(d.target.clone()),
+                message: format!(
+                    "{} {}: object {}",
+                    d.target,
+                    s.object,
+                    size_text(base, head)
+                ),
+                allowed_by,
+            });
+        }
+    }
+    any
+}
+
 /// Evaluate `rules` on `diff`, letting non-expired `allow` entries suppress matching cases;
 /// every expired entry is itself a tripped result.
 pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) -> GateReport {
@@ -303,6 +431,10 @@ pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) 
     let mut used = vec![false; allow.len()];
     for rule in rules {
         let mut any = false;
+        if let Rule::Size(th) = rule {
+            any |= size_objects(diff, th, rule, allow, today, &mut used, &mut report);
+            any |= size_totals(diff, th, rule, &mut report);
+        }
         for t in &diff.targets {
             let mut cases: Vec<(&Entry, Vec<String>)> = Vec::new();
             for row in &t.rows {

@@ -336,3 +336,39 @@ fn extreme_values_neither_panic_nor_overflow() {
         assert!(!out.is_empty());
     }
 }
+
+#[test]
+fn size_gates_objects_targets_and_the_package() {
+    // gfx1201: gemv.rows4 1000 → 1100 (+10%), spiller 1000 → 1200 (+20%), gone −500, fresh
+    // +700: the target 4500 → 5000 (+11.1%); sm_89 unchanged; the package 6500 → 7000 (+7.7%).
+    let d = sample();
+    let s = |v: &[&str]| -> Vec<(String, String)> {
+        v.iter().map(|k| (String::new(), k.to_string())).collect()
+    };
+    let kernels = |rules: &str| -> Vec<(String, String)> {
+        tripped(&d, rules)
+            .into_iter()
+            .map(|(_, k)| (String::new(), k))
+            .collect()
+    };
+    assert_eq!(kernels("size:+15%"), s(&["spiller"]));
+    // Object, then the target (no kernel): the package grew 7.7% only.
+    assert_eq!(kernels("size:+10%"), s(&["gemv.rows4", "spiller", ""]));
+    assert_eq!(kernels("size:+5%"), s(&["gemv.rows4", "spiller", "", ""]));
+    assert_eq!(kernels("size:+150"), s(&["spiller", "", ""]));
+    assert!(kernels("size:+25%").is_empty());
+    let r = evaluate(&d, &parse_rules("size:+5%").unwrap(), &[], today());
+    let messages: Vec<&str> = r.results.iter().map(|r| r.message.as_str()).collect();
+    assert!(
+        messages.contains(&"gfx1201 spiller: object 1000 → 1200 bytes (+200, +20.0%)")
+            && messages.contains(&"gfx1201: all objects 4500 → 5000 bytes (+500, +11.1%)")
+            && messages.contains(&"the package: 6500 → 7000 bytes (+500, +7.7%)"),
+        "{messages:#?}"
+    );
+    // An object growth can be allowed, by kernel name and target.
+    let a = allow("spiller", "gfx1201", "size", "2026-12-31");
+    let r = evaluate(&d, &parse_rules("size:+15%").unwrap(), &[a], today());
+    assert!(!r.tripped(), "{:?}", r.results);
+    assert_eq!(parse_rules("size:+2%").unwrap()[0].to_string(), "size:+2%");
+    assert!(parse_rules("size").is_err());
+}
