@@ -114,6 +114,50 @@ fn diff_against_a_published_version_fetches_only_its_manifest() {
         text(&gated)
     );
 
+    // Release notes against the published version, into a file.
+    let notes_file = env.path().join("NOTES.md");
+    let notes = env.kb(
+        env.path(),
+        &[
+            "release-notes",
+            "kb-small@0.1.0",
+            &k.join("out").display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+            "--out",
+            &notes_file.display().to_string(),
+        ],
+    );
+    assert!(notes.status.success(), "{}", text(&notes));
+    let md = std::fs::read_to_string(&notes_file).unwrap();
+    assert!(md.starts_with("# kb-small — release notes"), "{md}");
+    assert!(
+        md.contains("- Kernels added: none") && md.contains("- Targets removed: none"),
+        "{md}"
+    );
+    assert!(
+        md.contains("## Resource regressions") && md.contains("## Sizes"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| `sm_89` |") && md.contains("| `gfx1100` |"),
+        "{md}"
+    );
+    assert!(md.contains("| all (the bundle's objects) | 4 |"), "{md}");
+    let bad = env.kb(
+        env.path(),
+        &[
+            "release-notes",
+            "kb-small@7.0.0",
+            "nowhere",
+            "--registry",
+            &url,
+            "--plain-http",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+
     // NAME@REQ picks the newest match; a version that is not there is bad input (exit 2).
     let req = env.kb(
         env.path(),

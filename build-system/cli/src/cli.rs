@@ -55,6 +55,10 @@ pub enum Command {
     /// a git revision; `--fail-on` makes it a CI gate (exit 1).
     #[command(after_help = DIFF_EXIT_CODES)]
     Diff(DiffArgs),
+    /// Markdown release notes of NEW against PREV (usually NAME@VERSION in --registry): added
+    /// and removed targets and kernels, resource regressions and improvements, sizes per
+    /// target. Exit 2 when a side cannot be read.
+    ReleaseNotes(ReleaseNotesArgs),
 
     /// The committed resource baseline (kernels/resources.json).
     #[command(subcommand)]
@@ -553,6 +557,22 @@ pub fn parse_driver(s: &str) -> Result<Version, String> {
 
 pub fn parse_policy(s: &str) -> Result<Policy, String> {
     s.parse()
+}
+
+/// Arguments of `kbuild release-notes`.
+#[derive(Args)]
+pub struct ReleaseNotesArgs {
+    /// The previous release: NAME@VERSION (NAME@REQ, NAME@sha256:...) in --registry, or a
+    /// build dir, manifest or bundle.
+    pub prev: PathBuf,
+    /// This release: a build dir, manifest or bundle, or NAME@VERSION.
+    pub next: PathBuf,
+    /// Where a NAME@VERSION side is published.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Write the notes to this file (atomically) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// Arguments of `kbuild diff`.

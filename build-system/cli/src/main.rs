@@ -76,6 +76,7 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "engine")]
         Some(Command::Run(cmd)) => run::run(cmd, env),
         Some(Command::Diff(args)) => Ok(diff::run(args, env)),
+        Some(Command::ReleaseNotes(args)) => Ok(diff::run_release_notes(args, env)),
         Some(Command::Baseline(BaselineCommand::Update(args))) => baseline::update(args, env),
         Some(Command::Toolchain(ToolchainCommand::Install { which })) => {
             toolchain::install(which.as_deref(), env)

@@ -22,7 +22,7 @@ use kbuild_report::diff::{self, load_allowlist, load_side, Diff};
 use kbuild_registry::pull;
 use kbuild_report::diff::Snapshot;
 
-use crate::cli::{DiffArgs, Format, RegistryArgs};
+use crate::cli::{DiffArgs, Format, RegistryArgs, ReleaseNotesArgs};
 use crate::progress::BuildProgress;
 
 /// Why no diff was made (exit 2).
@@ -105,6 +105,43 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         .then(|| gate::evaluate(&d, &rules, &allow, Date::today()));
     print_report(&d, gates.as_ref(), args.format, env);
     Ok(gate_exit(gates.as_ref()))
+}
+
+/// Run `kbuild release-notes`: the notes on stdout or in `--out`; exit 2 when a side cannot be
+/// read.
+pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
+    let made = || -> anyhow::Result<()> {
+        let limits = Limits::from_env(env);
+        let side = |path: &std::path::Path, which: &str| -> anyhow::Result<Snapshot> {
+            match published_spec(path) {
+                Some(spec) => published_side(&spec, &args.registry, which, env),
+                None => Ok(load_side(path, which, limits)?),
+            }
+        };
+        let (prev, next) = (side(&args.prev, "PREV")?, side(&args.next, "NEXT")?);
+        let names = demangle_snapshots(&[&prev, &next]);
+        let d = Diff::new(
+            &prev,
+            &next,
+            &args.prev.display().to_string(),
+            &args.next.display().to_string(),
+            &names,
+        );
+        let notes = kbuild_report::diff::notes::release_notes(&d, &prev, &next);
+        match &args.out {
+            Some(p) => kbuild_base::fs::write_atomic(p, notes.as_bytes())
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?,
+            None => print!("{notes}"),
+        }
+        Ok(())
+    };
+    match made() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", crate::commands::error_text(&e));
+            ExitCode::from(BAD_INPUT)
+        }
+    }
 }
 
 /// `NAME@...` when `path` is no file and reads as a published package.

@@ -13,6 +13,7 @@ pub mod allow;
 pub mod fields;
 pub mod gate;
 mod json;
+pub mod notes;
 mod render;
 pub mod sides;
 mod snapshot;
