@@ -14,9 +14,15 @@ pub const DEVICES_SCHEMA: &str = "kbuild.devices/v1";
 
 /// `{"schema": "kbuild.explain/v1", "device", "kernels": [{"kernel", "variant", "selected":
 /// {"target", "path", "rule"} | null, "candidates": [{"target", "accepted", "rule",
-/// "reason"}]}]}`, plus `device_info`, `source` and, per kernel without a selection, `error`.
+/// "reason"}]}]}`, plus `device_info`, `source`, `partial` (the package's partial-build mark,
+/// only when it has one) and, per kernel without a selection, `error`.
 /// Keys in that order (serialised from structs, one line).
-pub fn explain_json(selection: &Selection, device: &ResolvedDevice, source: &str) -> String {
+pub fn explain_json(
+    selection: &Selection,
+    device: &ResolvedDevice,
+    source: &str,
+    partial: Option<&str>,
+) -> String {
     let doc = ExplainDoc {
         schema: EXPLAIN_SCHEMA,
         device: selection.device.name(),
@@ -26,6 +32,7 @@ pub fn explain_json(selection: &Selection, device: &ResolvedDevice, source: &str
             description: device.describe(),
         },
         source,
+        partial,
         kernels: selection
             .kernels
             .iter()
@@ -63,6 +70,8 @@ struct ExplainDoc<'a> {
     device: String,
     device_info: DeviceInfo,
     source: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partial: Option<&'a str>,
     kernels: Vec<KernelDoc<'a>>,
 }
 

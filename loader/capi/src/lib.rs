@@ -189,7 +189,13 @@ pub unsafe extern "C" fn kbuild_loader_explain(
         let source = l.loader.package().origin().display().to_string();
         let device = l.loader.gpu().device();
         let text = if json != 0 {
-            let mut s = explain_json(l.loader.selection(), device, &source);
+            let partial = l
+                .loader
+                .package()
+                .manifest()
+                .ok()
+                .and_then(|m| m.partial_note());
+            let mut s = explain_json(l.loader.selection(), device, &source, partial.as_deref());
             s.push('\n');
             s
         } else {

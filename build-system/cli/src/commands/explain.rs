@@ -47,7 +47,8 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     if let Some(note) = package.trust_note() {
         eprintln!("{}: {note}", path.display());
     }
-    if let Some(note) = package.manifest().ok().and_then(|m| m.partial_note()) {
+    let partial = package.manifest().ok().and_then(|m| m.partial_note());
+    if let Some(note) = &partial {
         eprintln!("warning: {}: {note}", path.display());
     }
     let opts = DeviceOptions {
@@ -64,7 +65,10 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     }
     let source = package.origin().display().to_string();
     if args.json {
-        println!("{}", explain_json(&selection, &device, &source));
+        println!(
+            "{}",
+            explain_json(&selection, &device, &source, partial.as_deref())
+        );
     } else {
         print!("{}", explain_trace(&selection, &device, &source));
     }
