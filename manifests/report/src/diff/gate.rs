@@ -370,6 +370,26 @@ fn size_totals(diff: &Diff, t: &Threshold, rule: &Rule, report: &mut GateReport)
     any
 }
 
+/// The first unexpired allowlist entry of rule `family` that `matches` a case, marked used.
+fn first_allowing(
+    allow: &[AllowEntry],
+    used: &mut [bool],
+    family: &str,
+    today: Date,
+    matches: impl Fn(&AllowEntry) -> bool,
+) -> Option<AllowedBy> {
+    let (i, a) = allow
+        .iter()
+        .enumerate()
+        .find(|(_, a)| a.rule == family && a.expires >= today && matches(a))?;
+    used[i] = true;
+    Some(AllowedBy {
+        origin: a.origin.clone(),
+        justification: a.justification.clone(),
+        expires: a.expires,
+    })
+}
+
 /// `size:+T` on each object present on both sides; an allowlist entry names it by its
 /// kernel (`kernel` or `kernel.variant`, as the object files are named) and target.
 fn size_objects(
@@ -392,19 +412,9 @@ fn size_objects(
             }
             any = true;
             let kernel = s.object.split('.').next().unwrap_or(&s.object);
-            let allowed = allow.iter().enumerate().find(|(_, a)| {
-                a.rule == "size"
-                    && a.expires >= today
-                    && glob_match(&a.target, &d.target)
+            let allowed_by = first_allowing(allow, used, "size", today, |a| {
+                glob_match(&a.target, &d.target)
                     && (glob_match(&a.kernel, &s.object) || glob_match(&a.kernel, kernel))
-            });
-            let allowed_by = allowed.map(|(i, a)| {
-                used[i] = true;
-                AllowedBy {
-                    origin: a.origin.clone(),
-                    justification: a.justification.clone(),
-                    expires: a.expires,
-                }
             });
             report.results.push(GateResult {
                 rule: rule.to_string(),
@@ -456,16 +466,8 @@ pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) 
             }
             for (e, why) in cases {
                 any = true;
-                let allowed = allow.iter().enumerate().find(|(_, a)| {
-                    a.rule == rule.family() && a.expires >= today && matches_entry(a, e, &t.target)
-                });
-                let allowed_by = allowed.map(|(i, a)| {
-                    used[i] = true;
-                    AllowedBy {
-                        origin: a.origin.clone(),
-                        justification: a.justification.clone(),
-                        expires: a.expires,
-                    }
+                let allowed_by = first_allowing(allow, &mut used, rule.family(), today, |a| {
+                    matches_entry(a, e, &t.target)
                 });
                 report.results.push(GateResult {
                     rule: rule.to_string(),
