@@ -46,9 +46,9 @@ const EXPLAIN_EXIT_CODES: &str = "Exit status:
 pub enum Command {
     /// Build every kernel × variant × target (the default command).
     Build(BuildArgs),
-    /// Write a first Kbuild.toml for a tree of kernels: finds the *.cu/*.hip files that
-    /// define __global__ functions, reads include dirs, defines and -std from
-    /// compile_commands.json, and builds each once per vendor to list its entries.
+    /// Write a first Kbuild.toml for a tree of kernels: finds its *.cu/*.hip files, takes
+    /// include dirs, defines and -std from compile_commands.json (and -I/-D/--cuda-flag), and
+    /// builds each once per vendor to list the kernels it exports.
     Init(InitArgs),
     /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
     /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
