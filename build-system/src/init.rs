@@ -303,12 +303,15 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
             toml_array(&settings.include_dirs)
         );
     }
-    if !settings.defines.is_empty() {
-        let items: Vec<String> = settings
-            .defines
-            .iter()
-            .map(|(k, v)| format!("{k} = {}", define_value(v)))
-            .collect();
+    // A few defines inline; many (ggml's 52) one per line, in their own table after the rest of
+    // `[build]`, so the file stays readable.
+    const INLINE_DEFINES: usize = 4;
+    let items: Vec<String> = settings
+        .defines
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", define_value(v)))
+        .collect();
+    if !items.is_empty() && items.len() <= INLINE_DEFINES {
         let _ = writeln!(text, "defines = {{ {} }}", items.join(", "));
     }
     if !flags.cuda.is_empty() {
@@ -319,6 +322,12 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     }
     for s in &settings.skipped {
         let _ = writeln!(text, "# not carried over: {s}");
+    }
+    if items.len() > INLINE_DEFINES {
+        let _ = writeln!(text, "\n[build.defines]");
+        for i in &items {
+            let _ = writeln!(text, "{i}");
+        }
     }
 
     // Kernels, grouped by directory.

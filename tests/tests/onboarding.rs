@@ -396,6 +396,14 @@ fn init_takes_command_line_settings_and_finds_template_instances() {
             "inc",
             "-D",
             "BLOCK=64",
+            "-D",
+            "A=1",
+            "-D",
+            "B",
+            "-D",
+            "C=two",
+            "-D",
+            "D=4",
             "--cuda-flag=-use_fast_math",
             "--json",
         ],
@@ -410,6 +418,11 @@ fn init_takes_command_line_settings_and_finds_template_instances() {
     let b = &doc["build"];
     assert_eq!(b["include-dirs"], toml::Value::try_from(["inc"]).unwrap());
     assert_eq!(b["defines"]["BLOCK"].as_integer(), Some(64), "{file}");
+    // More than four: one per line in their own table.
+    assert!(
+        file.contains("\n[build.defines]\nA = 1\nB = 1\nBLOCK = 64\nC = \"two\"\nD = 4\n"),
+        "{file}"
+    );
     assert_eq!(
         b["flags"]["cuda"],
         toml::Value::try_from(["-use_fast_math"]).unwrap(),
