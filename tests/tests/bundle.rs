@@ -511,3 +511,42 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
     assert!(files_under(&env.cache()).is_empty());
     let _ = std::io::stderr().flush();
 }
+
+/// Identical objects (a variant axis the code does not read) are stored once, and `package`
+/// says so, in text and JSON.
+#[test]
+fn identical_objects_are_stored_once_and_reported() {
+    let env = Env::new();
+    let k = write_project(env.path(), "kb-dedup", &["sm_89"], &[("scale", SMALL_A)]);
+    let toml = std::fs::read_to_string(k.join("Kbuild.toml")).unwrap();
+    std::fs::write(
+        k.join("Kbuild.toml"),
+        toml.replace(
+            "entries = [\"scale\"]",
+            "entries = [\"scale\"]\nvariants = { UNUSED = [1, 2, 3] }",
+        ),
+    )
+    .unwrap();
+    let out = env.ok(&k, &["package", "--out", "dist"]);
+    assert!(
+        out.contains(
+            "3 objects, 1 stored: 2 identical to another (across variants or targets) stored once"
+        ),
+        "{out}"
+    );
+    let p = json(&env.ok(&k, &["package", "--out", "dist", "--json"]));
+    assert_eq!(p["objects"], 1, "{p}");
+    assert_eq!(p["object_records"], 3, "{p}");
+    assert!(p["bytes_saved"].as_u64().unwrap_or(0) > 0, "{p}");
+    // The bundle holds one copy, and every record loads from it.
+    let bundle = k.join("dist/kb-dedup-0.1.0.kbundle");
+    let b = kbuild_bundle::bundle::Bundle::open(&bundle, kbuild_bundle::archive::Limits::default())
+        .unwrap();
+    assert_eq!(b.objects().len(), 1);
+    assert_eq!(b.manifest().objects.len(), 3);
+    assert!(b
+        .manifest()
+        .objects
+        .iter()
+        .all(|o| b.object(&o.sha256).is_some()));
+}

@@ -126,6 +126,29 @@ fn admit_entry(
     }
 }
 
+/// A bundle's objects as its manifest lists them and as they are stored (one copy per
+/// content).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage {
+    /// Object records (of the targets inside).
+    pub objects: usize,
+    pub object_bytes: u64,
+    /// Distinct contents stored.
+    pub stored: usize,
+    pub stored_bytes: u64,
+}
+
+impl Storage {
+    /// Object records beyond the first of their content: stored once.
+    pub fn duplicates(&self) -> usize {
+        self.objects.saturating_sub(self.stored)
+    }
+
+    pub fn bytes_saved(&self) -> u64 {
+        self.object_bytes.saturating_sub(self.stored_bytes)
+    }
+}
+
 /// A verified bundle in memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bundle {
@@ -469,6 +492,20 @@ impl Bundle {
     /// All objects, sha256 hex → bytes.
     pub fn objects(&self) -> &BTreeMap<String, Vec<u8>> {
         &self.objects
+    }
+
+    /// How its objects are stored: by content, so an object identical to another (across
+    /// variants or targets) is stored once.
+    pub fn storage(&self) -> Storage {
+        let held =
+            |o: &&kbuild_manifest::manifest::ObjectRecord| self.objects.contains_key(&o.sha256);
+        let records: Vec<_> = self.manifest.objects.iter().filter(held).collect();
+        Storage {
+            objects: records.len(),
+            object_bytes: records.iter().map(|o| o.size).sum(),
+            stored: self.objects.len(),
+            stored_bytes: self.objects.values().map(|b| b.len() as u64).sum(),
+        }
     }
 
     /// The targets whose objects are inside, in manifest order.

@@ -166,6 +166,7 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         }
         reproducible = Some(true);
     }
+    let storage = bundle.storage();
     if args.json {
         let files: Vec<serde_json::Value> = written
             .iter()
@@ -176,12 +177,22 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
             serde_json::json!({
                 "schema": "kbuild.package/v1", "name": bundle.name(), "version": bundle.version(),
                 "manifest": bundle.manifest_digest(), "targets": bundle.targets(),
-                "objects": bundle.objects().len(), "bundles": files, "reproducible": reproducible,
+                "objects": storage.stored, "object_records": storage.objects,
+                "bytes_saved": storage.bytes_saved(), "bundles": files, "reproducible": reproducible,
             })
         );
     } else {
         for (p, size, d) in &written {
             println!("packaged {} ({size} bytes, {d})", p.display());
+        }
+        if storage.duplicates() > 0 {
+            println!(
+                "  {} objects, {} stored: {} identical to another (across variants or targets) stored once, {} bytes saved",
+                storage.objects,
+                storage.stored,
+                storage.duplicates(),
+                storage.bytes_saved()
+            );
         }
         if reproducible == Some(true) {
             println!("reproducible: a clean rebuild gave byte-identical bundles");
