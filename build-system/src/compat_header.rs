@@ -52,7 +52,9 @@ pub fn include_dir(out_dir: &Path) -> PathBuf {
 /// blake3 over the names and bytes of [`FILES`]: part of every action key that uses them, so
 /// a kbuild with a changed header recompiles.
 pub fn digest() -> String {
-    digest_of(FILES)
+    // Once per process: every compile command of a build carries it.
+    static DIGEST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIGEST.get_or_init(|| digest_of(FILES)).clone()
 }
 
 fn digest_of(files: &[(&str, &str)]) -> String {

@@ -60,10 +60,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
     };
     let limits = Limits::from_env(env);
     let side = |path: &std::path::Path, which: &str| -> Result<Snapshot, Failed> {
-        match published_spec(path) {
-            Some(spec) => Ok(published_side(&spec, &args.registry, which, env)?),
-            None => Ok(load_side(path, which, limits)?),
-        }
+        Ok(any_side(path, which, &args.registry, limits, env)?)
     };
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
         (Some(rev), None, None) => {
@@ -112,12 +109,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
 pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
     let made = || -> anyhow::Result<()> {
         let limits = Limits::from_env(env);
-        let side = |path: &std::path::Path, which: &str| -> anyhow::Result<Snapshot> {
-            match published_spec(path) {
-                Some(spec) => published_side(&spec, &args.registry, which, env),
-                None => Ok(load_side(path, which, limits)?),
-            }
-        };
+        let side = |path, which| any_side(path, which, &args.registry, limits, env);
         let (prev, next) = (side(&args.prev, "PREV")?, side(&args.next, "NEXT")?);
         let names = demangle_snapshots(&[&prev, &next]);
         let d = Diff::new(
@@ -141,6 +133,20 @@ pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
             eprintln!("error: {}", crate::commands::error_text(&e));
             ExitCode::from(BAD_INPUT)
         }
+    }
+}
+
+/// One side of a diff: a published `NAME@...` (its manifest alone), else a file or directory.
+fn any_side(
+    path: &std::path::Path,
+    which: &str,
+    registry: &RegistryArgs,
+    limits: Limits,
+    env: &Env,
+) -> anyhow::Result<Snapshot> {
+    match published_spec(path) {
+        Some(spec) => published_side(&spec, registry, which, env),
+        None => Ok(load_side(path, which, limits)?),
     }
 }
 
