@@ -25,6 +25,7 @@ case $step in
     KBUILD_CACHE_DIR=$PWD/$W/cache-init timeout "${INIT_TIMEOUT:-560}" "$KB" init "$W/ggml" --targets sm_89,sm_90 \
       "${init_args[@]}" --json >"$W/init.json" || echo "init exit $?"
     echo "init: $(secs "$t0" "$(now)") s"
+    if [ -n "${OUT:-}" ]; then cp "$W/ggml/Kbuild.toml" "$W/init.json" "$OUT/" || true; fi
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print({k: r[k] for k in ("kernels","entries","failures","host_only")}); [print(" ", u["source"], u["status"], list(u["errors"].values())[:1]) for u in r["units"] if u["status"] != "ok"]' "$W/init.json" || true
     ;;
   build)
@@ -53,22 +54,7 @@ PY
     "$KB" diff "$W/out" "$W/out" --format md >"$W/diff.md"
     echo "diff --format md over the whole set: $(secs "$t0" "$(now)") s"
     "$KB" inspect "$W/out" --json >"$W/inspect.json"
-    python3 - "$W/inspect.json" <<'PY'
-import json, re, subprocess, sys
-objs = [o for o in json.load(open(sys.argv[1]))["objects"] if o["path"].endswith(".cubin")]
-sample = objs[:: max(1, len(objs) // 12)][:12]
-checked = 0
-for o in sample:
-    text = subprocess.run(["cuobjdump", "-res-usage", o["path"]], capture_output=True, text=True, check=True).stdout
-    found = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4)))
-             for m in re.finditer(r"Function ([^\s:]+):\s*REG:(\d+) STACK:\d+ SHARED:(\d+) LOCAL:(\d+)", text)}
-    for k in o["kernels"]:
-        want = (k["registers"], k["lds_bytes"], k["scratch_bytes"])
-        if found.get(k["name"]) != want:
-            sys.exit(f"MISMATCH {o['path']} {k['name']}: cuobjdump {found.get(k['name'])}, kbuild {want}")
-        checked += 1
-print(f"inspect vs cuobjdump -res-usage: {checked} kernels of {len(sample)} cubins (of {len(objs)}) equal")
-PY
+    echo "inspect vs cuobjdump -res-usage: $(python3 scripts/inspect-vs-cuobjdump.py "$W/inspect.json" cuobjdump 12)"
     ;;
   *) echo "usage: $0 init|build|rebuild..." >&2; exit 2 ;;
 esac
