@@ -9,6 +9,7 @@
 
 pub mod archive;
 pub mod bundle;
+pub mod merge;
 #[cfg(feature = "signatures")]
 pub mod cache;
 #[cfg(feature = "signatures")]
