@@ -17,10 +17,10 @@ use crate::config::Project;
 use crate::driver::{self, CompileCommand, CompileError};
 use crate::events::{Event, JobStatus, Observer};
 use crate::plan::{plan, Job};
-use crate::shard::{self, ShardSpec};
 use crate::remote_cache::{
     DepRoots, Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats,
 };
+use crate::shard::{self, ShardSpec};
 use crate::toolchain::{ToolchainError, Toolchains};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;

@@ -260,7 +260,9 @@ mod tests {
         costs.extend(vec![26 * 48; 9]);
         check_assignment(&costs, 3);
         let a = assign(&costs, 3);
-        let n: Vec<usize> = (0..3).map(|s| a.iter().filter(|&&x| x == s).count()).collect();
+        let n: Vec<usize> = (0..3)
+            .map(|s| a.iter().filter(|&&x| x == s).count())
+            .collect();
         assert_eq!(n, vec![6, 6, 6]);
     }
 

@@ -9,9 +9,9 @@
 
 pub mod archive;
 pub mod bundle;
-pub mod merge;
 #[cfg(feature = "signatures")]
 pub mod cache;
+pub mod merge;
 #[cfg(feature = "signatures")]
 pub mod sign;
 

@@ -81,7 +81,8 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 
 /// The first field on which `a` and `b` say they come from different sources.
 fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, String)> {
-    let diff = |field: &str, va: String, vb: String| (va != vb).then(|| (field.to_string(), va, vb));
+    let diff =
+        |field: &str, va: String, vb: String| (va != vb).then(|| (field.to_string(), va, vb));
     let pa = &a.provenance;
     let pb = &b.provenance;
     let mut checks = vec![
@@ -93,11 +94,7 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
             json(&b.package.version),
         ),
         diff("kernels", json(&a.kernels), json(&b.kernels)),
-        diff(
-            "declared targets",
-            json(&declared(a)),
-            json(&declared(b)),
-        ),
+        diff("declared targets", json(&declared(a)), json(&declared(b))),
         diff(
             "provenance.git_commit",
             json(&pa.git_commit),
@@ -116,7 +113,10 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
         let (ta, tb) = (tcs_a.get(k), tcs_b.get(k));
         let field = |f: &dyn Fn(&ToolchainIdentity) -> String| -> (String, String) {
             let absent = || "absent".to_string();
-            (ta.map(|t| f(t)).unwrap_or_else(absent), tb.map(|t| f(t)).unwrap_or_else(absent))
+            (
+                ta.map(|t| f(t)).unwrap_or_else(absent),
+                tb.map(|t| f(t)).unwrap_or_else(absent),
+            )
         };
         let parts: [(&str, &dyn Fn(&ToolchainIdentity) -> String); 3] = [
             ("version", &|t| t.version.clone()),
@@ -148,7 +148,11 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
             sa.sources.clone(),
             sb.sources.clone(),
         ));
-        checks.push(diff("shard.kbuild (kbuild version)", sa.kbuild.clone(), sb.kbuild.clone()));
+        checks.push(diff(
+            "shard.kbuild (kbuild version)",
+            sa.kbuild.clone(),
+            sb.kbuild.clone(),
+        ));
     }
     checks.into_iter().flatten().next()
 }
@@ -369,8 +373,10 @@ mod tests {
 
     #[test]
     fn shards_merge_to_the_full_bundle_byte_for_byte() {
-        let (full, shards) =
-            full_and_shards(&["sm_89", "gfx1100", "sm_80"], &[&["gfx1100"], &["sm_89", "sm_80"]]);
+        let (full, shards) = full_and_shards(
+            &["sm_89", "gfx1100", "sm_80"],
+            &[&["gfx1100"], &["sm_89", "sm_80"]],
+        );
         assert_eq!(shards[0].1.file_name(), "pkg-1.2.3.shard-1-of-2.kbundle");
         let (merged, report) = merge(&shards, false).unwrap();
         assert_eq!(merged.to_bytes(7).unwrap(), full.to_bytes(7).unwrap());
@@ -379,7 +385,10 @@ mod tests {
         // Inputs in another order, and a full bundle with a shard (identical overlap).
         let rev: Vec<_> = shards.iter().rev().cloned().collect();
         assert_eq!(merge(&rev, false).unwrap().0, merged);
-        let with_full = vec![("full.kbundle".to_string(), full.clone()), shards[0].clone()];
+        let with_full = vec![
+            ("full.kbundle".to_string(), full.clone()),
+            shards[0].clone(),
+        ];
         let (m2, r2) = merge(&with_full, false).unwrap();
         assert_eq!(m2.to_bytes(0).unwrap(), full.to_bytes(0).unwrap());
         assert_eq!(r2.overlapping, 1);
@@ -425,7 +434,10 @@ mod tests {
         assert!(e.contains("k for sm_89") && e.contains(&sha), "{e}");
         // A missing shard.
         let e = merge(&shards[..1], false).unwrap_err().to_string();
-        assert!(e.contains("gfx1100") && e.contains("--allow-partial"), "{e}");
+        assert!(
+            e.contains("gfx1100") && e.contains("--allow-partial"),
+            "{e}"
+        );
         let (p, r) = merge(&shards[..1], true).unwrap();
         assert!(p.manifest().partial);
         assert_eq!(r.missing_targets, vec!["gfx1100".to_string()]);
@@ -436,7 +448,10 @@ mod tests {
     #[test]
     fn a_shard_is_not_publishable() {
         let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], &[&["sm_89"], &["gfx1100"]]);
-        let e = shards[0].1.check_publishable("s1.kbundle", false).unwrap_err();
+        let e = shards[0]
+            .1
+            .check_publishable("s1.kbundle", false)
+            .unwrap_err();
         assert!(e.to_string().contains("merge the shards first"), "{e}");
         assert!(shards[0].1.check_publishable("s1.kbundle", true).is_ok());
     }

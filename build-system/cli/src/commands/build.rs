@@ -54,10 +54,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
                 } else {
                     t.join(", ")
                 };
-                println!(
-                    "shard {}/{count} (cost {}): {list}",
-                    s.index, s.cost
-                );
+                println!("shard {}/{count} (cost {}): {list}", s.index, s.cost);
             }
         }
         return Ok(ExitCode::SUCCESS);
