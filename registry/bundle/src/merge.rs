@@ -25,29 +25,37 @@ pub enum MergeError {
     #[error("nothing to merge: give the shard bundles (`kbuild package --merge A.kbundle B.kbundle ...`)")]
     NoInputs,
     /// Two inputs disagree on a field that says which sources they were built from.
-    #[error("{a} and {b} are not of the same sources: {field} differs ({a}: {va}; {b}: {vb}); rebuild every shard from one checkout with one kbuild and toolchain")]
-    Mismatch {
-        a: String,
-        b: String,
-        field: String,
-        va: String,
-        vb: String,
-    },
+    #[error("{} and {} are not of the same sources: {} differs ({}: {}; {}: {}); rebuild every shard from one checkout with one kbuild and toolchain", .0.a, .0.b, .0.field, .0.a, .0.va, .0.b, .0.vb)]
+    Mismatch(Box<Mismatch>),
     /// Two inputs hold different bytes for one (kernel, variant, target).
-    #[error("{a} and {b} both hold {kernel} for {target} with different bytes ({a}: sha256 {sa}; {b}: sha256 {sb}); the builds are not reproducible or not of the same sources")]
-    Conflict {
-        a: String,
-        b: String,
-        kernel: String,
-        target: String,
-        sa: String,
-        sb: String,
-    },
+    #[error("{} and {} both hold {} for {} with different bytes ({}: sha256 {}; {}: sha256 {}); the builds are not reproducible or not of the same sources", .0.a, .0.b, .0.kernel, .0.target, .0.a, .0.sa, .0.b, .0.sb)]
+    Conflict(Box<Conflict>),
     /// Declared targets no input holds, or failed/missing records, without `allow_partial`.
     #[error("the merge of {inputs} is incomplete: {what}; refusing to package it (build the missing shards, or pass --allow-partial to package it marked partial)")]
     Incomplete { inputs: String, what: String },
     #[error(transparent)]
     Bundle(#[from] BundleError),
+}
+
+/// Bundles `a` and `b` differ in `field`: `va` and `vb`.
+#[derive(Debug)]
+pub struct Mismatch {
+    pub a: String,
+    pub b: String,
+    pub field: String,
+    pub va: String,
+    pub vb: String,
+}
+
+/// Bundles `a` and `b` hold `kernel[.variant]` for `target` as objects `sa` and `sb`.
+#[derive(Debug)]
+pub struct Conflict {
+    pub a: String,
+    pub b: String,
+    pub kernel: String,
+    pub target: String,
+    pub sa: String,
+    pub sb: String,
 }
 
 /// What went into a merge, for reports.
@@ -78,6 +86,9 @@ fn label(kernel: &str, variant: Option<&str>) -> String {
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
+
+/// One field of a toolchain identity, as text.
+type ToolchainField = fn(&ToolchainIdentity) -> String;
 
 /// The first field on which `a` and `b` say they come from different sources.
 fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, String)> {
@@ -111,21 +122,20 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
     let kinds: BTreeSet<&str> = tcs_a.keys().chain(tcs_b.keys()).copied().collect();
     for k in kinds {
         let (ta, tb) = (tcs_a.get(k), tcs_b.get(k));
-        let field = |f: &dyn Fn(&ToolchainIdentity) -> String| -> (String, String) {
-            let absent = || "absent".to_string();
-            (
-                ta.map(|t| f(t)).unwrap_or_else(absent),
-                tb.map(|t| f(t)).unwrap_or_else(absent),
-            )
+        let or_absent = |t: Option<&&ToolchainIdentity>, f: fn(&ToolchainIdentity) -> String| {
+            t.map(|t| f(t)).unwrap_or_else(|| "absent".to_string())
         };
-        let parts: [(&str, &dyn Fn(&ToolchainIdentity) -> String); 3] = [
-            ("version", &|t| t.version.clone()),
-            ("identity", &|t| t.identity.clone()),
-            ("path", &|t| t.path.clone()),
+        let fields: [(&str, ToolchainField); 3] = [
+            ("version", |t| t.version.clone()),
+            ("identity", |t| t.identity.clone()),
+            ("path", |t| t.path.clone()),
         ];
-        for (name, f) in parts {
-            let (va, vb) = field(f);
-            checks.push(diff(&format!("provenance.toolchains[{k}].{name}"), va, vb));
+        for (name, f) in fields {
+            checks.push(diff(
+                &format!("provenance.toolchains[{k}].{name}"),
+                or_absent(ta, f),
+                or_absent(tb, f),
+            ));
         }
     }
     checks.push(diff(
@@ -170,13 +180,13 @@ pub fn merge(
     let base = first.manifest();
     for (name, b) in &inputs[1..] {
         if let Some((field, va, vb)) = first_difference(base, b.manifest()) {
-            return Err(MergeError::Mismatch {
+            return Err(MergeError::Mismatch(Box::new(Mismatch {
                 a: first_name.clone(),
                 b: name.clone(),
                 field,
                 va,
                 vb,
-            });
+            })));
         }
     }
     // Shards must agree with each other on what only shards record, not just with the first.
@@ -184,13 +194,13 @@ pub fn merge(
     if let Some((sa, a)) = shards.first() {
         for (sb, b) in &shards[1..] {
             if let Some((field, va, vb)) = first_difference(a.manifest(), b.manifest()) {
-                return Err(MergeError::Mismatch {
+                return Err(MergeError::Mismatch(Box::new(Mismatch {
                     a: sa.clone(),
                     b: sb.clone(),
                     field,
                     va,
                     vb,
-                });
+                })));
             }
         }
     }
@@ -213,14 +223,14 @@ pub fn merge(
             let k = key(&o.target, &o.kernel, &o.variant);
             if let Some((j, prev)) = records.get(&k) {
                 if prev.sha256 != o.sha256 {
-                    return Err(MergeError::Conflict {
+                    return Err(MergeError::Conflict(Box::new(Conflict {
                         a: inputs[*j].0.clone(),
                         b: name.clone(),
                         kernel: label(&o.kernel, o.variant.as_deref()),
                         target: o.target.clone(),
                         sa: prev.sha256.clone(),
                         sb: o.sha256.clone(),
-                    });
+                    })));
                 }
                 overlapping += 1;
                 continue;
