@@ -20,6 +20,7 @@ use crate::plan::{plan, Job};
 use crate::remote_cache::{
     DepRoots, Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats,
 };
+use crate::shard::{self, ShardSpec};
 use crate::toolchain::{ToolchainError, Toolchains};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
@@ -46,6 +47,9 @@ pub struct BuildOptions {
     pub remote_cache_mode: Option<RemoteMode>,
     /// Talk to the remote cache over http://.
     pub plain_http: bool,
+    /// `--shard I/N`: build only shard I of the resolved target list split N ways
+    /// ([`crate::shard`]); the manifest records it.
+    pub shard: Option<ShardSpec>,
     /// The environment the build sees: toolchain variables (CUDA_HOME, ROCM_PATH, PATH),
     /// kbuild's directories, `KBUILD_LAUNCHER`, registry credentials for the remote cache.
     pub env: Env,
@@ -132,16 +136,26 @@ struct Prepared {
     jobs: Vec<Job>,
     cache_dir: PathBuf,
     tcs: Toolchains,
+    /// With `--shard`: the spec and the whole resolved list the shards split.
+    shard: Option<(ShardSpec, Vec<Target>)>,
+}
+
+/// The resolved target list (Kbuild.toml or `--targets`, `all` filtered by the found
+/// toolchains), the cache directory and the toolchains.
+struct Resolved {
+    targets: Vec<Target>,
+    cache_dir: PathBuf,
+    tcs: Toolchains,
 }
 
 /// The targets, jobs, cache directory and toolchains of a build; every planned target's
 /// toolchain checked before anything runs (all problems at once). With `targets_all`, the
 /// targets no found toolchain builds are dropped, each named in a warning.
-fn prepare(
+fn resolve(
     project: &Project,
     opts: &BuildOptions,
     observer: &dyn Observer,
-) -> Result<Prepared, BuildError> {
+) -> Result<Resolved, BuildError> {
     let (mut targets, targets_all) = match &opts.targets {
         Some(t) => (t.clone(), opts.targets_all),
         None => (project.default_targets.clone(), project.default_targets_all),
@@ -186,8 +200,54 @@ fn prepare(
         }
         targets = ok;
     }
+    Ok(Resolved {
+        targets,
+        cache_dir,
+        tcs,
+    })
+}
+
+/// The whole resolved target list and its split into `count` shards (`--print-shards N`);
+/// `observer` gets the notes (targets `all` skips).
+pub fn shards(
+    project: &Project,
+    opts: &BuildOptions,
+    count: u32,
+    observer: &dyn Observer,
+) -> Result<(Vec<Target>, Vec<shard::Shard>), BuildError> {
+    let r = resolve(project, opts, observer)?;
+    let split = shard::split(project, &r.targets, count);
+    Ok((r.targets, split))
+}
+
+/// [`resolve`], then the shard's part of the list (`--shard`) and the jobs; every planned
+/// target's toolchain checked before anything runs (all problems at once).
+fn prepare(
+    project: &Project,
+    opts: &BuildOptions,
+    observer: &dyn Observer,
+) -> Result<Prepared, BuildError> {
+    let Resolved {
+        mut targets,
+        cache_dir,
+        tcs,
+    } = resolve(project, opts, observer)?;
+    let mut shard_of = None;
+    if let Some(spec) = opts.shard {
+        let all = targets.clone();
+        let split = shard::split(project, &all, spec.count);
+        let mine = split
+            .into_iter()
+            .find(|s| s.index == spec.index)
+            .map(|s| s.targets)
+            .unwrap_or_default();
+        targets = mine;
+        shard_of = Some((spec, all));
+    }
     let jobs = plan(project, &targets);
-    if jobs.is_empty() {
+    // A shard may be empty (more shards than targets): it builds nothing, and its manifest
+    // says so, rather than failing one runner of a CI matrix.
+    if jobs.is_empty() && shard_of.is_none() {
         return Err(nothing_to_build(project, &targets));
     }
     let mut problems: Vec<ToolchainError> = Vec::new();
@@ -206,6 +266,7 @@ fn prepare(
         jobs,
         cache_dir,
         tcs,
+        shard: shard_of,
     })
 }
 
@@ -281,7 +342,25 @@ pub fn build(
         mut jobs,
         cache_dir,
         tcs,
+        shard: shard_of,
     } = prepare(project, opts, reporter)?;
+    if let Some((spec, all)) = &shard_of {
+        let costs = shard::estimate(project, all);
+        let cost: u64 = all
+            .iter()
+            .zip(&costs)
+            .filter(|(t, _)| targets.contains(t))
+            .map(|(_, c)| c)
+            .sum();
+        reporter.event(&Event::Shard {
+            index: spec.index,
+            count: spec.count,
+            targets: targets.iter().map(Target::to_string).collect(),
+            all_targets: all.iter().map(Target::to_string).collect(),
+            cost,
+            total_cost: costs.iter().sum(),
+        });
+    }
     let cache = Cache::open(&cache_dir);
     let remote = open_remote(project, opts, reporter)?;
     let out_dir = out_dir_of(project, opts);
@@ -416,6 +495,13 @@ pub fn build(
         failed,
         missing,
         partial: false,
+        shard: shard_of.map(|(spec, all)| manifest::Shard {
+            index: spec.index,
+            count: spec.count,
+            targets: all.iter().map(Target::to_string).collect(),
+            sources: shard::sources_digest(project),
+            kbuild: env!("CARGO_PKG_VERSION").to_string(),
+        }),
     };
     let manifest_path = out_dir.join("manifest.json");
     let manifest_json = manifest.to_json();

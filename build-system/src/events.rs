@@ -24,6 +24,18 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// `--shard I/N`: which of the resolved targets this shard builds (before any job).
+    Shard {
+        index: u32,
+        count: u32,
+        /// This shard's targets, in the order of the whole list (empty: nothing to build).
+        targets: Vec<String>,
+        /// The whole resolved list the shards split.
+        all_targets: Vec<String>,
+        /// Estimated cost of this shard and of the whole list (`kbuild_build::shard`).
+        cost: u64,
+        total_cost: u64,
+    },
     Summary {
         compiled: usize,
         cached: usize,
@@ -89,6 +101,26 @@ fn plain_line(e: &Event) -> Option<String> {
                 JobStatus::Failed => None,
             }
         }
+        Event::Shard {
+            index,
+            count,
+            targets,
+            all_targets,
+            cost,
+            total_cost,
+        } => Some(if targets.is_empty() {
+            format!(
+                "kbuild: shard {index}/{count} has no targets ({} target(s) over {count} shards): nothing to build; its manifest lists no targets",
+                all_targets.len()
+            )
+        } else {
+            format!(
+                "kbuild: shard {index}/{count}: {} of {} targets ({}), estimated cost {cost} of {total_cost}",
+                targets.len(),
+                all_targets.len(),
+                targets.join(", ")
+            )
+        }),
         Event::Summary {
             compiled,
             cached,

@@ -21,6 +21,7 @@ pub mod init;
 pub mod interrupt;
 pub mod plan;
 pub mod remote_cache;
+pub mod shard;
 pub mod toolchain;
 pub mod worktree;
 

@@ -223,6 +223,7 @@ mod tests {
             failed: Vec::new(),
             missing: Vec::new(),
             partial: false,
+            shard: None,
         }
     }
 

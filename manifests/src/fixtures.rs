@@ -38,6 +38,7 @@ pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manife
         failed: vec![],
         missing: vec![],
         partial: false,
+        shard: None,
     }
 }
 

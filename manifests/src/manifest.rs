@@ -48,6 +48,29 @@ pub struct Manifest {
     /// the bundle was released knowingly incomplete. Absent (false) otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
+    /// Set by `kbuild build --shard I/N`: this build is one shard of a sharded build, holding
+    /// only the targets of `targets` assigned to it. A shard is not a release: `kbuild package
+    /// --merge` joins the shards into one. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+}
+
+/// Which shard of a sharded build a manifest is (`kbuild build --shard I/N`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shard {
+    /// 1-based: `I` of `I/N`.
+    pub index: u32,
+    /// `N` of `I/N`.
+    pub count: u32,
+    /// The whole resolved target list the shards split, in request order (the manifest's
+    /// `targets` are this shard's part of it).
+    pub targets: Vec<String>,
+    /// blake3 (hex) over the project's declared inputs (Kbuild.toml, every kernel source, the
+    /// headers beside them and in their include dirs): shards of different sources differ.
+    pub sources: String,
+    /// The version of kbuild that built the shard.
+    pub kbuild: String,
 }
 
 /// A (kernel, variant, target) object the build planned but did not produce.
@@ -214,6 +237,11 @@ impl Manifest {
             ident::check_relative_path(&format!("containers[{i}].path"), &c.path)?;
             check_sha256(&format!("containers[{i}].sha256"), &c.sha256)?;
         }
+        if let Some(shard) = &self.shard {
+            for (i, t) in shard.targets.iter().enumerate() {
+                ident::check_component(&format!("shard.targets[{i}]"), t)?;
+            }
+        }
         Ok(())
     }
 
@@ -352,6 +380,13 @@ mod tests {
             error: None,
         }];
         m.partial = true;
+        m.shard = Some(Shard {
+            index: 1,
+            count: 2,
+            targets: vec!["sm_89".into(), "gfx1100".into()],
+            sources: "2".repeat(64),
+            kbuild: "0.1.0".into(),
+        });
         let value = serde_json::to_value(&m).unwrap();
         check(&schema, &schema, &value, "$");
         assert!(m.is_incomplete());

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use kbuild_build::remote_cache::RemoteMode;
+use kbuild_build::shard::ShardSpec;
 use kbuild_bundle::sign::Policy;
 use kbuild_manifest::compat::{parse_version, Device};
 use kbuild_manifest::target::{parse_target_spec, Target, TargetError, TargetSpec, Version};
@@ -200,6 +201,19 @@ pub struct BuildArgs {
     /// committed baseline (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     pub check_baseline: Option<Option<PathBuf>>,
+    /// Build only shard I of N (1-based): the resolved target list is split by estimated cost
+    /// into N disjoint shards, the same on every machine. Package each shard build, then join
+    /// the bundles with `kbuild package --merge`.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "print_shards")]
+    pub shard: Option<ShardSpec>,
+    /// Print how N shards would split the resolved target list (each shard's targets and
+    /// estimated cost; `kbuild.shards/v1` JSON with --json) instead of building.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub print_shards: Option<u32>,
+}
+
+fn parse_shard(s: &str) -> Result<ShardSpec, String> {
+    s.parse::<ShardSpec>().map_err(|e| e.to_string())
 }
 
 /// Arguments of `kbuild init`.
@@ -322,6 +336,12 @@ pub struct PackageArgs {
     /// `kbuild.package/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Join the bundles of a sharded build (`kbuild build --shard I/N`, then `kbuild package`
+    /// on each runner) into the release bundle NAME-VERSION.kbundle in --out: byte-identical to
+    /// packaging one build of every target. Refused when they are of different sources, hold
+    /// different bytes for one object, or leave a declared target out (--allow-partial).
+    #[arg(long, value_name = "BUNDLE", num_args = 1.., conflicts_with_all = ["build_dir", "targets", "split", "verify_reproducible"])]
+    pub merge: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

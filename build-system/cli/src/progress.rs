@@ -104,7 +104,7 @@ fn event_label(e: &Event) -> Option<String> {
             Some(v) => format!("{kernel}.{v} for {target}"),
             None => format!("{kernel} for {target}"),
         }),
-        Event::Summary { .. } => None,
+        Event::Shard { .. } | Event::Summary { .. } => None,
     }
 }
 
@@ -145,7 +145,7 @@ impl Observer for BuildProgress {
             }
             BuildProgress::Plain(v) => {
                 let show = match e {
-                    Event::Job { .. } => *v > Verbosity::Quiet,
+                    Event::Job { .. } | Event::Shard { .. } => *v > Verbosity::Quiet,
                     Event::Summary { failed, .. } => *v > Verbosity::Quiet || *failed > 0,
                 };
                 if show {
@@ -172,6 +172,11 @@ impl Observer for BuildProgress {
                         }
                     }
                     bar.inc(1);
+                }
+                Event::Shard { .. } => {
+                    if let Some(line) = e.line() {
+                        bar.println(line);
+                    }
                 }
                 Event::Summary { .. } => {
                     bar.finish_and_clear();

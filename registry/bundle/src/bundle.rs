@@ -61,6 +61,16 @@ pub enum BundleError {
     Build(String),
     #[error("its manifest.json is {0} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes; refusing an oversize manifest")]
     ManifestTooLarge(u64),
+    /// A shard bundle (`kbuild build --shard`) at publish, without `--allow-partial`.
+    #[error("{what} is shard {index}/{count} of {package} (targets {targets}), not a release; merge the shards first with `kbuild package --merge SHARD.kbundle...` (or pass --allow-partial to {action} this shard anyway)")]
+    Shard {
+        what: String,
+        package: String,
+        index: u32,
+        count: u32,
+        targets: String,
+        action: &'static str,
+    },
     /// A build with failed or missing objects, or a bundle marked partial, without
     /// `--allow-partial`.
     #[error("{what} is a partial build of {package}: {summary}; refusing to {action} it (pass --allow-partial to {action} it anyway, marked partial)")]
@@ -449,6 +459,20 @@ impl Bundle {
     /// failed or missing objects) unless `allow_partial`. `what` names it in the error.
     pub fn check_publishable(&self, what: &str, allow_partial: bool) -> Result<(), BundleError> {
         let m = &self.manifest;
+        if let (Some(shard), false) = (&m.shard, allow_partial) {
+            return Err(BundleError::Shard {
+                what: what.to_string(),
+                package: format!("{} {}", m.package.name, m.package.version),
+                index: shard.index,
+                count: shard.count,
+                targets: if m.targets.is_empty() {
+                    "none".to_string()
+                } else {
+                    m.targets.join(", ")
+                },
+                action: "publish",
+            });
+        }
         if allow_partial || !(m.partial || m.is_incomplete()) {
             return Ok(());
         }
@@ -535,12 +559,27 @@ impl Bundle {
             .collect()
     }
 
-    /// `NAME-VERSION.kbundle`, or `NAME-VERSION.T1+T2.kbundle` for a subset.
+    /// `NAME-VERSION.kbundle`, `NAME-VERSION.T1+T2.kbundle` for a subset, and
+    /// `NAME-VERSION.shard-I-of-N[.T1+T2].kbundle` for a shard (never a release's name).
     pub fn file_name(&self) -> String {
+        let shard = match &self.manifest.shard {
+            Some(s) => format!(".shard-{}-of-{}", s.index, s.count),
+            None => String::new(),
+        };
         match &self.subset {
-            None => format!("{}-{}.kbundle", self.name(), self.version()),
-            Some(s) => format!("{}-{}.{}.kbundle", self.name(), self.version(), s.join("+")),
+            None => format!("{}-{}{shard}.kbundle", self.name(), self.version()),
+            Some(s) => format!(
+                "{}-{}{shard}.{}.kbundle",
+                self.name(),
+                self.version(),
+                s.join("+")
+            ),
         }
+    }
+
+    /// Whether this is a shard bundle (of a `kbuild build --shard` build).
+    pub fn is_shard(&self) -> bool {
+        self.manifest.shard.is_some()
     }
 }
 

@@ -11,6 +11,7 @@ pub mod archive;
 pub mod bundle;
 #[cfg(feature = "signatures")]
 pub mod cache;
+pub mod merge;
 #[cfg(feature = "signatures")]
 pub mod sign;
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_build::build::{build, commands, BuildOptions};
+use kbuild_build::build::{build, commands, shards, BuildOptions};
 use kbuild_build::config;
 
 use crate::cli::BuildArgs;
@@ -28,8 +28,37 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
         remote_cache: args.remote_cache,
         remote_cache_mode: args.remote_cache_mode,
         plain_http: args.plain_http,
+        shard: args.shard,
         env: env.clone(),
     };
+    if let Some(count) = args.print_shards {
+        let (all, split) = shards(&project, &opts, count, &BuildProgress::plain())?;
+        if args.json {
+            let list: Vec<serde_json::Value> = split
+                .iter()
+                .map(|s| {
+                    let t: Vec<String> = s.targets.iter().map(ToString::to_string).collect();
+                    serde_json::json!({"index": s.index, "targets": t, "cost": s.cost})
+                })
+                .collect();
+            let all: Vec<String> = all.iter().map(ToString::to_string).collect();
+            println!(
+                "{}",
+                serde_json::json!({"schema": "kbuild.shards/v1", "count": count, "targets": all, "shards": list})
+            );
+        } else {
+            for s in &split {
+                let t: Vec<String> = s.targets.iter().map(ToString::to_string).collect();
+                let list = if t.is_empty() {
+                    "(no targets)".to_string()
+                } else {
+                    t.join(", ")
+                };
+                println!("shard {}/{count} (cost {}): {list}", s.index, s.cost);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.print_commands {
         let out_dir = opts
             .out_dir

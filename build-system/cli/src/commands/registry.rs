@@ -94,8 +94,46 @@ fn build_into(
     Ok(report.out_dir)
 }
 
+/// `kbuild package --merge A.kbundle B.kbundle ...`.
+fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
+    let mut inputs = Vec::new();
+    for p in &args.merge {
+        let b = Bundle::open(p, Limits::from_env(env)).with_context(|| p.display().to_string())?;
+        inputs.push((p.display().to_string(), b));
+    }
+    let (bundle, report) = kbuild_bundle::merge::merge(&inputs, args.allow_partial)?;
+    let bytes = bundle.to_bytes(env.source_date_epoch())?;
+    let (p, size, digest) = write_bundle(&args.out, &bundle, &bytes)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "schema": "kbuild.package/v1", "name": bundle.name(), "version": bundle.version(),
+                "manifest": bundle.manifest_digest(), "targets": bundle.targets(),
+                "objects": bundle.storage().stored, "object_records": bundle.storage().objects,
+                "bundles": [{"path": p, "size": size, "sha256": digest}],
+                "merged": args.merge, "overlapping_records": report.overlapping,
+                "missing_targets": report.missing_targets, "partial": bundle.manifest().partial,
+            })
+        );
+    } else {
+        println!(
+            "merged {} bundle(s) into {} ({size} bytes, {digest})",
+            inputs.len(),
+            p.display()
+        );
+        if let Some(note) = bundle.manifest().partial_note() {
+            println!("  {note}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `kbuild package`.
 pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
+    if !args.merge.is_empty() {
+        return run_merge(&args, env);
+    }
     let (targets, targets_all) = crate::cli::build_targets(&args.targets)?;
     // `all` packages what the build holds: the targets its toolchains could build.
     let filter: Option<Vec<String>> = targets
@@ -179,6 +217,7 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
                 "manifest": bundle.manifest_digest(), "targets": bundle.targets(),
                 "objects": storage.stored, "object_records": storage.objects,
                 "bytes_saved": storage.bytes_saved(), "bundles": files, "reproducible": reproducible,
+                "shard": bundle.manifest().shard.as_ref().map(|s| serde_json::json!({"index": s.index, "count": s.count})),
             })
         );
     } else {
@@ -196,6 +235,18 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         }
         if reproducible == Some(true) {
             println!("reproducible: a clean rebuild gave byte-identical bundles");
+        }
+        if let Some(s) = &bundle.manifest().shard {
+            println!(
+                "  shard {}/{} ({}): not a release; join the shards with `kbuild package --merge`",
+                s.index,
+                s.count,
+                if bundle.targets().is_empty() {
+                    "no targets".to_string()
+                } else {
+                    bundle.targets().join(", ")
+                }
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,468 @@
+//! `kbuild package --merge`: join the bundles of a sharded build (`kbuild build --shard I/N`
+//! on N machines) into the one release bundle a single machine would have packaged.
+//!
+//! The inputs must be of one source: same package name and version, kernels, declared target
+//! list (a shard's `shard.targets`, else the manifest's `targets`), provenance (git commit and
+//! dirty flag, toolchains, flags, host) and, between shards, the same source digest and kbuild
+//! version. Where two inputs hold the same (kernel, variant, target), their objects must be
+//! byte-identical. Every declared target must come from some input, with no failed or
+//! missing record, unless partial merges are allowed.
+//!
+//! The result is the single-machine manifest exactly: targets in declared order, records
+//! sorted as a build sorts them (target, kernel, variant), no `shard` field, the same JSON
+//! serialisation; its archive comes from the same [`Bundle::to_bytes`], so a merge is
+//! byte-identical to `kbuild package` of a full build of the same sources.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kbuild_manifest::manifest::{Manifest, ObjectRecord, ToolchainIdentity, UnbuiltObject, SCHEMA};
+
+use crate::bundle::{Bundle, BundleError};
+
+/// Why bundles could not be merged. Every variant names the bundle files involved.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge: give the shard bundles (`kbuild package --merge A.kbundle B.kbundle ...`)")]
+    NoInputs,
+    /// Two inputs disagree on a field that says which sources they were built from.
+    #[error("{} and {} are not of the same sources: {} differs ({}: {}; {}: {}); rebuild every shard from one checkout with one kbuild and toolchain", .0.a, .0.b, .0.field, .0.a, .0.va, .0.b, .0.vb)]
+    Mismatch(Box<Mismatch>),
+    /// Two inputs hold different bytes for one (kernel, variant, target).
+    #[error("{} and {} both hold {} for {} with different bytes ({}: sha256 {}; {}: sha256 {}); the builds are not reproducible or not of the same sources", .0.a, .0.b, .0.kernel, .0.target, .0.a, .0.sa, .0.b, .0.sb)]
+    Conflict(Box<Conflict>),
+    /// Declared targets no input holds, or failed/missing records, without `allow_partial`.
+    #[error("the merge of {inputs} is incomplete: {what}; refusing to package it (build the missing shards, or pass --allow-partial to package it marked partial)")]
+    Incomplete { inputs: String, what: String },
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+}
+
+/// Bundles `a` and `b` differ in `field`: `va` and `vb`.
+#[derive(Debug)]
+pub struct Mismatch {
+    pub a: String,
+    pub b: String,
+    pub field: String,
+    pub va: String,
+    pub vb: String,
+}
+
+/// Bundles `a` and `b` hold `kernel[.variant]` for `target` as objects `sa` and `sb`.
+#[derive(Debug)]
+pub struct Conflict {
+    pub a: String,
+    pub b: String,
+    pub kernel: String,
+    pub target: String,
+    pub sa: String,
+    pub sb: String,
+}
+
+/// What went into a merge, for reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeReport {
+    /// Declared targets held by no input (only with `allow_partial`).
+    pub missing_targets: Vec<String>,
+    /// Object records that more than one input held, identical.
+    pub overlapping: usize,
+}
+
+/// The declared target list of a bundle: the whole list a shard was split from, else its
+/// manifest's targets.
+fn declared(m: &Manifest) -> &[String] {
+    match &m.shard {
+        Some(s) => &s.targets,
+        None => &m.targets,
+    }
+}
+
+fn label(kernel: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(v) => format!("{kernel}.{v}"),
+        None => kernel.to_string(),
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// One field of a toolchain identity, as text.
+type ToolchainField = fn(&ToolchainIdentity) -> String;
+
+/// The first field on which `a` and `b` say they come from different sources.
+fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, String)> {
+    let diff =
+        |field: &str, va: String, vb: String| (va != vb).then(|| (field.to_string(), va, vb));
+    let pa = &a.provenance;
+    let pb = &b.provenance;
+    let mut checks = vec![
+        diff("schema", json(&a.schema), json(&b.schema)),
+        diff("package.name", json(&a.package.name), json(&b.package.name)),
+        diff(
+            "package.version",
+            json(&a.package.version),
+            json(&b.package.version),
+        ),
+        diff("kernels", json(&a.kernels), json(&b.kernels)),
+        diff("declared targets", json(&declared(a)), json(&declared(b))),
+        diff(
+            "provenance.git_commit",
+            json(&pa.git_commit),
+            json(&pb.git_commit),
+        ),
+        diff(
+            "provenance.git_dirty",
+            json(&pa.git_dirty),
+            json(&pb.git_dirty),
+        ),
+    ];
+    let tcs_a: BTreeMap<&str, _> = pa.toolchains.iter().map(|t| (t.kind.as_str(), t)).collect();
+    let tcs_b: BTreeMap<&str, _> = pb.toolchains.iter().map(|t| (t.kind.as_str(), t)).collect();
+    let kinds: BTreeSet<&str> = tcs_a.keys().chain(tcs_b.keys()).copied().collect();
+    for k in kinds {
+        let (ta, tb) = (tcs_a.get(k), tcs_b.get(k));
+        let or_absent = |t: Option<&&ToolchainIdentity>, f: fn(&ToolchainIdentity) -> String| {
+            t.map(|t| f(t)).unwrap_or_else(|| "absent".to_string())
+        };
+        let fields: [(&str, ToolchainField); 3] = [
+            ("version", |t| t.version.clone()),
+            ("identity", |t| t.identity.clone()),
+            ("path", |t| t.path.clone()),
+        ];
+        for (name, f) in fields {
+            checks.push(diff(
+                &format!("provenance.toolchains[{k}].{name}"),
+                or_absent(ta, f),
+                or_absent(tb, f),
+            ));
+        }
+    }
+    checks.push(diff(
+        "provenance.toolchains",
+        json(&pa.toolchains),
+        json(&pb.toolchains),
+    ));
+    let vendors: BTreeSet<&String> = pa.flags.keys().chain(pb.flags.keys()).collect();
+    for v in vendors {
+        checks.push(diff(
+            &format!("provenance.flags.{v}"),
+            json(&pa.flags.get(v)),
+            json(&pb.flags.get(v)),
+        ));
+    }
+    checks.push(diff("provenance.host", json(&pa.host), json(&pb.host)));
+    if let (Some(sa), Some(sb)) = (&a.shard, &b.shard) {
+        checks.push(diff(
+            "shard.sources (digest of Kbuild.toml and the kernel sources)",
+            sa.sources.clone(),
+            sb.sources.clone(),
+        ));
+        checks.push(diff(
+            "shard.kbuild (kbuild version)",
+            sa.kbuild.clone(),
+            sb.kbuild.clone(),
+        ));
+    }
+    checks.into_iter().flatten().next()
+}
+
+/// Merge `inputs` (each a name for messages, e.g. its file, and the bundle) into the release
+/// bundle. With `allow_partial`, declared targets no input holds and failed or missing
+/// records are kept as `missing`/`failed` and the manifest is marked `partial`.
+pub fn merge(
+    inputs: &[(String, Bundle)],
+    allow_partial: bool,
+) -> Result<(Bundle, MergeReport), MergeError> {
+    let Some((first_name, first)) = inputs.first() else {
+        return Err(MergeError::NoInputs);
+    };
+    let base = first.manifest();
+    for (name, b) in &inputs[1..] {
+        if let Some((field, va, vb)) = first_difference(base, b.manifest()) {
+            return Err(MergeError::Mismatch(Box::new(Mismatch {
+                a: first_name.clone(),
+                b: name.clone(),
+                field,
+                va,
+                vb,
+            })));
+        }
+    }
+    // Shards must agree with each other on what only shards record, not just with the first.
+    let shards: Vec<&(String, Bundle)> = inputs.iter().filter(|(_, b)| b.is_shard()).collect();
+    if let Some((sa, a)) = shards.first() {
+        for (sb, b) in &shards[1..] {
+            if let Some((field, va, vb)) = first_difference(a.manifest(), b.manifest()) {
+                return Err(MergeError::Mismatch(Box::new(Mismatch {
+                    a: sa.clone(),
+                    b: sb.clone(),
+                    field,
+                    va,
+                    vb,
+                })));
+            }
+        }
+    }
+
+    type Key = (String, String, Option<String>);
+    let key = |target: &str, kernel: &str, variant: &Option<String>| -> Key {
+        (target.to_string(), kernel.to_string(), variant.clone())
+    };
+    // (target, kernel, variant) → (input index, record).
+    let mut records: BTreeMap<Key, (usize, ObjectRecord)> = BTreeMap::new();
+    let mut objects: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut failed: BTreeMap<Key, UnbuiltObject> = BTreeMap::new();
+    let mut missing: BTreeMap<Key, UnbuiltObject> = BTreeMap::new();
+    let mut present: BTreeSet<String> = BTreeSet::new();
+    let mut overlapping = 0;
+    for (i, (name, b)) in inputs.iter().enumerate() {
+        let m = b.manifest();
+        let held: BTreeSet<String> = b.targets().into_iter().collect();
+        for o in m.objects.iter().filter(|o| held.contains(&o.target)) {
+            let k = key(&o.target, &o.kernel, &o.variant);
+            if let Some((j, prev)) = records.get(&k) {
+                if prev.sha256 != o.sha256 {
+                    return Err(MergeError::Conflict(Box::new(Conflict {
+                        a: inputs[*j].0.clone(),
+                        b: name.clone(),
+                        kernel: label(&o.kernel, o.variant.as_deref()),
+                        target: o.target.clone(),
+                        sa: prev.sha256.clone(),
+                        sb: o.sha256.clone(),
+                    })));
+                }
+                overlapping += 1;
+                continue;
+            }
+            if let Some(data) = b.object(&o.sha256) {
+                objects
+                    .entry(o.sha256.clone())
+                    .or_insert_with(|| data.to_vec());
+            }
+            records.insert(k, (i, o.clone()));
+        }
+        for u in m.failed.iter().filter(|u| held.contains(&u.target)) {
+            failed
+                .entry(key(&u.target, &u.kernel, &u.variant))
+                .or_insert_with(|| u.clone());
+        }
+        for u in m.missing.iter().filter(|u| held.contains(&u.target)) {
+            missing
+                .entry(key(&u.target, &u.kernel, &u.variant))
+                .or_insert_with(|| u.clone());
+        }
+        present.extend(held);
+    }
+    // A job that failed or never ran on one runner but built on another is built.
+    failed.retain(|k, _| !records.contains_key(k));
+    missing.retain(|k, _| !records.contains_key(k) && !failed.contains_key(k));
+
+    let targets: Vec<String> = declared(base).to_vec();
+    let missing_targets: Vec<String> = targets
+        .iter()
+        .filter(|t| !present.contains(*t))
+        .cloned()
+        .collect();
+    for t in &missing_targets {
+        for k in &base.kernels {
+            missing
+                .entry(key(t, k, &None))
+                .or_insert_with(|| UnbuiltObject {
+                    kernel: k.clone(),
+                    variant: None,
+                    target: t.clone(),
+                    error: None,
+                });
+        }
+    }
+    let incomplete = !missing_targets.is_empty() || !failed.is_empty() || !missing.is_empty();
+    if incomplete && !allow_partial {
+        let mut what = Vec::new();
+        if !missing_targets.is_empty() {
+            what.push(format!(
+                "no bundle holds target(s) {}",
+                missing_targets.join(", ")
+            ));
+        }
+        let list = |v: Vec<&UnbuiltObject>| -> String {
+            let mut names: Vec<String> = v.iter().take(5).map(|u| u.label()).collect();
+            if v.len() > 5 {
+                names.push(format!("{} more", v.len() - 5));
+            }
+            names.join(", ")
+        };
+        if !failed.is_empty() {
+            what.push(format!(
+                "{} failed ({})",
+                failed.len(),
+                list(failed.values().collect())
+            ));
+        }
+        let unbuilt: Vec<&UnbuiltObject> = missing
+            .values()
+            .filter(|u| !missing_targets.contains(&u.target))
+            .collect();
+        if !unbuilt.is_empty() {
+            what.push(format!("{} missing ({})", unbuilt.len(), list(unbuilt)));
+        }
+        return Err(MergeError::Incomplete {
+            inputs: inputs
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            what: what.join("; "),
+        });
+    }
+
+    // As `build` writes them: records and unbuilt jobs sorted by (target, kernel, variant).
+    let merged = Manifest {
+        schema: SCHEMA.to_string(),
+        package: base.package.clone(),
+        provenance: base.provenance.clone(),
+        targets,
+        kernels: base.kernels.clone(),
+        objects: records.into_values().map(|(_, o)| o).collect(),
+        containers: Vec::new(),
+        failed: failed.into_values().collect(),
+        missing: missing.into_values().collect(),
+        partial: incomplete || inputs.iter().any(|(_, b)| b.manifest().partial),
+        shard: None,
+    };
+    let bundle = Bundle::from_parts(merged.to_json().into_bytes(), objects, None)?;
+    Ok((
+        bundle,
+        MergeReport {
+            missing_targets,
+            overlapping,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::Limits;
+    use kbuild_manifest::fixtures;
+    use kbuild_manifest::manifest::Shard;
+
+    /// A full bundle of `targets` and its shards: the manifest restricted to each part,
+    /// marked as shard i of n of the whole list.
+    fn full_and_shards(targets: &[&str], parts: &[&[&str]]) -> (Bundle, Vec<(String, Bundle)>) {
+        let (m, o) = fixtures::bundle_parts(targets);
+        let mut whole = Manifest::from_json(&m).unwrap();
+        // As a build sorts its records.
+        whole
+            .objects
+            .sort_by(|a, b| (&a.target, &a.kernel).cmp(&(&b.target, &b.kernel)));
+        let full = Bundle::from_parts(whole.to_json().into_bytes(), o.clone(), None).unwrap();
+        let mut shards = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let mut s = whole.clone();
+            s.targets.retain(|t| part.contains(&t.as_str()));
+            s.objects.retain(|r| part.contains(&r.target.as_str()));
+            s.shard = Some(Shard {
+                index: i as u32 + 1,
+                count: parts.len() as u32,
+                targets: whole.targets.clone(),
+                sources: "s".repeat(64),
+                kbuild: "0.1.0".into(),
+            });
+            let keep: BTreeSet<&str> = s.objects.iter().map(|r| r.sha256.as_str()).collect();
+            let objs = o
+                .iter()
+                .filter(|(k, _)| keep.contains(k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let b = Bundle::from_parts(s.to_json().into_bytes(), objs, None).unwrap();
+            shards.push((format!("s{}.kbundle", i + 1), b));
+        }
+        (full, shards)
+    }
+
+    #[test]
+    fn shards_merge_to_the_full_bundle_byte_for_byte() {
+        let (full, shards) = full_and_shards(
+            &["sm_89", "gfx1100", "sm_80"],
+            &[&["gfx1100"], &["sm_89", "sm_80"]],
+        );
+        assert_eq!(shards[0].1.file_name(), "pkg-1.2.3.shard-1-of-2.kbundle");
+        let (merged, report) = merge(&shards, false).unwrap();
+        assert_eq!(merged.to_bytes(7).unwrap(), full.to_bytes(7).unwrap());
+        assert_eq!(merged.file_name(), "pkg-1.2.3.kbundle");
+        assert_eq!(report.overlapping, 0);
+        // Inputs in another order, and a full bundle with a shard (identical overlap).
+        let rev: Vec<_> = shards.iter().rev().cloned().collect();
+        assert_eq!(merge(&rev, false).unwrap().0, merged);
+        let with_full = vec![
+            ("full.kbundle".to_string(), full.clone()),
+            shards[0].clone(),
+        ];
+        let (m2, r2) = merge(&with_full, false).unwrap();
+        assert_eq!(m2.to_bytes(0).unwrap(), full.to_bytes(0).unwrap());
+        assert_eq!(r2.overlapping, 1);
+        let back = Bundle::from_bytes(&merged.to_bytes(0).unwrap(), Limits::default()).unwrap();
+        assert!(!back.is_shard());
+    }
+
+    #[test]
+    fn refuses_other_sources_conflicts_and_gaps_naming_files() {
+        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], &[&["sm_89"], &["gfx1100"]]);
+        // Another version.
+        let mut other = shards[1].1.manifest().clone();
+        other.package.version = "1.2.4".into();
+        let objs = shards[1].1.objects().clone();
+        let b = Bundle::from_parts(other.to_json().into_bytes(), objs, None).unwrap();
+        let e = merge(&[shards[0].clone(), ("v.kbundle".into(), b)], false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s1.kbundle") && e.contains("v.kbundle"), "{e}");
+        assert!(e.contains("package.version") && e.contains("1.2.4"), "{e}");
+        // Other sources.
+        let mut other = shards[1].1.manifest().clone();
+        if let Some(s) = other.shard.as_mut() {
+            s.sources = "t".repeat(64);
+        }
+        let objs = shards[1].1.objects().clone();
+        let b = Bundle::from_parts(other.to_json().into_bytes(), objs, None).unwrap();
+        let e = merge(&[shards[0].clone(), ("src.kbundle".into(), b)], false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shard.sources"), "{e}");
+        // Other bytes for one target.
+        let mut m = shards[0].1.manifest().clone();
+        let data = b"other bytes".to_vec();
+        let sha = crate::digest::sha256_hex(&data);
+        m.objects[0].sha256 = sha.clone();
+        m.objects[0].size = data.len() as u64;
+        let b = Bundle::from_parts(m.to_json().into_bytes(), [(sha.clone(), data)].into(), None)
+            .unwrap();
+        let e = merge(&[shards[0].clone(), ("x.kbundle".into(), b)], false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("k for sm_89") && e.contains(&sha), "{e}");
+        // A missing shard.
+        let e = merge(&shards[..1], false).unwrap_err().to_string();
+        assert!(
+            e.contains("gfx1100") && e.contains("--allow-partial"),
+            "{e}"
+        );
+        let (p, r) = merge(&shards[..1], true).unwrap();
+        assert!(p.manifest().partial);
+        assert_eq!(r.missing_targets, vec!["gfx1100".to_string()]);
+        assert_eq!(p.manifest().missing[0].label(), "k for gfx1100");
+        assert!(matches!(merge(&[], false), Err(MergeError::NoInputs)));
+    }
+
+    #[test]
+    fn a_shard_is_not_publishable() {
+        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], &[&["sm_89"], &["gfx1100"]]);
+        let e = shards[0]
+            .1
+            .check_publishable("s1.kbundle", false)
+            .unwrap_err();
+        assert!(e.to_string().contains("merge the shards first"), "{e}");
+        assert!(shards[0].1.check_publishable("s1.kbundle", true).is_ok());
+    }
+}
