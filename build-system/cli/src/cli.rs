@@ -17,8 +17,7 @@ use kbuild_report::diff::gate::{self, Rule};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// Only errors and warnings: no progress bar, no per-job lines, no summary. With a
-    /// command, give it after the command's name (`kbuild build -q`).
+    /// Only errors and warnings: no progress bar, no per-job lines, no summary.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
     /// Also print every job's line and each compile as it starts (a bar prints them above).
@@ -26,6 +25,31 @@ pub struct Cli {
     pub verbose: bool,
     #[command(flatten)]
     pub build: BuildArgs,
+}
+
+/// `-q`/`-v` given before a command's name (`kbuild -q inspect X`) are moved after it: the
+/// top level also takes the default command's (build's) flags, so clap alone would read
+/// them as build's and refuse the command.
+pub fn verbosity_after_command(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let is_verbosity =
+        |a: &std::ffi::OsString| matches!(a.to_str(), Some("-q" | "--quiet" | "-v" | "--verbose"));
+    let lead = args.iter().skip(1).take_while(|a| is_verbosity(a)).count();
+    let Some(name) = args.get(1 + lead).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let is_command = cmd
+        .get_subcommands()
+        .any(|c| c.get_name() == name || c.get_all_aliases().any(|a| a == name));
+    if lead > 0 && is_command {
+        let flags: Vec<_> = args.drain(1..1 + lead).collect();
+        let at = 2.min(args.len());
+        args.splice(at..at, flags);
+    }
+    args
 }
 
 /// `kbuild diff --help`: what its exit status means.
@@ -667,6 +691,28 @@ pub enum Format {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// `kbuild -q inspect X` parses as `kbuild inspect -q X`; build's own use of the top level
+    /// (`kbuild -q --targets sm_89`) and a value after a flag are left alone.
+    #[test]
+    fn verbosity_before_a_command_moves_after_its_name() {
+        let parse = |argv: &[&str]| {
+            let args = verbosity_after_command(argv.iter().map(std::ffi::OsString::from));
+            Cli::try_parse_from(args).map_err(|e| e.to_string())
+        };
+        let cli = parse(&["kbuild", "-q", "inspect", "x.cubin"]).expect("-q before inspect");
+        assert!(cli.quiet && matches!(cli.command, Some(Command::Inspect { .. })));
+        let cli = parse(&["kbuild", "--verbose", "build", "--targets", "sm_89"]).expect("-v");
+        assert!(cli.verbose && matches!(cli.command, Some(Command::Build(_))));
+        let cli = parse(&["kbuild", "-q", "--targets", "sm_89"]).expect("default command");
+        assert!(cli.quiet && cli.command.is_none());
+        let cli = parse(&["kbuild", "inspect", "-q", "x.cubin"]).expect("after the name");
+        assert!(cli.quiet);
+        assert!(
+            parse(&["kbuild", "-q", "-v", "inspect", "x"]).is_err(),
+            "-q with -v"
+        );
+    }
 
     /// Every option, flag and positional of every (sub)command says what it does in `--help`.
     #[test]

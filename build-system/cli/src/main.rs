@@ -16,7 +16,7 @@ use crate::cli::{BaselineCommand, Cli, Command, ToolchainCommand};
 fn main() -> ExitCode {
     let env = Env::from_process();
     init_tracing(&env);
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::verbosity_after_command(std::env::args_os()));
     progress::init(
         match (cli.quiet, cli.verbose) {
             (true, _) => progress::Verbosity::Quiet,
