@@ -145,6 +145,25 @@ fn diff_against_a_published_version_fetches_only_its_manifest() {
         "{md}"
     );
     assert!(md.contains("| all (the bundle's objects) | 4 |"), "{md}");
+    // A requirement resolves to a version, and the notes say which.
+    let by_req = env.kb(
+        env.path(),
+        &[
+            "release-notes",
+            "kb-small@<0.2.0",
+            &k.join("out").display().to_string(),
+            "--registry",
+            &url,
+            "--plain-http",
+        ],
+    );
+    assert!(by_req.status.success(), "{}", text(&by_req));
+    assert!(
+        String::from_utf8_lossy(&by_req.stdout)
+            .contains("against kb-small@0.1.0 (kb-small@<0.2.0)."),
+        "{}",
+        text(&by_req)
+    );
     let bad = env.kb(
         env.path(),
         &[

@@ -59,7 +59,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         None => Vec::new(),
     };
     let limits = Limits::from_env(env);
-    let side = |path: &std::path::Path, which: &str| -> Result<Snapshot, Failed> {
+    let side = |path: &std::path::Path, which: &str| -> Result<(Snapshot, String), Failed> {
         Ok(any_side(path, which, &args.registry, limits, env)?)
     };
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
@@ -82,12 +82,10 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
                 "working tree".to_string(),
             )
         }
-        (None, Some(old), Some(new)) => (
-            side(old, "OLD")?,
-            side(new, "NEW")?,
-            old.display().to_string(),
-            new.display().to_string(),
-        ),
+        (None, Some(old), Some(new)) => {
+            let ((base, base_label), (head, head_label)) = (side(old, "OLD")?, side(new, "NEW")?);
+            (base, head, base_label, head_label)
+        }
         (Some(_), _, _) => return Err(usage("pass either OLD NEW or --base GIT_REV, not both")),
         _ => {
             return Err(usage(
@@ -110,15 +108,10 @@ pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
     let made = || -> anyhow::Result<()> {
         let limits = Limits::from_env(env);
         let side = |path, which| any_side(path, which, &args.registry, limits, env);
-        let (prev, next) = (side(&args.prev, "PREV")?, side(&args.next, "NEXT")?);
+        let ((prev, prev_label), (next, next_label)) =
+            (side(&args.prev, "PREV")?, side(&args.next, "NEXT")?);
         let names = demangle_snapshots(&[&prev, &next]);
-        let d = Diff::new(
-            &prev,
-            &next,
-            &args.prev.display().to_string(),
-            &args.next.display().to_string(),
-            &names,
-        );
+        let d = Diff::new(&prev, &next, &prev_label, &next_label, &names);
         let notes = kbuild_report::diff::notes::release_notes(&d, &prev, &next);
         match &args.out {
             Some(p) => kbuild_base::fs::write_atomic(p, notes.as_bytes())
@@ -136,17 +129,18 @@ pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
     }
 }
 
-/// One side of a diff: a published `NAME@...` (its manifest alone), else a file or directory.
+/// One side of a diff: a published `NAME@...` (its manifest alone), else a file or directory;
+/// with its label for the report (a published side names the version it resolved to).
 fn any_side(
     path: &std::path::Path,
     which: &str,
     registry: &RegistryArgs,
     limits: Limits,
     env: &Env,
-) -> anyhow::Result<Snapshot> {
+) -> anyhow::Result<(Snapshot, String)> {
     match published_spec(path) {
         Some(spec) => published_side(&spec, registry, which, env),
-        None => Ok(load_side(path, which, limits)?),
+        None => Ok((load_side(path, which, limits)?, path.display().to_string())),
     }
 }
 
@@ -162,13 +156,20 @@ fn published_side(
     registry: &RegistryArgs,
     which: &str,
     env: &Env,
-) -> anyhow::Result<Snapshot> {
+) -> anyhow::Result<(Snapshot, String)> {
     use anyhow::Context as _;
     let (name, want) = pull::parse_spec(spec).map_err(anyhow::Error::msg)?;
     let reg = registry.open(env)?;
     let resolved = pull::resolve_published(&reg, &name, &want, &kbuild_registry::progress::Silent)
         .with_context(|| format!("{which}: {spec} in {}", reg.describe()))?;
-    Ok(Snapshot::from_manifest(&resolved.manifest))
+    let package = &resolved.manifest.package;
+    let exact = format!("{}@{}", package.name, package.version);
+    let label = if exact == spec {
+        exact
+    } else {
+        format!("{exact} ({spec})")
+    };
+    Ok((Snapshot::from_manifest(&resolved.manifest), label))
 }
 
 /// Print the report on stdout in `format` (text coloured on a terminal unless NO_COLOR).
