@@ -468,7 +468,7 @@ pub enum Packed {
     /// Parts (write them first) and the index over them (write it last).
     Split {
         parts: Vec<PartFile>,
-        index: AssetIndex,
+        index: Box<AssetIndex>,
         index_bytes: Vec<u8>,
     },
 }
@@ -599,7 +599,7 @@ pub fn pack(bundle: &Bundle, full_len: u64, limit: u64, mtime: u64) -> Result<Pa
     }
     Ok(Packed::Split {
         parts,
-        index,
+        index: Box::new(index),
         index_bytes,
     })
 }
