@@ -329,6 +329,36 @@ fn a_split_release_pulls_only_its_familys_bundle() {
         "{err}"
     );
 
+    // Signed: one signature over the manifest every part shares, checked before any part.
+    let keys = env.path().join("keys");
+    env.ok(
+        env.path(),
+        &["keygen", "--out", &keys.display().to_string()],
+    );
+    let key = keys.join("kbuild.key").display().to_string();
+    let pubkey = keys.join("kbuild.pub").display().to_string();
+    let require = [
+        "--signature-policy",
+        "require",
+        "--trusted-key",
+        pubkey.as_str(),
+    ];
+    let mut args = vec![
+        "pull",
+        idx.as_str(),
+        "--device",
+        "gfx1100",
+        "--lockfile",
+        "s.lock",
+    ];
+    args.extend_from_slice(&require);
+    let err = env.fails(env.path(), &args);
+    assert!(err.contains("not signed"), "{err}");
+    let out = env.ok(env.path(), &["sign", &idx, "--key", &key]);
+    assert!(out.contains(".kbindex.sig"), "{out}");
+    let out = env.ok(env.path(), &args);
+    assert!(out.contains("signature verified"), "{out}");
+
     // A registry takes the whole bundle, not an index.
     let reg = env.path().join("reg").display().to_string();
     let err = env.fails(
