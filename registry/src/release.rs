@@ -173,3 +173,52 @@ pub fn pull_release(
         parts_skipped,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_bundle::assets::{pack, Packed};
+    use kbuild_bundle::sign::Policy;
+
+    #[test]
+    fn only_the_selected_targets_parts_are_read() {
+        let (m, o) = kbuild_manifest::fixtures::bundle_parts(&["sm_89", "sm_90", "gfx1100"]);
+        let b = Bundle::from_parts(m, o, None).unwrap();
+        let full = b.to_bytes(0).unwrap().len() as u64;
+        // The limit only needs to be under the whole bundle and over the index.
+        let Packed::Split {
+            parts, index_bytes, ..
+        } = pack(&b, full, full - 1, 0).unwrap()
+        else {
+            panic!("expected a split")
+        };
+        let d = tempfile::tempdir().unwrap();
+        let index = d.path().join("pkg-1.2.3.kbindex");
+        std::fs::write(&index, &index_bytes).unwrap();
+        let sm90 = parts.iter().find(|p| p.part.family == "sm_9x").unwrap();
+        std::fs::write(d.path().join(&sm90.part.file), &sm90.bytes).unwrap();
+        let cache = Cache::new(&d.path().join("cache"));
+        let trust = Trust {
+            policy: Policy::Off,
+            ..Trust::default()
+        };
+        let req = ReleaseRequest {
+            index: &index,
+            cache: &cache,
+            trust: &trust,
+            limits: Limits::default(),
+        };
+        let got = pull_release(&req, &|_| Ok(vec!["sm_90".to_string()])).unwrap();
+        assert_eq!(got.pulled.bundle.targets(), ["sm_90"]);
+        assert_eq!(got.parts_read, [d.path().join(&sm90.part.file)]);
+        assert_eq!(got.parts_skipped.len(), 2);
+        assert!(got.pulled.lock.layers.contains_key("sm_90"));
+        let e = pull_release(&req, &|m| Ok(m.targets.clone())).unwrap_err();
+        assert!(
+            matches!(&e, PullError::Asset(AssetError::MissingPart { file, .. }) if file.ends_with("pkg-1.2.3.sm_8x.kbundle")),
+            "{e}"
+        );
+        let refused = pull_release(&req, &|_| Err("nothing runs here".into())).unwrap_err();
+        assert_eq!(refused.to_string(), "nothing runs here");
+    }
+}

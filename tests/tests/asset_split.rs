@@ -209,6 +209,30 @@ fn a_split_release_pulls_only_its_familys_bundle() {
         ]
     );
 
+    // Which file a device needs: explain reads the index's manifest (no part needed).
+    let e = json(&env.ok(
+        &k,
+        &[
+            "explain",
+            &rel.join(INDEX).display().to_string(),
+            "--device",
+            "sm_90",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        e["parts"][0]["file"], "kb-assets-0.1.0.sm_9x.kbundle",
+        "{e}"
+    );
+    assert_eq!(e["parts"].as_array().unwrap().len(), 1);
+    // An index is not a bundle, and says so where a bundle is expected.
+    let o = env.kb(&k, &["inspect", &rel.join(INDEX).display().to_string()]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the index of a split release"),
+        "{}",
+        kbuild_tests::text(&o)
+    );
+
     // A Hopper machine downloads the index and its family's part only.
     let dl = env.path().join("download");
     copy(&rel, &dl, &[INDEX, "kb-assets-0.1.0.sm_9x.kbundle"]);

@@ -123,6 +123,11 @@ fn admit_entry(
         }
         return Ok(());
     }
+    if name == "assets.json" {
+        return Err(refuse(
+            "this is the index of a split release (NAME-VERSION.kbindex), not a bundle: `kbuild pull INDEX` reads the parts it lists, `kbuild explain INDEX` shows which a device needs".into(),
+        ));
+    }
     let hex = name.trim_start_matches("objects/sha256/");
     match m.objects.iter().find(|o| o.sha256 == hex) {
         None => Err(refuse("no object of the manifest has this sha256".into())),
