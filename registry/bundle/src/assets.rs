@@ -401,39 +401,42 @@ impl AssetIndex {
         limits: Limits,
     ) -> Result<Bundle, AssetError> {
         let path = dir.join(&part.file);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(AssetError::MissingPart {
+        let io = |err: std::io::Error| {
+            if err.kind() == std::io::ErrorKind::NotFound {
+                AssetError::MissingPart {
                     file: path.display().to_string(),
                     index: index.to_string(),
                     dir: dir.display().to_string(),
                     targets: part.targets.join(", "),
-                })
-            }
-            Err(err) => {
-                return Err(AssetError::Io {
+                }
+            } else {
+                AssetError::Io {
                     path: path.display().to_string(),
                     err,
-                })
+                }
             }
         };
-        let actual = digest::sha256_hex(&bytes);
-        if actual != part.sha256 || bytes.len() as u64 != part.size {
+        // Size and sha256 streamed from the file before anything of it is unpacked; then the
+        // bundle is read streaming too (a part can be GiBs: it is never held compressed).
+        let size = std::fs::metadata(&path).map_err(io)?.len();
+        let actual = digest::sha256_file(&path).map_err(io)?;
+        if actual != part.sha256 || size != part.size {
             return Err(AssetError::PartDigest {
                 file: path.display().to_string(),
                 index: index.to_string(),
                 expected: part.sha256.clone(),
                 expected_size: part.size,
                 actual,
-                actual_size: bytes.len() as u64,
+                actual_size: size,
             });
         }
         let bad = |what: String| AssetError::BadPart {
             file: path.display().to_string(),
             what,
         };
-        let bundle = Bundle::from_bytes(&bytes, limits).map_err(|e| bad(e.to_string()))?;
+        // Whatever is read now is checked as a bundle and against the index's manifest, so a
+        // file swapped after hashing still yields only objects that manifest names.
+        let bundle = Bundle::open(&path, limits).map_err(|e| bad(e.to_string()))?;
         if bundle.manifest_digest() != self.manifest_digest() {
             return Err(bad(format!(
                 "its manifest is {}, the index's is {}: a part of another build",
