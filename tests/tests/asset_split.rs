@@ -439,3 +439,65 @@ fn a_limit_no_target_fits_names_the_target_and_bad_sizes_name_the_flag() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", kbuild_tests::text(&o));
 }
+
+/// Sharded CI: the merge step splits the merged release, and the parts are the very files one
+/// machine's `package --max-asset-size` writes. A shard alone is no release to split.
+#[test]
+fn a_merged_sharded_release_splits_like_one_build() {
+    let env = Env::new();
+    let (k, singles, _) = built(&env);
+    let limit = singles.iter().map(|(_, s)| *s).max().unwrap().to_string();
+    env.ok(
+        &k,
+        &["package", "out", "--out", "rel", "--max-asset-size", &limit],
+    );
+    for i in 1..=2 {
+        let shard = format!("{i}/2");
+        let dir = format!("s{i}");
+        env.ok(&k, &["build", "--shard", &shard, "--out", &dir]);
+        env.ok(&k, &["package", &dir, "--out", "shards"]);
+    }
+    let err = env.fails(
+        &k,
+        &["package", "s1", "--out", "x", "--max-asset-size", &limit],
+    );
+    assert!(
+        err.contains("shard 1/2") && err.contains("--merge"),
+        "{err}"
+    );
+    let mut args = vec![
+        "package",
+        "--out",
+        "merged",
+        "--max-asset-size",
+        &limit,
+        "--json",
+    ];
+    let shards: Vec<String> = std::fs::read_dir(k.join("shards"))
+        .unwrap()
+        .map(|e| format!("shards/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    assert_eq!(shards.len(), 2, "{shards:?}");
+    args.push("--merge");
+    args.extend(shards.iter().map(String::as_str));
+    let m = json(&env.ok(&k, &args));
+    assert_eq!(m["split"]["parts"].as_array().unwrap().len(), 4, "{m}");
+    let mut names: Vec<String> = std::fs::read_dir(k.join("rel"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut merged: Vec<String> = std::fs::read_dir(k.join("merged"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    merged.sort();
+    assert_eq!(names, merged);
+    for n in &names {
+        assert_eq!(
+            std::fs::read(k.join("rel").join(n)).unwrap(),
+            std::fs::read(k.join("merged").join(n)).unwrap(),
+            "{n}"
+        );
+    }
+}

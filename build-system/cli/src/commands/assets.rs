@@ -47,6 +47,15 @@ pub fn package_split(
     limit: u64,
     mtime: u64,
 ) -> Result<SplitReport> {
+    if let Some(s) = &bundle.manifest().shard {
+        bail!(
+            "{} {} here is shard {}/{} of a sharded build, not a release; merge the shards and split the release in one step: `kbuild package --merge SHARD.kbundle... --max-asset-size SIZE`",
+            bundle.name(),
+            bundle.version(),
+            s.index,
+            s.count
+        );
+    }
     let packed = assets::pack(bundle, bytes.len() as u64, limit, mtime)?;
     let index_name = assets::index_file_name(bundle.name(), bundle.version());
     let mut report = SplitReport {

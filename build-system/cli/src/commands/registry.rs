@@ -104,6 +104,33 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
     }
     let (bundle, report) = kbuild_bundle::merge::merge(&inputs, args.allow_partial)?;
     let bytes = bundle.to_bytes(env.source_date_epoch())?;
+    if let Some(limit) = args.max_asset_size {
+        // The merged release, split for release assets.
+        let mtime = env.source_date_epoch();
+        let split = assets::package_split(&args.out, &bundle, &bytes, limit, mtime)?;
+        if args.json {
+            let files: Vec<serde_json::Value> = split
+                .written()
+                .iter()
+                .map(|(p, size, d)| serde_json::json!({"path": p, "size": size, "sha256": d}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "schema": "kbuild.package/v1", "name": bundle.name(), "version": bundle.version(),
+                    "manifest": bundle.manifest_digest(), "targets": bundle.targets(),
+                    "objects": bundle.storage().stored, "object_records": bundle.storage().objects,
+                    "bundles": files, "merged": args.merge, "overlapping_records": report.overlapping,
+                    "missing_targets": report.missing_targets, "partial": bundle.manifest().partial,
+                    "split": split.json(),
+                })
+            );
+        } else {
+            println!("merged {} bundle(s)", inputs.len());
+            split.print_text();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let (p, size, digest) = write_bundle(&args.out, &bundle, &bytes)?;
     if args.json {
         println!(
