@@ -476,7 +476,7 @@ pub enum Packed {
     },
 }
 
-/// The targets of `bundle` grouped by family, families in the order their first target
+/// `targets` (a manifest's) grouped by family, families in the order their first target
 /// appears in the manifest, targets in manifest order.
 pub fn families(targets: &[String]) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
