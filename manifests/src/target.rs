@@ -345,6 +345,50 @@ impl Target {
     pub fn compiler_arch(&self) -> String {
         self.to_string()
     }
+
+    /// The release family of the target: what `package --max-asset-size` puts in one
+    /// bundle. NVIDIA: the SM major (`sm_8x` for sm_80..sm_89 and `compute_8x`, `sm_9x` for
+    /// sm_90/sm_90a/compute_90, `sm_10x`, `sm_12x`); AMD: the gfx major of LLVM's
+    /// `gfx<major><minor><stepping>` (`gfx9` for gfx90a/gfx942/gfx9-4-generic, `gfx10`,
+    /// `gfx11` for gfx1100..gfx1152 and gfx11-generic, `gfx12`). A PTX target sits with the SASS
+    /// of its own compute capability and a generic target with its member processors, so a
+    /// family holds everything the compat table can pick for a device of that major other
+    /// than PTX of an older major (see `compat`).
+    pub fn family(&self) -> String {
+        match self.processor.kind {
+            ProcessorKind::Cuda { major, .. } => format!("sm_{major}x"),
+            ProcessorKind::Amd { .. } | ProcessorKind::AmdGeneric { .. } => {
+                let digits = self.processor.name.trim_start_matches("gfx");
+                let major = match digits.split_once('-') {
+                    // gfx11-generic, gfx9-4-generic, gfx10-3-generic
+                    Some((major, _)) => major,
+                    // gfx1100, gfx90a, gfx942: minor and stepping are one (hex) digit each.
+                    None => digits
+                        .get(..digits.len().saturating_sub(2))
+                        .unwrap_or(digits),
+                };
+                format!("gfx{major}")
+            }
+        }
+    }
+}
+
+/// The release family ([`Target::family`]) of a manifest's target name; a name outside the
+/// catalogue is a family of its own (spelled with `_` for anything but `[a-z0-9._-]`).
+pub fn family_of(name: &str) -> String {
+    match name.parse::<Target>() {
+        Ok(t) => t.family(),
+        Err(_) => name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect(),
+    }
 }
 
 impl fmt::Display for Target {
@@ -628,6 +672,53 @@ mod tests {
             .iter()
             .map(|t| t.to_string())
             .collect()
+    }
+
+    #[test]
+    fn families_group_by_major_with_ptx_and_generic_beside_their_processors() {
+        let fam = |n: &str| family_of(n);
+        for (names, family) in [
+            (
+                &["sm_80", "sm_86", "sm_89", "compute_80", "compute_89"][..],
+                "sm_8x",
+            ),
+            (&["sm_90", "sm_90a", "compute_90"][..], "sm_9x"),
+            (&["sm_100", "sm_100a", "sm_100f", "sm_103"][..], "sm_10x"),
+            (
+                &["sm_120", "sm_120f", "sm_121", "compute_120"][..],
+                "sm_12x",
+            ),
+            (&["sm_75"][..], "sm_7x"),
+            (
+                &[
+                    "gfx90a",
+                    "gfx90a:xnack-",
+                    "gfx942",
+                    "gfx950",
+                    "gfx9-4-generic",
+                ][..],
+                "gfx9",
+            ),
+            (&["gfx1030", "gfx10-3-generic"][..], "gfx10"),
+            (
+                &["gfx1100", "gfx1151", "gfx1152", "gfx11-generic"][..],
+                "gfx11",
+            ),
+            (&["gfx1200", "gfx1201", "gfx12-generic"][..], "gfx12"),
+        ] {
+            for n in names {
+                assert_eq!(fam(n), family, "{n}");
+            }
+        }
+        // Every catalogue row has a family that is a plain file-name component.
+        for p in PROCESSORS {
+            let f = fam(p.name);
+            assert!(
+                f.len() >= 4 && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{f}"
+            );
+        }
+        assert_eq!(fam("Weird:Name/1"), "_eird__ame_1");
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub enum PullError {
     Lock(#[from] LockError),
     #[error(transparent)]
     Sign(#[from] SignError),
+    /// A split release's index or part (see [`crate::release`]).
+    #[error(transparent)]
+    Asset(#[from] kbuild_bundle::assets::AssetError),
     #[error("{registry} has no versions of {name}")]
     NoVersions { registry: String, name: String },
     #[error("no version of {name} in {registry} matches `{req}` (available: {available})")]

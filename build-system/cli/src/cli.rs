@@ -347,6 +347,12 @@ pub struct PackageArgs {
     /// Also write one bundle per target.
     #[arg(long)]
     pub split: bool,
+    /// Keep every file at most SIZE (2GiB, 500MiB, 1.5GB, bytes), for release-asset limits:
+    /// when the bundle is larger, write one bundle per target family (NAME-VERSION.sm_9x.kbundle,
+    /// ...; a family still too large split by target) and the index NAME-VERSION.kbindex that
+    /// `kbuild pull` reads, instead of the whole bundle. See docs/release.md.
+    #[arg(long, value_name = "SIZE", value_parser = parse_asset_size, conflicts_with = "split")]
+    pub max_asset_size: Option<u64>,
     /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
     #[arg(long)]
     pub verify_reproducible: bool,
@@ -391,8 +397,10 @@ pub struct PublishArgs {
 
 #[derive(Args, Debug)]
 pub struct PullArgs {
-    /// NAME, NAME@1.2.3 (exact), NAME@^1.2 (semver requirement) or NAME@sha256:... (digest).
-    #[arg(value_name = "NAME[@REQ]")]
+    /// NAME, NAME@1.2.3 (exact), NAME@^1.2 (semver requirement) or NAME@sha256:... (digest);
+    /// or the path of a split release's index (NAME-VERSION.kbindex, from `package
+    /// --max-asset-size`): then only the parts beside it that the device needs are read.
+    #[arg(value_name = "NAME[@REQ]|INDEX")]
     pub spec: String,
     #[command(flatten)]
     pub registry: RegistryArgs,
@@ -593,6 +601,10 @@ pub fn parse_device(s: &str) -> Result<String, String> {
     Device::parse(s, None, None)
         .map(|_| s.to_string())
         .map_err(|e| e.to_string())
+}
+
+pub fn parse_asset_size(s: &str) -> Result<u64, String> {
+    kbuild_bundle::assets::parse_size(s).map_err(|e| e.to_string())
 }
 
 pub fn parse_driver(s: &str) -> Result<Version, String> {

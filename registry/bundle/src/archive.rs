@@ -144,11 +144,12 @@ pub fn write_groups(groups: &[&[Entry]], mtime: u64) -> Result<Vec<u8>, ArchiveE
     Ok(out)
 }
 
-/// Whether `name` is a path kbuild writes into an archive: `manifest.json`, `targets.json`, or
-/// `objects/sha256/<64 hex>`.
+/// Whether `name` is a path kbuild writes into an archive: `manifest.json`, `targets.json`,
+/// `assets.json` (an asset index, see [`crate::assets`]), or `objects/sha256/<64 hex>`.
 pub fn is_kbuild_path(name: &str) -> bool {
     name == "manifest.json"
         || name == "targets.json"
+        || name == "assets.json"
         || name
             .strip_prefix("objects/sha256/")
             .is_some_and(crate::digest::is_sha256_hex)

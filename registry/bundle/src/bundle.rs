@@ -2,7 +2,8 @@
 //!
 //! Layout (tar+zstd, see [`crate::archive`]): `manifest.json` first (the build manifest,
 //! re-serialised canonically), then `targets.json` only in a subset bundle (one written by
-//! `package --split` or assembled by `pull --device`: `{"targets": [...]}` names the targets
+//! `package --split`, a part of a split release (`package --max-asset-size`, see
+//! [`crate::assets`]), or assembled by `pull --device`: `{"targets": [...]}` names the targets
 //! whose objects are inside), then every object once as `objects/sha256/<hex>`: grouped by
 //! target in manifest order, sorted by sha256 within a target, each target's group its own
 //! zstd frame (so a bundle costs the sum of its per-target OCI layers, see `oci.rs`). A subset
@@ -122,6 +123,11 @@ fn admit_entry(
             return Err(refuse(format!("declares {size} bytes for a target list")));
         }
         return Ok(());
+    }
+    if name == "assets.json" {
+        return Err(refuse(
+            "this is the index of a split release (NAME-VERSION.kbindex), not a bundle: `kbuild pull INDEX` reads the parts it lists, `kbuild explain INDEX` shows which a device needs".into(),
+        ));
     }
     let hex = name.trim_start_matches("objects/sha256/");
     match m.objects.iter().find(|o| o.sha256 == hex) {

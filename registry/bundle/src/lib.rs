@@ -8,6 +8,7 @@
 //! apply the user's signature policy, and [`verify_bundle_file`] does both.
 
 pub mod archive;
+pub mod assets;
 pub mod bundle;
 #[cfg(feature = "signatures")]
 pub mod cache;

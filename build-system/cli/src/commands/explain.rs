@@ -42,8 +42,17 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
         Some(p) => p.clone(),
         None => default_out_dir(args.manifest_path.as_deref())?,
     };
+    // A split release's index: its manifest, and which of its parts the device needs.
+    let index = if kbuild_bundle::assets::is_index_path(&path) {
+        Some(kbuild_bundle::assets::AssetIndex::open(&path)?)
+    } else {
+        None
+    };
     // A bundle gets the signature policy pull applies; a build dir is local and unsigned.
-    let package = Package::open_trusted(&path, &args.trust.trust(env)?)?;
+    let package = match &index {
+        Some(i) => Package::from_manifest(i.manifest().clone())?,
+        None => Package::open_trusted(&path, &args.trust.trust(env)?)?,
+    };
     if let Some(note) = package.trust_note() {
         eprintln!("{}: {note}", path.display());
     }
@@ -63,14 +72,48 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     if let Some(k) = &args.kernel {
         selection = selection.only_kernel(k)?;
     }
-    let source = package.origin().display().to_string();
+    let source = match &index {
+        Some(_) => path.display().to_string(),
+        None => package.origin().display().to_string(),
+    };
+    let parts = index.as_ref().map(|i| {
+        let mut picked: Vec<String> = Vec::new();
+        for k in &selection.kernels {
+            if let Some(c) = k.selected() {
+                if !picked.contains(&c.target) {
+                    picked.push(c.target.clone());
+                }
+            }
+        }
+        i.parts_for(&picked)
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    });
     if args.json {
-        println!(
-            "{}",
-            explain_json(&selection, &device, &source, partial.as_deref())
-        );
+        let text = explain_json(&selection, &device, &source, partial.as_deref());
+        match &parts {
+            Some(p) => {
+                let mut v: serde_json::Value = serde_json::from_str(&text)?;
+                v["parts"] = serde_json::to_value(p)?;
+                println!("{v}");
+            }
+            None => println!("{text}"),
+        }
     } else {
         print!("{}", explain_trace(&selection, &device, &source));
+        if let Some(p) = &parts {
+            println!("\nparts of this split release the device needs:");
+            for part in p {
+                println!(
+                    "  {} ({} bytes, sha256 {}): {}",
+                    part.file,
+                    part.size,
+                    part.sha256,
+                    part.targets.join(", ")
+                );
+            }
+        }
     }
     if selection.complete() {
         Ok(ExitCode::SUCCESS)

@@ -1,5 +1,6 @@
 //! One module per command: parse what clap left, call the library, render its report.
 
+pub mod assets;
 pub mod baseline;
 pub mod build;
 pub mod clean;

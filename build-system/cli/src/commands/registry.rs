@@ -25,6 +25,7 @@ use kbuild_registry::oci::{OciOptions, PublishOutcome};
 use kbuild_registry::pull::{self, Locked, PullRequest};
 use kbuild_registry::store::Registry;
 
+use super::assets;
 use crate::cli::{
     KeygenArgs, LsArgs, PackageArgs, PublishArgs, PullArgs, RegistryArgs, SignArgs, TrustArgs,
 };
@@ -103,6 +104,33 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
     }
     let (bundle, report) = kbuild_bundle::merge::merge(&inputs, args.allow_partial)?;
     let bytes = bundle.to_bytes(env.source_date_epoch())?;
+    if let Some(limit) = args.max_asset_size {
+        // The merged release, split for release assets.
+        let mtime = env.source_date_epoch();
+        let split = assets::package_split(&args.out, &bundle, &bytes, limit, mtime)?;
+        if args.json {
+            let files: Vec<serde_json::Value> = split
+                .written()
+                .iter()
+                .map(|(p, size, d)| serde_json::json!({"path": p, "size": size, "sha256": d}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "schema": "kbuild.package/v1", "name": bundle.name(), "version": bundle.version(),
+                    "manifest": bundle.manifest_digest(), "targets": bundle.targets(),
+                    "objects": bundle.storage().stored, "object_records": bundle.storage().objects,
+                    "bundles": files, "merged": args.merge, "overlapping_records": report.overlapping,
+                    "missing_targets": report.missing_targets, "partial": bundle.manifest().partial,
+                    "split": split.json(),
+                })
+            );
+        } else {
+            println!("merged {} bundle(s)", inputs.len());
+            split.print_text();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let (p, size, digest) = write_bundle(&args.out, &bundle, &bytes)?;
     if args.json {
         println!(
@@ -157,7 +185,16 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
     };
     let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref(), args.allow_partial)?;
     let bytes = bundle.to_bytes(mtime)?;
-    let mut written = vec![write_bundle(&args.out, &bundle, &bytes)?];
+    let split = match args.max_asset_size {
+        Some(limit) => Some(assets::package_split(
+            &args.out, &bundle, &bytes, limit, mtime,
+        )?),
+        None => None,
+    };
+    let mut written = match &split {
+        Some(s) => s.written(),
+        None => vec![write_bundle(&args.out, &bundle, &bytes)?],
+    };
     if args.split {
         for t in bundle.targets() {
             let part = bundle.restrict(std::slice::from_ref(&t))?;
@@ -218,12 +255,17 @@ pub fn run_package(args: PackageArgs, env: &Env) -> Result<ExitCode> {
                 "objects": storage.stored, "object_records": storage.objects,
                 "bytes_saved": storage.bytes_saved(), "bundles": files, "reproducible": reproducible,
                 "shard": bundle.manifest().shard.as_ref().map(|s| serde_json::json!({"index": s.index, "count": s.count})),
+                "split": split.as_ref().map(|s| s.json()),
             })
         );
+    } else if let Some(s) = &split {
+        s.print_text();
     } else {
         for (p, size, d) in &written {
             println!("packaged {} ({size} bytes, {d})", p.display());
         }
+    }
+    if !args.json {
         if storage.duplicates() > 0 {
             println!(
                 "  {} objects, {} stored: {} identical to another (across variants or targets) stored once, {} bytes saved",
@@ -277,10 +319,24 @@ fn differing_objects(a: &Manifest, b: &Manifest) -> Vec<String> {
     out
 }
 
+/// A file written: its path, size and `sha256:` digest.
+pub(crate) type Written = (PathBuf, usize, String);
+
 /// Write `bundle` (its `bytes`) into `dir`, and drop the signatures beside it that are not
 /// for these bytes' manifest (a `.sig` of an earlier build of the same version).
-fn write_bundle(dir: &Path, bundle: &Bundle, bytes: &[u8]) -> Result<(PathBuf, usize, String)> {
-    let p = dir.join(bundle.file_name());
+pub(crate) fn write_bundle(dir: &Path, bundle: &Bundle, bytes: &[u8]) -> Result<Written> {
+    write_named(dir, &bundle.file_name(), bundle, bytes)
+}
+
+/// [`write_bundle`] under the name `file` (a part of a split release, or its index: their
+/// signatures are those of `bundle`'s manifest).
+pub(crate) fn write_named(
+    dir: &Path,
+    file: &str,
+    bundle: &Bundle,
+    bytes: &[u8],
+) -> Result<Written> {
+    let p = dir.join(file);
     fsutil::write_if_changed(&p, bytes).with_context(|| format!("writing {}", p.display()))?;
     match kbuild_bundle::prune_stale_signatures(&p, bundle)? {
         Pruned::Nothing => {}
@@ -311,6 +367,7 @@ pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
             PathBuf::from("dist").join(format!("{}-{}.kbundle", project.name, project.version))
         }
     };
+    assets::check_publish_path(&path, args.bundle.is_some())?;
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let bundle = Bundle::from_bytes(&bytes, Limits::from_env(env))
         .with_context(|| path.display().to_string())?;
@@ -373,7 +430,7 @@ pub fn run_publish(args: PublishArgs, env: &Env) -> Result<ExitCode> {
 
 /// The targets a device selects, per kernel, through the loader's selection (the one compat
 /// table); an error naming each kernel that nothing runs on.
-fn device_targets(
+pub(crate) fn device_targets(
     manifest: &Manifest,
     device: &Device,
     label: &str,
@@ -412,6 +469,9 @@ fn device_targets(
 
 /// `kbuild pull`.
 pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
+    if kbuild_bundle::assets::is_index_path(Path::new(&args.spec)) {
+        return assets::run_pull_release(&args, env);
+    }
     let (name, want) = pull::parse_spec(&args.spec).map_err(anyhow::Error::msg)?;
     let registry = args.registry.open(env)?;
     let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
@@ -668,6 +728,9 @@ pub fn run_sign(args: SignArgs, env: &Env) -> Result<ExitCode> {
     let key = SecretKey::load(&key_path)
         .with_context(|| "hint: make a key with `kbuild keygen`, or pass --key".to_string())?;
     let file = Path::new(&args.target);
+    if file.is_file() && kbuild_bundle::assets::is_index_path(file) {
+        return assets::sign_index(file, &key);
+    }
     if file.is_file() {
         let bundle = Bundle::open(file, Limits::from_env(env))?;
         let sig_path = kbuild_bundle::signature_path(file);
