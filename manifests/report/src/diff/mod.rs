@@ -7,7 +7,9 @@
 //! Rows are per (target, kernel entry); a variant is part of the row's name. A row is a
 //! regression when any judged field got worse (more registers, LDS, scratch or spills, less
 //! occupancy), an improvement when the judged fields only got better, and "changed" when only
-//! unjudged fields (kernarg size, PTX ISA, ...) moved.
+//! unjudged fields (kernarg size, PTX ISA, ...) moved. A row whose launch parameters changed
+//! (one added, removed, resized, moved, or turned from pointer to value) is an ABI change: a
+//! caller built against the base launches the head wrongly. ABI rows come first everywhere.
 
 pub mod allow;
 pub mod fields;
@@ -27,6 +29,7 @@ pub use sides::{load_side, SideError};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
 use fields::{Better, Column, Field, Value};
+use kbuild_manifest::params::{Param, ParamKind};
 use kbuild_manifest::resources::Resources;
 
 /// The schema tag of the JSON report.
@@ -43,6 +46,8 @@ pub struct Entry {
     pub object: String,
     pub variant: Option<String>,
     pub resources: Resources,
+    /// The launch parameters, when the side records them.
+    pub params: Option<Vec<Param>>,
 }
 
 /// A field that differs between base and head.
@@ -59,20 +64,135 @@ pub struct FieldChange {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
+    /// The launch parameters changed (breaking, whatever the resources did).
+    Abi,
     Regression,
     Improvement,
     /// Only unjudged fields changed.
     Changed,
 }
 
-/// An entry present on both sides whose resources differ.
+/// How one launch parameter changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamChangeKind {
+    Added,
+    Removed,
+    /// Another size (it may have moved too).
+    Resized,
+    /// Another offset, same size.
+    Moved,
+    /// Pointer on one side, value on the other (same offset and size).
+    Rekinded,
+}
+
+impl ParamChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamChangeKind::Added => "added",
+            ParamChangeKind::Removed => "removed",
+            ParamChangeKind::Resized => "resized",
+            ParamChangeKind::Moved => "moved",
+            ParamChangeKind::Rekinded => "rekinded",
+        }
+    }
+}
+
+/// A launch parameter that differs between base and head: the `index`-th caller-visible one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamChange {
+    pub index: u32,
+    pub kind: ParamChangeKind,
+    pub base: Option<Param>,
+    pub head: Option<Param>,
+}
+
+impl ParamChange {
+    /// `param 2 resized 4 → 8 B`, `param 3 added (val@24:4)`, for people.
+    pub fn describe(&self) -> String {
+        let at = |p: &Param| format!("{}@{}:{}", kind_label(p.kind), p.offset, p.size);
+        match (self.kind, &self.base, &self.head) {
+            (ParamChangeKind::Added, _, Some(h)) => {
+                format!("param {} added ({})", self.index, at(h))
+            }
+            (ParamChangeKind::Removed, Some(b), _) => {
+                format!("param {} removed ({})", self.index, at(b))
+            }
+            (ParamChangeKind::Resized, Some(b), Some(h)) if b.offset != h.offset => format!(
+                "param {} resized {} → {} B and moved {} → {}",
+                self.index, b.size, h.size, b.offset, h.offset
+            ),
+            (ParamChangeKind::Resized, Some(b), Some(h)) => {
+                format!("param {} resized {} → {} B", self.index, b.size, h.size)
+            }
+            (ParamChangeKind::Moved, Some(b), Some(h)) => {
+                format!("param {} moved {} → {}", self.index, b.offset, h.offset)
+            }
+            (ParamChangeKind::Rekinded, Some(b), Some(h)) => format!(
+                "param {} {} → {}",
+                self.index,
+                b.kind.as_str(),
+                h.kind.as_str()
+            ),
+            (k, _, _) => format!("param {} {}", self.index, k.as_str()),
+        }
+    }
+}
+
+/// `ptr`, `val` or `?`.
+pub fn kind_label(k: ParamKind) -> &'static str {
+    match k {
+        ParamKind::Pointer => "ptr",
+        ParamKind::Value => "val",
+        ParamKind::Unknown => "?",
+    }
+}
+
+/// The launch-parameter changes between two lists: caller-visible parameters compared by
+/// position; hidden ones (the runtime's), names, types and alignment are not compared, nor a
+/// kind one side does not know.
+pub fn param_changes(base: &[Param], head: &[Param]) -> Vec<ParamChange> {
+    let b: Vec<&Param> = base.iter().filter(|p| !p.hidden).collect();
+    let h: Vec<&Param> = head.iter().filter(|p| !p.hidden).collect();
+    let mut out = Vec::new();
+    for i in 0..b.len().max(h.len()) {
+        let (x, y) = (b.get(i).copied(), h.get(i).copied());
+        let kind = match (x, y) {
+            (None, Some(_)) => ParamChangeKind::Added,
+            (Some(_), None) => ParamChangeKind::Removed,
+            (Some(x), Some(y)) if x.size != y.size => ParamChangeKind::Resized,
+            (Some(x), Some(y)) if x.offset != y.offset => ParamChangeKind::Moved,
+            (Some(x), Some(y))
+                if x.kind != y.kind
+                    && x.kind != ParamKind::Unknown
+                    && y.kind != ParamKind::Unknown =>
+            {
+                ParamChangeKind::Rekinded
+            }
+            _ => continue,
+        };
+        out.push(ParamChange {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            kind,
+            base: x.cloned(),
+            head: y.cloned(),
+        });
+    }
+    out
+}
+
+/// An entry present on both sides whose resources or launch parameters differ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// The head side (names and resources).
     pub entry: Entry,
     pub base: Resources,
     pub changes: Vec<FieldChange>,
+    /// Launch-parameter changes (only when both sides record the parameters).
+    pub abi: Vec<ParamChange>,
+    /// [`Class::Abi`] when `abi` is not empty, else [`Row::resource_class`].
     pub class: Class,
+    /// What the resource `changes` alone make the row (`Changed` when there are none).
+    pub resource_class: Class,
     /// Sort tier: new spills, more spills, occupancy drops, occupancy gains, fewer spills,
     /// other regressions, other improvements, the rest.
     pub tier: u8,
@@ -124,6 +244,8 @@ pub struct TargetDiff {
 /// Counts of one target or of the whole diff.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Rows with launch-parameter changes (counted there only).
+    pub abi: usize,
     pub regressions: usize,
     pub improvements: usize,
     pub changed: usize,
@@ -134,6 +256,7 @@ pub struct Counts {
 
 impl std::ops::AddAssign for Counts {
     fn add_assign(&mut self, o: Counts) {
+        self.abi += o.abi;
         self.regressions += o.regressions;
         self.improvements += o.improvements;
         self.changed += o.changed;
@@ -147,6 +270,7 @@ impl TargetDiff {
     pub fn counts(&self) -> Counts {
         let n = |c: Class| self.rows.iter().filter(|r| r.class == c).count();
         Counts {
+            abi: n(Class::Abi),
             regressions: n(Class::Regression),
             improvements: n(Class::Improvement),
             changed: n(Class::Changed),
@@ -184,10 +308,12 @@ impl TargetDiff {
             ),
             TargetStatus::Both => {
                 let c = self.counts();
-                let mut parts = vec![
-                    plural(c.regressions, "regression", "regressions"),
-                    plural(c.improvements, "improvement", "improvements"),
-                ];
+                let mut parts = Vec::new();
+                if c.abi > 0 {
+                    parts.push(plural(c.abi, "ABI change", "ABI changes"));
+                }
+                parts.push(plural(c.regressions, "regression", "regressions"));
+                parts.push(plural(c.improvements, "improvement", "improvements"));
                 if c.changed > 0 {
                     parts.push(plural(c.changed, "other change", "other changes"));
                 }
@@ -306,6 +432,7 @@ fn entries_of(
     let mut out = BTreeMap::new();
     for o in s.objects.iter().filter(|o| o.target == target) {
         for (entry, r) in &o.resources {
+            let params = o.params.get(entry).cloned();
             out.insert(
                 (o.kernel.clone(), o.variant.clone(), entry.clone()),
                 Entry {
@@ -314,6 +441,7 @@ fn entries_of(
                     object: o.kernel.clone(),
                     variant: o.variant.clone(),
                     resources: r.clone(),
+                    params,
                 },
             );
         }
@@ -359,8 +487,9 @@ fn target_diff(
         }
     }
     rows.sort_by(|x, y| {
-        x.tier
-            .cmp(&y.tier)
+        (x.class != Class::Abi)
+            .cmp(&(y.class != Class::Abi))
+            .then(x.tier.cmp(&y.tier))
             .then(y.magnitude.total_cmp(&x.magnitude))
             .then_with(|| x.entry.kernel.cmp(&y.entry.kernel))
     });
@@ -446,15 +575,24 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
             });
         }
     }
-    if changes.is_empty() {
+    let abi = match (&base.params, &head.params) {
+        (Some(b), Some(h)) => param_changes(b, h),
+        _ => Vec::new(),
+    };
+    if changes.is_empty() && abi.is_empty() {
         return None;
     }
     let worse = changes.iter().any(|c| c.better == Some(false));
     let better = changes.iter().any(|c| c.better == Some(true));
-    let class = match (worse, better) {
+    let resource_class = match (worse, better) {
         (true, _) => Class::Regression,
         (false, true) => Class::Improvement,
         _ => Class::Changed,
+    };
+    let class = if abi.is_empty() {
+        resource_class
+    } else {
+        Class::Abi
     };
     let spills = |r: &Resources| -> Option<u64> {
         let vals: Vec<Value> = fields::fields_of(r)
@@ -487,10 +625,10 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
     } else if spill_delta < 0 {
         4
     } else {
-        match class {
+        match resource_class {
             Class::Regression => 5,
             Class::Improvement => 6,
-            Class::Changed => 7,
+            Class::Changed | Class::Abi => 7,
         }
     };
     let magnitude = changes
@@ -505,7 +643,9 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
         entry: head.clone(),
         base: br.clone(),
         changes,
+        abi,
         class,
+        resource_class,
         tier,
         magnitude,
     })

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use kbuild_manifest::manifest::{self, Manifest, ManifestError};
+use kbuild_manifest::params::Param;
 use kbuild_manifest::resources::Resources;
 
 /// The schema tag of a baseline file.
@@ -26,6 +27,10 @@ pub struct SnapshotObject {
     pub size: u64,
     /// Per entry symbol, as in the manifest's object records.
     pub resources: BTreeMap<String, Resources>,
+    /// Per entry symbol, its launch parameters, as in the manifest's object records; absent
+    /// in baselines written before they were recorded (then no ABI change is reported).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, Vec<Param>>,
 }
 
 /// The resources of a build, free of paths, hashes and times: what a diff compares and what
@@ -71,6 +76,7 @@ impl Snapshot {
                 format: o.format.clone(),
                 size: o.size,
                 resources: o.resources.clone(),
+                params: o.params.clone(),
             })
             .collect();
         sort(&mut objects);
@@ -175,6 +181,7 @@ mod tests {
                 }),
             )]
             .into(),
+            params: BTreeMap::new(),
         }
     }
 
