@@ -70,7 +70,7 @@ pub fn params_line(params: &[Param]) -> String {
         .filter(|p| !p.hidden)
         .map(|p| {
             let label = match (&p.type_name, p.kind) {
-                (Some(t), _) => t.replace(' ', ""),
+                (Some(t), _) => t.clone(),
                 (None, ParamKind::Pointer) => "ptr".into(),
                 (None, ParamKind::Value) => "val".into(),
                 (None, ParamKind::Unknown) => "?".into(),
