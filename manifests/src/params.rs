@@ -71,12 +71,13 @@ impl Param {
 const POINTER_BYTES: u64 = 8;
 
 /// The parameters of a cubin kernel, from its `EIATTR_KPARAM_INFO` records; `None` when the
-/// cubin does not record them (a parameter block but no records).
+/// cubin does not record them (a parameter block but no records) or the records do not make a
+/// list (see [`CudaKernel::kparams_unusable`]).
 ///
 /// Kind: pointer when the space field is set (sm_100+ marks used global pointers); value when
 /// the size is not a pointer's (a 4-byte parameter is no pointer); else unknown.
 pub fn from_cubin(k: &CudaKernel) -> Option<Vec<Param>> {
-    if k.kparams.is_empty() && k.param_bytes.unwrap_or(0) > 0 {
+    if k.kparams_unusable.is_some() || (k.kparams.is_empty() && k.param_bytes.unwrap_or(0) > 0) {
         return None;
     }
     Some(
@@ -208,16 +209,6 @@ pub fn apply_types(params: &mut [Param], types: &[String]) {
     }
 }
 
-/// What a launch depends on in a parameter list: the visible parameters' offsets, sizes and
-/// kinds, in order (names, types, alignment and hidden arguments aside).
-pub fn launch_layout(params: &[Param]) -> Vec<(u64, u64, ParamKind)> {
-    params
-        .iter()
-        .filter(|p| !p.hidden)
-        .map(|p| (p.offset, p.size, p.kind))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +247,26 @@ mod tests {
         };
         assert_eq!(from_cubin(&none), None);
         assert_eq!(from_cubin(&CudaKernel::default()), Some(vec![]));
+        let gap = CudaKernel {
+            kparams: vec![kp(0, 0, 8, 0), kp(2, 8, 4, 0)],
+            ..Default::default()
+        };
+        let mut gap_read = gap.clone();
+        gap_read.kparams_unusable = crate::read::cubin::check_kparams(&mut gap_read).err();
+        assert!(gap_read.kparams_unusable.unwrap().contains("not 0..2"));
+        let mut past = CudaKernel {
+            kparams: vec![kp(0, 0, 8, 0)],
+            param_bytes: Some(4),
+            ..Default::default()
+        };
+        assert!(crate::read::cubin::check_kparams(&mut past)
+            .unwrap_err()
+            .contains("past the 4-byte parameter block"));
+        let unusable = CudaKernel {
+            kparams_unusable: Some("x".into()),
+            ..gap
+        };
+        assert_eq!(from_cubin(&unusable), None);
     }
 
     #[test]

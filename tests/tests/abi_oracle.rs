@@ -306,10 +306,13 @@ fn check_amd(path: &Path, obj: &Value, checked: &mut usize) {
     }
 }
 
-/// The `.param` lines of each `.entry NAME(` … `)` of a PTX file: (type, array length, ptr).
-fn ptx_entries(text: &str) -> BTreeMap<String, Vec<(String, u64, bool)>> {
+/// One `.param` line: its type (`.u64`), array length (1 for a scalar), and whether `.ptr`.
+type PtxParamLine = (String, u64, bool);
+
+/// The `.param` lines of each `.entry NAME(` … `)` of a PTX file.
+fn ptx_entries(text: &str) -> BTreeMap<String, Vec<PtxParamLine>> {
     let mut out = BTreeMap::new();
-    let mut cur: Option<(String, Vec<(String, u64, bool)>)> = None;
+    let mut cur: Option<(String, Vec<PtxParamLine>)> = None;
     for line in text.lines() {
         let t = line.trim();
         if let Some(rest) = t.split(".entry ").nth(1).filter(|_| !t.starts_with("//")) {

@@ -82,8 +82,8 @@ pub enum Command {
     #[command(after_help = DIFF_EXIT_CODES)]
     Diff(DiffArgs),
     /// Markdown release notes of NEW against PREV (usually NAME@VERSION in --registry): added
-    /// and removed targets and kernels, resource regressions and improvements, sizes per
-    /// target. Exit 2 when a side cannot be read.
+    /// and removed targets and kernels, resource regressions and improvements, launch-ABI
+    /// changes, sizes per target. Exit 2 when a side cannot be read.
     ReleaseNotes(ReleaseNotesArgs),
 
     /// The committed resource baseline (kernels/resources.json).

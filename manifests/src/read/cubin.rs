@@ -102,6 +102,9 @@ pub struct CudaKernel {
     pub kparams: Vec<KParamInfo>,
     /// EIATTR_PARAM_CBANK.
     pub param_cbank: Option<ParamCbank>,
+    /// Why the KPARAM_INFO records do not make a parameter list (ordinals not 0..n, a
+    /// parameter past the block's end); then the parameters are not known.
+    pub kparams_unusable: Option<String>,
 }
 
 /// Reads a cubin.
@@ -261,9 +264,7 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
                 ReadError::in_section("nv.info record", name, Some(base), detail)
             })?;
         }
-        check_kparams(kernel).map_err(|detail| {
-            ReadError::in_section("nv.info parameter list", name, Some(base), detail)
-        })?;
+        kernel.kparams_unusable = check_kparams(kernel).err();
     }
 
     Ok(CudaObject {
@@ -316,7 +317,7 @@ fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) -> Result<(), S
 
 /// Sorts the parameter records by ordinal and checks that they are ordinals 0..n, each once,
 /// and end within the parameter block (CBANK_PARAM_SIZE) when it is known.
-fn check_kparams(k: &mut CudaKernel) -> Result<(), String> {
+pub(crate) fn check_kparams(k: &mut CudaKernel) -> Result<(), String> {
     k.kparams.sort_by_key(|p| p.ordinal);
     for (i, p) in k.kparams.iter().enumerate() {
         if usize::from(p.ordinal) != i {

@@ -132,9 +132,7 @@ fn param_list<'a>(toks: &mut std::iter::Peekable<Tokens<'a>>) -> Option<Vec<PtxP
     let mut decl: Vec<&[u8]> = Vec::new();
     let mut end = 0u64;
     loop {
-        let Some((_, t)) = toks.next() else {
-            return None;
-        };
+        let (_, t) = toks.next()?;
         if t == b"," || t == b")" {
             if !decl.is_empty() {
                 match param_of(&decl, end) {
