@@ -804,12 +804,21 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
             }
         };
     let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
+    let mut params: BTreeMap<String, Vec<kbuild_manifest::params::Param>> = BTreeMap::new();
     let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
         match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
             Ok(r) => r
                 .kernels
                 .into_iter()
-                .map(|k| (k.name, k.resources))
+                .map(|k| {
+                    if let Some(mut p) = k.params {
+                        if let Some(types) = kbuild_report::demangle::parameter_types(&k.name) {
+                            kbuild_manifest::params::apply_types(&mut p, &types);
+                        }
+                        params.insert(k.name.clone(), p);
+                    }
+                    (k.name, k.resources)
+                })
                 .collect(),
             Err(e) => {
                 return fail(
@@ -824,6 +833,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
     let (entries, resources, demangled) = if kernel.has_patterns() {
         let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
         let keep = |k: &String| named.contains(k);
+        params.retain(|k, _| keep(k));
         (
             named.clone(),
             resources.into_iter().filter(|(k, _)| keep(k)).collect(),
@@ -872,6 +882,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
         entries,
         demangled,
         resources,
+        params,
         cache_key: entry.key,
         compile_args: cmd.recorded_args(),
     };

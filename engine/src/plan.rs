@@ -183,6 +183,7 @@ mod tests {
             .into(),
             entries: entries.iter().map(|e| e.to_string()).collect(),
             demangled: Default::default(),
+            params: Default::default(),
             resources: BTreeMap::new(),
             cache_key: String::new(),
             compile_args: Vec::new(),

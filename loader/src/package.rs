@@ -541,6 +541,7 @@ impl Package {
             format: o.format.to_string(),
             entries: o.entries().map(str::to_string).collect(),
             demangled: Default::default(),
+            params: Default::default(),
             resources: self.resources(index)?,
             cache_key: String::new(),
             compile_args: Vec::new(),

@@ -403,6 +403,7 @@ pub(crate) mod tests {
             format: format.into(),
             entries: vec![kernel.into()],
             demangled: Default::default(),
+            params: Default::default(),
             resources,
             cache_key: String::new(),
             compile_args: Vec::new(),

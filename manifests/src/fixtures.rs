@@ -57,6 +57,7 @@ pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectR
         format: format.into(),
         entries: vec![kernel.into()],
         demangled: Default::default(),
+        params: Default::default(),
         resources: BTreeMap::new(),
         cache_key: "k".into(),
         compile_args: Vec::new(),

@@ -981,6 +981,7 @@ mod tests {
                     format: format.into(),
                     entries: vec![format!("{kernel}_f32"), format!("{kernel}_bf16")],
                     demangled: Default::default(),
+                    params: Default::default(),
                     resources: [(format!("{kernel}_f32"), r)].into_iter().collect(),
                     cache_key: "k".into(),
                     compile_args: Vec::new(),

@@ -177,6 +177,11 @@ pub struct ObjectRecord {
     /// Per entry: what it uses (registers, shared/LDS, stack/scratch, spills, occupancy).
     #[serde(default)]
     pub resources: BTreeMap<String, crate::resources::Resources>,
+    /// Per entry: its launch parameters (`crate::params::Param`), for the entries whose object
+    /// records them. Absent in manifests written before they were recorded, and in records
+    /// rebuilt from a load index. Written one parameter per line (see [`Manifest::to_json`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, Vec<crate::params::Param>>,
     /// The cache key that produced it (blake3).
     pub cache_key: String,
     /// The compiler arguments that made it, output paths aside and reproducible: project
@@ -283,9 +288,10 @@ impl Manifest {
         }
     }
 
-    /// Pretty JSON with a trailing newline; stable field order.
+    /// Pretty JSON with a trailing newline; stable field order; each launch parameter on one
+    /// line (`crate::manifest_json`).
     pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        let mut s = crate::manifest_json::to_string(self).unwrap_or_default();
         s.push('\n');
         s
     }
@@ -362,6 +368,32 @@ mod tests {
                 format: "cubin".into(),
                 entries: vec!["k".into()],
                 demangled: Default::default(),
+                params: [(
+                    "k".to_string(),
+                    vec![
+                        crate::params::Param {
+                            index: 0,
+                            offset: 0,
+                            size: 8,
+                            align: Some(8),
+                            kind: crate::params::ParamKind::Pointer,
+                            name: Some("x".into()),
+                            type_name: Some("float*".into()),
+                            hidden: false,
+                        },
+                        crate::params::Param {
+                            index: 1,
+                            offset: 8,
+                            size: 4,
+                            align: None,
+                            kind: crate::params::ParamKind::Value,
+                            name: None,
+                            type_name: None,
+                            hidden: true,
+                        },
+                    ],
+                )]
+                .into(),
                 resources: [("k".to_string(), r)].into(),
                 cache_key: "x".into(),
                 compile_args: Vec::new(),
@@ -389,6 +421,14 @@ mod tests {
         });
         let value = serde_json::to_value(&m).unwrap();
         check(&schema, &schema, &value, "$");
+        assert_eq!(Manifest::from_json(m.to_json().as_bytes()).unwrap(), m);
+        assert!(
+            m.to_json().contains(
+                "{\"index\": 1, \"offset\": 8, \"size\": 4, \"kind\": \"value\", \"hidden\": true}"
+            ),
+            "{}",
+            m.to_json()
+        );
         assert!(m.is_incomplete());
         assert_eq!(
             m.partial_note().unwrap(),

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::occupancy::{amd_occupancy, cuda_occupancy, AmdUsage, CudaUsage, Occupancy};
+use crate::params::{self, Param};
 use crate::read::{amdgpu, cubin, detect, logs, ptx, Format, ReadError};
 use crate::target::processor;
 
@@ -85,12 +86,16 @@ pub struct PtxResources {
     pub target: String,
 }
 
-/// A kernel entry with its resources.
+/// A kernel entry with its resources and its launch parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelResources {
     pub name: String,
     #[serde(flatten)]
     pub resources: Resources,
+    /// The launch parameters (see [`crate::params`]); `None` when the object does not record
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Vec<Param>>,
 }
 
 /// What one code object holds.
@@ -176,6 +181,7 @@ pub fn object_resources(
                         ptx_isa: m.version.clone(),
                         target: m.target.clone(),
                     }),
+                    params: m.params.get(e).map(|p| params::from_ptx(p)),
                 })
                 .collect();
             Ok(ObjectResources {
@@ -233,6 +239,9 @@ fn amd(data: &[u8], block_size: Option<BlockSize>) -> Result<ObjectResources, Re
                 dynamic_stack: m.uses_dynamic_stack.unwrap_or(false),
                 occupancy,
             }),
+            // An object whose metadata has no `.args` but a kernarg segment does not say.
+            params: (!m.args.is_empty() || m.kernarg_segment_size == 0)
+                .then(|| params::from_amd(&m.args)),
         });
     }
     Ok(ObjectResources {
@@ -301,6 +310,7 @@ fn cuda(
                 occupancy,
                 note,
             }),
+            params: params::from_cubin(k),
         });
     }
     Ok(ObjectResources {

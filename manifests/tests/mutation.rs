@@ -217,6 +217,10 @@ fn exercise(data: &[u8]) {
     if format != Some(Format::Cubin) {
         let _ = read::cubin::read_cubin(data);
     }
+    if matches!(format, Some(Format::Cubin | Format::Hsaco | Format::Ptx)) {
+        // Resources and launch parameters (KPARAM_INFO, `.args`, `.param` lists) of the object.
+        let _ = kbuild_manifest::resources::object_resources(data, None, None);
+    }
     if format != Some(Format::Ptx) {
         let _ = read::ptx::read_ptx(data);
     }

@@ -396,7 +396,9 @@ fn inspect_json_agrees_with_the_manifest_and_reports_foreign_cubins_without_spil
             let mut k = k.clone();
             let name = k["name"].as_str().unwrap().to_string();
             k.as_object_mut().unwrap().remove("name");
+            let params = k.as_object_mut().unwrap().remove("params");
             assert_eq!(k, obj["resources"][&name], "{name}");
+            assert_eq!(params.as_ref(), obj["params"].get(&name), "{name} params");
         }
     }
 

@@ -75,14 +75,15 @@ pub enum Command {
     /// include dirs, defines and -std from compile_commands.json (and -I/-D/--cuda-flag), and
     /// builds each once per vendor to list the kernels it exports.
     Init(InitArgs),
-    /// Resource-usage diff (registers, LDS, scratch, spills, occupancy, sizes) of two builds
+    /// Resource-usage and launch-ABI diff (registers, LDS, scratch, spills, occupancy, sizes,
+    /// kernel parameters) of two builds
     /// (each a manifest, build output dir, bundle or baseline), or of the working tree against
     /// a git revision; `--fail-on` makes it a CI gate (exit 1).
     #[command(after_help = DIFF_EXIT_CODES)]
     Diff(DiffArgs),
     /// Markdown release notes of NEW against PREV (usually NAME@VERSION in --registry): added
-    /// and removed targets and kernels, resource regressions and improvements, sizes per
-    /// target. Exit 2 when a side cannot be read.
+    /// and removed targets and kernels, resource regressions and improvements, launch-ABI
+    /// changes, sizes per target. Exit 2 when a side cannot be read.
     ReleaseNotes(ReleaseNotesArgs),
 
     /// The committed resource baseline (kernels/resources.json).
@@ -651,7 +652,8 @@ pub struct DiffArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch, size:+N
-    /// (bytes) or size:+N% (each object, each target's objects, the whole package).
+    /// (bytes) or size:+N% (each object, each target's objects, the whole package), abi (a
+    /// kernel's launch parameters changed).
     #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
     pub fail_on: Option<FailOn>,
     /// Allowlist of known cases (kbuild-allow.toml).

@@ -41,6 +41,57 @@ pub fn demangle_signature(name: &str) -> Option<String> {
     render(name, &DemangleOptions::new().no_return_type())
 }
 
+/// The parameter types of a mangled function's signature, in order, as the demangler writes
+/// them (`_Z5scaleIfEvPfi` → `["float*", "int"]`); `None` when `name` is not mangled or the
+/// signature has no parameter list. `()` gives no types.
+pub fn parameter_types(name: &str) -> Option<Vec<String>> {
+    split_parameters(&demangle_signature(name)?)
+}
+
+/// The top-level, comma-separated items of a signature's last parenthesised group.
+fn split_parameters(signature: &str) -> Option<Vec<String>> {
+    let bytes = signature.as_bytes();
+    if bytes.last() != Some(&b')') {
+        return None;
+    }
+    // The `(` that opens the last group: scan back, counting brackets of every kind.
+    let mut depth = 0i32;
+    let mut open = None;
+    for (i, &b) in bytes.iter().enumerate().rev() {
+        match b {
+            b')' | b'>' | b']' => depth += 1,
+            b'(' | b'<' | b'[' => {
+                depth -= 1;
+                if depth == 0 {
+                    open = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let inner = signature.get(open? + 1..signature.len() - 1)?;
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, b) in inner.bytes().enumerate() {
+        match b {
+            b'(' | b'<' | b'[' => depth += 1,
+            b')' | b'>' | b']' => depth -= 1,
+            b',' if depth == 0 => {
+                out.push(inner.get(start..i)?.trim().to_string());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let last = inner.get(start..)?.trim();
+    if !last.is_empty() || !out.is_empty() {
+        out.push(last.to_string());
+    }
+    Some(out)
+}
+
 /// Demangled forms of the Itanium-mangled (`_Z...`) names among `names`; names that are not
 /// mangled, or do not demangle, are left out (they show as they are).
 pub fn demangle<'a>(names: impl IntoIterator<Item = &'a String>) -> BTreeMap<String, String> {
@@ -86,6 +137,20 @@ mod tests {
         assert_eq!(demangle_symbol("rmsnorm_f32"), None);
         assert_eq!(demangle_symbol("_Z"), None);
         assert_eq!(demangle_symbol("_Zgarbage!!"), None);
+        assert_eq!(
+            parameter_types("_Z5scaleIfEvPfi"),
+            Some(vec!["float*".to_string(), "int".to_string()])
+        );
+        assert_eq!(parameter_types("_Z1kv"), Some(vec![]));
+        assert_eq!(parameter_types("rmsnorm_f32"), None);
+        assert_eq!(
+            split_parameters("k<(char)1, 2>(foo<int, float>, void (*)(int, int), int [4])"),
+            Some(vec![
+                "foo<int, float>".to_string(),
+                "void (*)(int, int)".to_string(),
+                "int [4]".to_string()
+            ])
+        );
         let deep = format!("_Z{}", "PA".repeat(10_000));
         assert_eq!(demangle_symbol(&deep), None);
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::Bundle;
 use kbuild_manifest::manifest::Manifest;
+use kbuild_manifest::params::{apply_types, Param, ParamKind};
 use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
 
 /// What [`inspect_path`] found in one path: the objects it read and what it could not read
@@ -35,13 +36,57 @@ impl Inspected {
                 path: label.to_string(),
                 error: "no GPU code object in it".into(),
             }),
-            Ok(found) => self.objects.extend(found),
+            Ok(mut found) => {
+                for o in &mut found {
+                    with_demangled_types(o);
+                }
+                self.objects.extend(found)
+            }
             Err(error) => self.errors.push(InspectFailure {
                 path: label.to_string(),
                 error,
             }),
         }
     }
+}
+
+/// Gives the parameters of C++ kernels the types of their demangled signatures (as the build
+/// does for the manifest).
+fn with_demangled_types(o: &mut InspectedObject) {
+    for k in &mut o.kernels {
+        if let (Some(p), Some(types)) =
+            (k.params.as_mut(), crate::demangle::parameter_types(&k.name))
+        {
+            apply_types(p, &types);
+        }
+    }
+}
+
+/// One kernel's parameters on one line: `0 ptr@0:8, 1 int@8:4 (+15 hidden)`: index, the C++
+/// type where known (else `ptr`, `val` or `?` for pointer, value, unknown), `@offset:size`.
+pub fn params_line(params: &[Param]) -> String {
+    let mut parts: Vec<String> = params
+        .iter()
+        .filter(|p| !p.hidden)
+        .map(|p| {
+            let label = match (&p.type_name, p.kind) {
+                (Some(t), _) => t.clone(),
+                (None, ParamKind::Pointer) => "ptr".into(),
+                (None, ParamKind::Value) => "val".into(),
+                (None, ParamKind::Unknown) => "?".into(),
+            };
+            format!("{} {label}@{}:{}", p.index, p.offset, p.size)
+        })
+        .collect();
+    if parts.is_empty() {
+        parts.push("none".into());
+    }
+    let mut line = parts.join(", ");
+    let hidden = params.iter().filter(|p| p.hidden).count();
+    if hidden > 0 {
+        line.push_str(&format!(" (+{hidden} hidden)"));
+    }
+    line
 }
 
 /// The ptxas log kbuild writes next to a cubin it built (`x.cubin.log`), if any.
@@ -182,7 +227,8 @@ fn opt(v: Option<u64>) -> String {
 }
 
 /// A table per object: AMD columns VGPR/SGPR/AGPR/LDS/scratch/spills/wave/occupancy; CUDA
-/// registers/shared/reserved/stack/spill stores+loads/const/barriers/occupancy; PTX ISA.
+/// registers/shared/reserved/stack/spill stores+loads/const/barriers/occupancy; PTX ISA. Then
+/// one line per kernel with its parameters ([`params_line`]).
 pub fn inspect_table(objects: &[InspectedObject]) -> String {
     let mut out = String::new();
     for o in objects {
@@ -273,6 +319,21 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
         let _ = writeln!(out, "{}", line(header.clone()));
         for r in &rows {
             let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+        }
+        let name_width = o
+            .kernels
+            .iter()
+            .filter(|k| k.params.is_some())
+            .map(|k| k.name.len())
+            .max()
+            .unwrap_or(0);
+        if name_width > 0 {
+            let _ = writeln!(out, "  params:");
+        }
+        for k in &o.kernels {
+            if let Some(p) = &k.params {
+                let _ = writeln!(out, "    {:<name_width$}  {}", k.name, params_line(p));
+            }
         }
         if let Some(note) = o.kernels.iter().find_map(|k| match &k.resources {
             Resources::Cuda(c) => c.note.clone(),

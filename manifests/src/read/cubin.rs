@@ -11,7 +11,7 @@ use object::elf;
 use serde::Serialize;
 
 use super::elf::{u16_at, u32_at, Elf};
-use super::nvinfo::{self, NvInfoRecord};
+use super::nvinfo::{self, KParamInfo, NvInfoRecord, NvInfoValue, ParamCbank};
 use super::ReadError;
 
 /// `EM_CUDA`.
@@ -96,6 +96,15 @@ pub struct CudaKernel {
     pub param_bytes: Option<u32>,
     /// Size of `.text.<k>`.
     pub code_bytes: u64,
+    /// EIATTR_KPARAM_INFO records, sorted by ordinal (ordinals 0..n, each once); empty for a
+    /// kernel without parameters, or a cubin that does not record them (then
+    /// `param_bytes` is non-zero).
+    pub kparams: Vec<KParamInfo>,
+    /// EIATTR_PARAM_CBANK.
+    pub param_cbank: Option<ParamCbank>,
+    /// Why the KPARAM_INFO records do not make a parameter list (ordinals not 0..n, a
+    /// parameter past the block's end); then the parameters are not known.
+    pub kparams_unusable: Option<String>,
 }
 
 /// Reads a cubin.
@@ -249,9 +258,13 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
             continue;
         };
         let body = elf.section_data(name, s)?;
-        for r in nvinfo::NvInfoIter::at(name, elf.sh_offset(s), body) {
-            apply_kernel_record(kernel, &r?);
+        let base = elf.sh_offset(s);
+        for r in nvinfo::NvInfoIter::at(name, base, body) {
+            apply_kernel_record(kernel, &r?).map_err(|detail| {
+                ReadError::in_section("nv.info record", name, Some(base), detail)
+            })?;
         }
+        kernel.kparams_unusable = check_kparams(kernel).err();
     }
 
     Ok(CudaObject {
@@ -268,8 +281,28 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
     })
 }
 
-fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) {
+fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) -> Result<(), String> {
+    let payload = match r.value {
+        NvInfoValue::Bytes(b) => Some(b),
+        _ => None,
+    };
     match r.attribute {
+        nvinfo::EIATTR_KPARAM_INFO => {
+            let p = payload.and_then(KParamInfo::parse).ok_or_else(|| {
+                format!(
+                    "EIATTR_KPARAM_INFO at +{:#x} is not a {}-byte record",
+                    r.offset,
+                    nvinfo::KPARAM_INFO_SIZE
+                )
+            })?;
+            k.kparams.push(p);
+        }
+        nvinfo::EIATTR_PARAM_CBANK => {
+            k.param_cbank = payload.and_then(ParamCbank::parse);
+            if k.param_bytes.is_none() {
+                k.param_bytes = k.param_cbank.map(|c| u32::from(c.size));
+            }
+        }
         nvinfo::EIATTR_MAX_THREADS => k.max_threads = r.dims(),
         nvinfo::EIATTR_REQNTID => k.reqntid = r.dims(),
         nvinfo::EIATTR_MAXREG_COUNT => k.maxreg_count = r.scalar(),
@@ -277,12 +310,33 @@ fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) {
         nvinfo::EIATTR_NUM_MBARRIERS => k.mbarriers = r.scalar().unwrap_or(0),
         nvinfo::EIATTR_CTA_PER_CLUSTER => k.cluster_dims = r.dims(),
         nvinfo::EIATTR_CBANK_PARAM_SIZE => k.param_bytes = r.scalar(),
-        nvinfo::EIATTR_PARAM_CBANK if k.param_bytes.is_none() => {
-            // {u32 symbol, u16 offset, u16 size}
-            k.param_bytes = r.word(1).map(|w| w >> 16);
-        }
         _ => {}
     }
+    Ok(())
+}
+
+/// Sorts the parameter records by ordinal and checks that they are ordinals 0..n, each once,
+/// and end within the parameter block (CBANK_PARAM_SIZE) when it is known.
+pub(crate) fn check_kparams(k: &mut CudaKernel) -> Result<(), String> {
+    k.kparams.sort_by_key(|p| p.ordinal);
+    for (i, p) in k.kparams.iter().enumerate() {
+        if usize::from(p.ordinal) != i {
+            return Err(format!(
+                "kernel `{}`: parameter ordinals are not 0..{} (ordinal {} at position {i})",
+                k.name,
+                k.kparams.len(),
+                p.ordinal
+            ));
+        }
+        let end = u32::from(p.offset) + u32::from(p.size);
+        if let Some(total) = k.param_bytes.filter(|t| end > *t) {
+            return Err(format!(
+                "kernel `{}`: parameter {i} ends at byte {end}, past the {total}-byte parameter block",
+                k.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl CudaObject {

@@ -4,7 +4,9 @@
 //! byte (padded), 3 a u16 value, 4 a u16 length followed by that many bytes. Attribute numbers
 //! (EIATTR) as `cuobjdump --dump-elf` names them; the ones this crate reads are constants here.
 
-use super::elf::u32_at;
+use serde::Serialize;
+
+use super::elf::{u16_at, u32_at};
 use super::ReadError;
 
 /// Record formats (EIFMT_*).
@@ -73,6 +75,80 @@ impl<'data> NvInfoRecord<'data> {
     /// Three u32s (MAX_THREADS, REQNTID, CTA_PER_CLUSTER).
     pub fn dims(&self) -> Option<[u32; 3]> {
         Some([self.word(0)?, self.word(1)?, self.word(2)?])
+    }
+}
+
+/// Bytes of an `EIATTR_KPARAM_INFO` payload.
+pub const KPARAM_INFO_SIZE: usize = 12;
+
+/// One `EIATTR_KPARAM_INFO` record: a kernel parameter as `cuobjdump -elf` prints it
+/// (`Index`, `Ordinal`, `Offset`, `Size`, `Pointee's logAlignment`, `Space`, `cbank`,
+/// `Parameter Space`).
+///
+/// Payload (12 bytes): u32 index, u16 ordinal, u16 offset (bytes from the start of the
+/// parameter block), u32 flags = log2 pointee alignment (bits 0..7), space (bits 8..11), cbank
+/// (bits 12..16), bit 17 set when the parameter is not in the constant bank, size in bytes
+/// (bits 18..31). Checked against cuobjdump 13.5 on every cubin of kbuild's own kernels: sizes
+/// 4 and 8, cbank 0x1f, pointee alignment 0, space 0 everywhere before sm_100 and 5 on the
+/// pointer parameters ptxas sees used as global addresses on sm_100 and sm_120 (so: space is
+/// a hint of pointer-ness, never the proof that a parameter is not one). Bit 17 was never
+/// seen set (unconfirmed what cuobjdump calls it then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KParamInfo {
+    pub index: u32,
+    /// Position in the parameter list (0-based).
+    pub ordinal: u16,
+    pub offset: u16,
+    pub size: u16,
+    pub pointee_log_align: u8,
+    pub space: u8,
+    pub cbank: u8,
+    /// `Parameter Space : CBANK` (flags bit 17 clear).
+    pub in_cbank: bool,
+}
+
+impl KParamInfo {
+    /// Decodes a payload; `None` when it is not [`KPARAM_INFO_SIZE`] bytes.
+    pub fn parse(payload: &[u8]) -> Option<KParamInfo> {
+        if payload.len() != KPARAM_INFO_SIZE {
+            return None;
+        }
+        let flags = u32_at(payload, 8)?;
+        Some(KParamInfo {
+            index: u32_at(payload, 0)?,
+            ordinal: u16_at(payload, 4)?,
+            offset: u16_at(payload, 6)?,
+            size: (flags >> 18) as u16,
+            pointee_log_align: (flags & 0xff) as u8,
+            space: ((flags >> 8) & 0xf) as u8,
+            cbank: ((flags >> 12) & 0x1f) as u8,
+            in_cbank: flags & (1 << 17) == 0,
+        })
+    }
+}
+
+/// `EIATTR_PARAM_CBANK`: where the parameters sit in constant bank 0.
+///
+/// Payload (8 bytes): u32 symbol index (the `.nv.constant0.<kernel>` section symbol), u16
+/// offset of the parameter block in the bank, u16 its size (cuobjdump prints the second word,
+/// e.g. `0x240210` = 0x24 bytes at 0x210 on sm_90, 0x160 before sm_90).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ParamCbank {
+    pub symbol: u32,
+    pub offset: u16,
+    pub size: u16,
+}
+
+impl ParamCbank {
+    pub fn parse(payload: &[u8]) -> Option<ParamCbank> {
+        if payload.len() != 8 {
+            return None;
+        }
+        Some(ParamCbank {
+            symbol: u32_at(payload, 0)?,
+            offset: u16_at(payload, 4)?,
+            size: u16_at(payload, 6)?,
+        })
     }
 }
 
@@ -178,5 +254,21 @@ mod tests {
         assert!(err.to_string().contains("at offset 0xc"), "{err}");
         assert!(records(".nv.info", &[9, 0, 0, 0]).is_err());
         assert!(records(".nv.info", &[1, 0]).is_err());
+    }
+
+    #[test]
+    fn decodes_kparam_info_and_param_cbank_as_cuobjdump_prints_them() {
+        // sm_100 rmsnorm_f32 ordinal 2: Offset 0x10, Size 0x8, Space 0x5, cbank 0x1f.
+        let p = [0, 0, 0, 0, 2, 0, 0x10, 0, 0, 0xf5, 0x21, 0];
+        let k = KParamInfo::parse(&p).unwrap();
+        assert_eq!(
+            (k.index, k.ordinal, k.offset, k.size, k.space, k.cbank, k.in_cbank),
+            (0, 2, 0x10, 8, 5, 0x1f, true)
+        );
+        assert_eq!(k.pointee_log_align, 0);
+        assert_eq!(KParamInfo::parse(&p[..11]), None);
+        let c = ParamCbank::parse(&[0x15, 0, 0, 0, 0x10, 0x02, 0x24, 0]).unwrap();
+        assert_eq!((c.symbol, c.offset, c.size), (0x15, 0x210, 0x24));
+        assert_eq!(ParamCbank::parse(&[0; 7]), None);
     }
 }

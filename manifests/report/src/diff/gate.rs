@@ -8,7 +8,9 @@
 //! - `registers:+N` / `registers:+N%`: registers grow by N or more (N% of base or more);
 //!   CUDA registers, AMD VGPRs and AGPRs (SGPRs rarely bind);
 //! - `lds:+N` / `lds:+N%`: static shared memory / LDS grows by N bytes (N%) or more;
-//! - `scratch`: scratch (AMD) / stack frame (CUDA) grows, or an added kernel uses some.
+//! - `scratch`: scratch (AMD) / stack frame (CUDA) grows, or an added kernel uses some;
+//! - `abi`: a kernel's launch parameters changed (one added, removed, resized, moved, or
+//!   pointer ↔ value), where both sides record them.
 
 use std::fmt;
 
@@ -34,13 +36,23 @@ pub enum Rule {
     Scratch,
     /// Object, target or whole-package bytes grew by the threshold or more.
     Size(Threshold),
+    /// Launch parameters changed.
+    Abi,
 }
 
 /// The rule names an allowlist entry can name.
-pub const RULE_NAMES: &[&str] = &["spills", "occupancy", "registers", "lds", "scratch", "size"];
+pub const RULE_NAMES: &[&str] = &[
+    "spills",
+    "occupancy",
+    "registers",
+    "lds",
+    "scratch",
+    "size",
+    "abi",
+];
 
 const EXPECTED: &str =
-    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N%, scratch, size:+N (bytes) or size:+N%";
+    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N%, scratch, size:+N (bytes), size:+N% or abi";
 
 /// Why a `--fail-on` rule does not parse; `rule` is the rule as written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +79,7 @@ impl Rule {
             Rule::Lds(_) => "lds",
             Rule::Scratch => "scratch",
             Rule::Size(_) => "size",
+            Rule::Abi => "abi",
         }
     }
 }
@@ -126,6 +139,7 @@ impl std::str::FromStr for Rule {
             "spills" => no_arg(Rule::Spills),
             "occupancy" => no_arg(Rule::Occupancy),
             "scratch" => no_arg(Rule::Scratch),
+            "abi" => no_arg(Rule::Abi),
             "registers" => Ok(Rule::Registers(threshold(arg)?)),
             "lds" => Ok(Rule::Lds(threshold(arg)?)),
             "size" => Ok(Rule::Size(threshold(arg)?)),
@@ -271,19 +285,24 @@ fn row_trips(rule: &Rule, row: &Row) -> Vec<String> {
             }
             Rule::Lds(t) => c.field.name == "lds_bytes" && grew(t),
             Rule::Scratch => c.field.name == "scratch_bytes" && d > 0,
-            Rule::Size(_) => false,
+            Rule::Size(_) | Rule::Abi => false,
         }
     });
-    hits.map(|c| {
-        format!(
-            "{} {} → {} ({})",
-            c.field.name,
-            c.base.show(),
-            c.head.show(),
-            fields::delta_text(&c.field, c.delta.unwrap_or(0), &row.entry.resources)
-        )
-    })
-    .collect()
+    let mut why: Vec<String> = hits
+        .map(|c| {
+            format!(
+                "{} {} → {} ({})",
+                c.field.name,
+                c.base.show(),
+                c.head.show(),
+                fields::delta_text(&c.field, c.delta.unwrap_or(0), &row.entry.resources)
+            )
+        })
+        .collect();
+    if *rule == Rule::Abi {
+        why.extend(row.abi.iter().map(|a| a.describe()));
+    }
+    why
 }
 
 /// The fields of an added entry that trip `rule` (spills or scratch used at all).
@@ -451,6 +470,7 @@ pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) 
                 if row.class == Class::Changed {
                     continue;
                 }
+                // Rows are in significance order: ABI rows first.
                 let why = row_trips(rule, row);
                 if !why.is_empty() {
                     cases.push((&row.entry, why));
@@ -521,8 +541,8 @@ mod tests {
 
     #[test]
     fn rules_parse_and_print_back() {
-        let r =
-            parse_rules("spills, occupancy,registers:+8,registers:+10%,lds:+1024,scratch").unwrap();
+        let r = parse_rules("spills, occupancy,registers:+8,registers:+10%,lds:+1024,scratch,abi")
+            .unwrap();
         let shown: Vec<String> = r.iter().map(|r| r.to_string()).collect();
         assert_eq!(
             shown,
@@ -532,7 +552,8 @@ mod tests {
                 "registers:+8",
                 "registers:+10%",
                 "lds:+1024",
-                "scratch"
+                "scratch",
+                "abi"
             ]
         );
         for (bad, says) in [
@@ -541,6 +562,7 @@ mod tests {
             ("registers:8", "must be `+N` or `+N%`"),
             ("lds:+x", "must be `+N`"),
             ("spills:+1", "takes no threshold"),
+            ("abi:+1", "takes no threshold"),
             ("", "empty gate rule"),
         ] {
             let e = parse_rules(bad).unwrap_err().to_string();

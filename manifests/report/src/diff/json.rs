@@ -2,10 +2,12 @@
 //!
 //! ```json
 //! {"schema": "kbuild.diff/v1", "base": "...", "head": "...", "passed": true,
-//!  "summary": {"regressions", "improvements", "changed", "unchanged", "added", "removed"},
+//!  "summary": {"abi", "regressions", "improvements", "changed", "unchanged", "added", "removed"},
 //!  "targets": [{"target", "status", "line", "summary", "base_bytes", "head_bytes"}],
 //!  "changes": [{"target", "kernel", "entry", "object", "variant", "class", "field",
 //!               "base", "head", "delta", "unit"}],
+//!   (ABI changes first: class "abi", field "params", plus "param" (the index) and "change"
+//!   (added, removed, resized, moved, rekinded); base/head are the parameter records or null)
 //!  "added": [{"target", "kernel", "entry", "object", "variant"}], "removed": [...],
 //!  "sizes": [{"target", "object", "base", "head", "delta"}],
 //!  "gates": [{"rule", "tripped", "kernel", "target", "allowed_by", "message"}],
@@ -38,6 +40,7 @@ struct Report<'a> {
 
 #[derive(Serialize)]
 struct Summary {
+    abi: usize,
     regressions: usize,
     improvements: usize,
     changed: usize,
@@ -49,6 +52,7 @@ struct Summary {
 impl From<Counts> for Summary {
     fn from(c: Counts) -> Summary {
         Summary {
+            abi: c.abi,
             regressions: c.regressions,
             improvements: c.improvements,
             changed: c.changed,
@@ -77,13 +81,29 @@ struct Change<'a> {
     entry: &'a str,
     object: &'a str,
     variant: Option<&'a str>,
-    /// The row's class: `regression`, `improvement` or `changed`.
+    /// `abi` for a parameter change; else the row's resource class: `regression`,
+    /// `improvement` or `changed`.
     class: &'static str,
     field: &'static str,
+    /// ABI changes: the parameter's index among the caller-visible ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param: Option<u32>,
+    /// ABI changes: `added`, `removed`, `resized`, `moved`, `rekinded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    change: Option<&'static str>,
     base: serde_json::Value,
     head: serde_json::Value,
     delta: Option<i64>,
     unit: String,
+}
+
+fn class_name(c: Class) -> &'static str {
+    match c {
+        Class::Abi => "abi",
+        Class::Regression => "regression",
+        Class::Improvement => "improvement",
+        Class::Changed => "changed",
+    }
 }
 
 #[derive(Serialize)]
@@ -149,6 +169,36 @@ pub fn to_json(diff: &Diff, gates: Option<&GateReport>) -> String {
         gates: Vec::new(),
         warnings: gates.map_or(&[], |g| &g.warnings),
     };
+    // ABI changes first (breaking), of every target, then the resource changes.
+    for t in &diff.targets {
+        for r in &t.rows {
+            for a in &r.abi {
+                let param = |p: &Option<kbuild_manifest::params::Param>| {
+                    p.as_ref()
+                        .and_then(|p| serde_json::to_value(p).ok())
+                        .unwrap_or(serde_json::Value::Null)
+                };
+                report.changes.push(Change {
+                    target: &t.target,
+                    kernel: &r.entry.kernel,
+                    entry: &r.entry.entry,
+                    object: &r.entry.object,
+                    variant: r.entry.variant.as_deref(),
+                    class: class_name(Class::Abi),
+                    field: "params",
+                    param: Some(a.index),
+                    change: Some(a.kind.as_str()),
+                    base: param(&a.base),
+                    head: param(&a.head),
+                    delta: Some(super::signed_delta(
+                        a.base.as_ref().map_or(0, |p| p.size),
+                        a.head.as_ref().map_or(0, |p| p.size),
+                    )),
+                    unit: "bytes".into(),
+                });
+            }
+        }
+    }
     for t in &diff.targets {
         report.targets.push(TargetJson {
             target: &t.target,
@@ -170,12 +220,10 @@ pub fn to_json(diff: &Diff, gates: Option<&GateReport>) -> String {
                     entry: &r.entry.entry,
                     object: &r.entry.object,
                     variant: r.entry.variant.as_deref(),
-                    class: match r.class {
-                        Class::Regression => "regression",
-                        Class::Improvement => "improvement",
-                        Class::Changed => "changed",
-                    },
+                    class: class_name(r.resource_class),
                     field: c.field.name,
+                    param: None,
+                    change: None,
                     base: c.base.to_json(),
                     head: c.head.to_json(),
                     delta: c.delta,

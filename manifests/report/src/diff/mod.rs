@@ -7,8 +7,11 @@
 //! Rows are per (target, kernel entry); a variant is part of the row's name. A row is a
 //! regression when any judged field got worse (more registers, LDS, scratch or spills, less
 //! occupancy), an improvement when the judged fields only got better, and "changed" when only
-//! unjudged fields (kernarg size, PTX ISA, ...) moved.
+//! unjudged fields (kernarg size, PTX ISA, ...) moved. A row whose launch parameters changed
+//! (one added, removed, resized, moved, or turned from pointer to value) is an ABI change: a
+//! caller built against the base launches the head wrongly. ABI rows come first everywhere.
 
+mod abi;
 pub mod allow;
 pub mod fields;
 pub mod gate;
@@ -20,6 +23,7 @@ mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use abi::{kind_label, param_changes, ParamChange, ParamChangeKind};
 pub use allow::{load_allowlist, parse_allowlist, AllowError};
 pub use json::to_json;
 pub use render::{markdown, text};
@@ -27,6 +31,7 @@ pub use sides::{load_side, SideError};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
 use fields::{Better, Column, Field, Value};
+use kbuild_manifest::params::Param;
 use kbuild_manifest::resources::Resources;
 
 /// The schema tag of the JSON report.
@@ -43,6 +48,8 @@ pub struct Entry {
     pub object: String,
     pub variant: Option<String>,
     pub resources: Resources,
+    /// The launch parameters, when the side records them.
+    pub params: Option<Vec<Param>>,
 }
 
 /// A field that differs between base and head.
@@ -59,20 +66,27 @@ pub struct FieldChange {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Class {
+    /// The launch parameters changed (breaking, whatever the resources did).
+    Abi,
     Regression,
     Improvement,
     /// Only unjudged fields changed.
     Changed,
 }
 
-/// An entry present on both sides whose resources differ.
+/// An entry present on both sides whose resources or launch parameters differ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// The head side (names and resources).
     pub entry: Entry,
     pub base: Resources,
     pub changes: Vec<FieldChange>,
+    /// Launch-parameter changes (only when both sides record the parameters).
+    pub abi: Vec<ParamChange>,
+    /// [`Class::Abi`] when `abi` is not empty, else [`Row::resource_class`].
     pub class: Class,
+    /// What the resource `changes` alone make the row (`Changed` when there are none).
+    pub resource_class: Class,
     /// Sort tier: new spills, more spills, occupancy drops, occupancy gains, fewer spills,
     /// other regressions, other improvements, the rest.
     pub tier: u8,
@@ -124,6 +138,8 @@ pub struct TargetDiff {
 /// Counts of one target or of the whole diff.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Rows with launch-parameter changes (counted there only).
+    pub abi: usize,
     pub regressions: usize,
     pub improvements: usize,
     pub changed: usize,
@@ -134,6 +150,7 @@ pub struct Counts {
 
 impl std::ops::AddAssign for Counts {
     fn add_assign(&mut self, o: Counts) {
+        self.abi += o.abi;
         self.regressions += o.regressions;
         self.improvements += o.improvements;
         self.changed += o.changed;
@@ -147,6 +164,7 @@ impl TargetDiff {
     pub fn counts(&self) -> Counts {
         let n = |c: Class| self.rows.iter().filter(|r| r.class == c).count();
         Counts {
+            abi: n(Class::Abi),
             regressions: n(Class::Regression),
             improvements: n(Class::Improvement),
             changed: n(Class::Changed),
@@ -184,10 +202,12 @@ impl TargetDiff {
             ),
             TargetStatus::Both => {
                 let c = self.counts();
-                let mut parts = vec![
-                    plural(c.regressions, "regression", "regressions"),
-                    plural(c.improvements, "improvement", "improvements"),
-                ];
+                let mut parts = Vec::new();
+                if c.abi > 0 {
+                    parts.push(plural(c.abi, "ABI change", "ABI changes"));
+                }
+                parts.push(plural(c.regressions, "regression", "regressions"));
+                parts.push(plural(c.improvements, "improvement", "improvements"));
                 if c.changed > 0 {
                     parts.push(plural(c.changed, "other change", "other changes"));
                 }
@@ -306,6 +326,7 @@ fn entries_of(
     let mut out = BTreeMap::new();
     for o in s.objects.iter().filter(|o| o.target == target) {
         for (entry, r) in &o.resources {
+            let params = o.params.get(entry).cloned();
             out.insert(
                 (o.kernel.clone(), o.variant.clone(), entry.clone()),
                 Entry {
@@ -314,6 +335,7 @@ fn entries_of(
                     object: o.kernel.clone(),
                     variant: o.variant.clone(),
                     resources: r.clone(),
+                    params,
                 },
             );
         }
@@ -359,8 +381,9 @@ fn target_diff(
         }
     }
     rows.sort_by(|x, y| {
-        x.tier
-            .cmp(&y.tier)
+        (x.class != Class::Abi)
+            .cmp(&(y.class != Class::Abi))
+            .then(x.tier.cmp(&y.tier))
             .then(y.magnitude.total_cmp(&x.magnitude))
             .then_with(|| x.entry.kernel.cmp(&y.entry.kernel))
     });
@@ -446,15 +469,24 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
             });
         }
     }
-    if changes.is_empty() {
+    let abi = match (&base.params, &head.params) {
+        (Some(b), Some(h)) => param_changes(b, h),
+        _ => Vec::new(),
+    };
+    if changes.is_empty() && abi.is_empty() {
         return None;
     }
     let worse = changes.iter().any(|c| c.better == Some(false));
     let better = changes.iter().any(|c| c.better == Some(true));
-    let class = match (worse, better) {
+    let resource_class = match (worse, better) {
         (true, _) => Class::Regression,
         (false, true) => Class::Improvement,
         _ => Class::Changed,
+    };
+    let class = if abi.is_empty() {
+        resource_class
+    } else {
+        Class::Abi
     };
     let spills = |r: &Resources| -> Option<u64> {
         let vals: Vec<Value> = fields::fields_of(r)
@@ -487,10 +519,10 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
     } else if spill_delta < 0 {
         4
     } else {
-        match class {
+        match resource_class {
             Class::Regression => 5,
             Class::Improvement => 6,
-            Class::Changed => 7,
+            Class::Changed | Class::Abi => 7,
         }
     };
     let magnitude = changes
@@ -505,7 +537,9 @@ fn compare(base: &Entry, head: &Entry) -> Option<Row> {
         entry: head.clone(),
         base: br.clone(),
         changes,
+        abi,
         class,
+        resource_class,
         tier,
         magnitude,
     })

@@ -87,7 +87,11 @@ pub fn release_notes(d: &Diff, prev: &Snapshot, next: &Snapshot) -> String {
         let _ = writeln!(out, "\n## {title}\n");
         let mut any = false;
         for t in &d.targets {
-            for r in t.rows.iter().filter(|r| r.class == class) {
+            for r in t
+                .rows
+                .iter()
+                .filter(|r| !r.changes.is_empty() && r.resource_class == class)
+            {
                 any = true;
                 let changes: Vec<String> = r
                     .changes
@@ -110,10 +114,35 @@ pub fn release_notes(d: &Diff, prev: &Snapshot, next: &Snapshot) -> String {
     }
 
     let _ = writeln!(out, "\n## Launch ABI\n");
-    let _ = writeln!(
-        out,
-        "The manifests carry no launch-parameter metadata; no ABI change can be reported."
-    );
+    let recorded = |s: &Snapshot| s.objects.iter().any(|o| !o.params.is_empty());
+    if !recorded(prev) || !recorded(next) {
+        let _ = writeln!(
+            out,
+            "The {} manifest carries no launch parameters; no ABI change can be reported.",
+            if recorded(prev) { "new" } else { "previous" }
+        );
+    } else {
+        let mut any = false;
+        for t in &d.targets {
+            for r in t.rows.iter().filter(|r| !r.abi.is_empty()) {
+                any = true;
+                let what: Vec<String> = r.abi.iter().map(|a| a.describe()).collect();
+                let _ = writeln!(
+                    out,
+                    "- `{}` {}: {} (breaking: callers must be rebuilt)",
+                    t.target,
+                    r.entry.kernel,
+                    what.join(", ")
+                );
+            }
+        }
+        if !any {
+            let _ = writeln!(
+                out,
+                "None: every kernel present in both launches as before."
+            );
+        }
+    }
 
     let _ = writeln!(out, "\n## Sizes\n");
     let _ = writeln!(

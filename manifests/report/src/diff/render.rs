@@ -1,7 +1,8 @@
 //! The diff for people: GitHub-flavoured markdown (a PR comment) and terminal text.
 //!
 //! Both show the same things in the same order: the sides, one summary line per target, the
-//! gates, then per target a table of changed kernels (most significant first, base → head
+//! gates, then per target its ABI changes (launch parameters added, removed, resized, moved:
+//! breaking, so first), a table of changed kernels (most significant first, base → head
 //! with signed deltas in the vendor's columns), the unchanged count, added and removed
 //! kernels, and object size changes.
 
@@ -184,7 +185,7 @@ fn table_of_rows(kind: &str, rows: &[&Row]) -> Table {
             let mut cells = vec![Cell {
                 text: r.entry.kernel.clone(),
                 tone: match r.class {
-                    Class::Regression => Tone::Worse,
+                    Class::Abi | Class::Regression => Tone::Worse,
                     Class::Improvement => Tone::Better,
                     Class::Changed => Tone::Neutral,
                 },
@@ -216,12 +217,11 @@ fn table_of_entries(kind: &str, entries: &[&Entry]) -> Table {
 
 /// The tables of one target: changed rows per kind, then added entries per kind.
 fn target_tables(t: &TargetDiff) -> (Vec<Table>, Vec<Table>) {
-    let changed = kinds(t.rows.iter().map(|r| &r.entry.resources))
+    let with_changes = || t.rows.iter().filter(|r| !r.changes.is_empty());
+    let changed = kinds(with_changes().map(|r| &r.entry.resources))
         .into_iter()
         .map(|k| {
-            let rows: Vec<&Row> = t
-                .rows
-                .iter()
+            let rows: Vec<&Row> = with_changes()
                 .filter(|r| fields::kind(&r.entry.resources) == k)
                 .collect();
             table_of_rows(k, &rows)
@@ -239,6 +239,18 @@ fn target_tables(t: &TargetDiff) -> (Vec<Table>, Vec<Table>) {
         })
         .collect();
     (changed, added)
+}
+
+/// The ABI changes of a target, one `(kernel, "param 2 resized 4 → 8 B, ...")` per row.
+fn abi_lines(t: &TargetDiff) -> Vec<(&str, String)> {
+    t.rows
+        .iter()
+        .filter(|r| !r.abi.is_empty())
+        .map(|r| {
+            let what: Vec<String> = r.abi.iter().map(|a| a.describe()).collect();
+            (r.entry.kernel.as_str(), what.join(", "))
+        })
+        .collect()
 }
 
 fn target_vendor(t: &TargetDiff) -> String {
@@ -360,6 +372,16 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
     for t in diff.targets.iter().filter(|t| t.differs()) {
         blank_line(&mut out);
         let _ = writeln!(out, "#### {}\n", target_heading(t));
+        let abi = abi_lines(t);
+        if !abi.is_empty() {
+            out.push_str(
+                "**ABI changes** (launch parameters; callers built against the base break):\n\n",
+            );
+            for (kernel, what) in abi {
+                let _ = writeln!(out, "- :x: {}: {}", md_code(kernel), md_escape(&what));
+            }
+            out.push('\n');
+        }
         let (changed, added) = target_tables(t);
         for table in &changed {
             md_table(&mut out, table);
@@ -502,7 +524,7 @@ pub fn text(diff: &Diff, gates: Option<&GateReport>, color: bool) -> String {
     );
     for t in &diff.targets {
         let c = t.counts();
-        let tone = if c.regressions > 0 {
+        let tone = if c.abi > 0 || c.regressions > 0 {
             Tone::Worse
         } else if c.improvements > 0 {
             Tone::Better
@@ -539,6 +561,13 @@ pub fn text(diff: &Diff, gates: Option<&GateReport>, color: bool) -> String {
     }
     for t in diff.targets.iter().filter(|t| t.differs()) {
         let _ = writeln!(out, "\n{}", target_heading(t));
+        for (kernel, what) in abi_lines(t) {
+            let _ = writeln!(
+                out,
+                "  {}",
+                paint(&format!("ABI: {kernel}: {what}"), Tone::Worse, color)
+            );
+        }
         let (changed, added) = target_tables(t);
         for table in &changed {
             text_table(&mut out, table, "  ", color);

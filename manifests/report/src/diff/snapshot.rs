@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use kbuild_manifest::manifest::{self, Manifest, ManifestError};
+use kbuild_manifest::params::Param;
 use kbuild_manifest::resources::Resources;
 
 /// The schema tag of a baseline file.
@@ -26,6 +27,11 @@ pub struct SnapshotObject {
     pub size: u64,
     /// Per entry symbol, as in the manifest's object records.
     pub resources: BTreeMap<String, Resources>,
+    /// Per entry symbol, its caller-visible launch parameters (the manifest's, less AMD's hidden
+    /// arguments, which a diff does not compare); absent in baselines written before they were
+    /// recorded (then no ABI change is reported).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, Vec<Param>>,
 }
 
 /// The resources of a build, free of paths, hashes and times: what a diff compares and what
@@ -71,6 +77,14 @@ impl Snapshot {
                 format: o.format.clone(),
                 size: o.size,
                 resources: o.resources.clone(),
+                params: o
+                    .params
+                    .iter()
+                    .map(|(entry, p)| {
+                        let visible = p.iter().filter(|p| !p.hidden).cloned().collect();
+                        (entry.clone(), visible)
+                    })
+                    .collect(),
             })
             .collect();
         sort(&mut objects);
@@ -175,6 +189,7 @@ mod tests {
                 }),
             )]
             .into(),
+            params: BTreeMap::new(),
         }
     }
 
@@ -195,6 +210,30 @@ mod tests {
         let back = Snapshot::from_json(text.as_bytes()).unwrap();
         assert_eq!(back.to_baseline_json(), text);
         assert_eq!(back.objects[0].kernel, "a");
+    }
+
+    #[test]
+    fn snapshots_keep_the_caller_visible_parameters_only() {
+        use kbuild_manifest::params::{Param, ParamKind};
+        let p = |index: u32, hidden: bool| Param {
+            index,
+            offset: u64::from(index) * 8,
+            size: 8,
+            align: None,
+            kind: ParamKind::Pointer,
+            name: None,
+            type_name: None,
+            hidden,
+        };
+        let mut m = kbuild_manifest::fixtures::manifest("p", "0.1.0", vec![]);
+        let mut o = kbuild_manifest::fixtures::object("k", "gfx1100", "hsaco", b"x");
+        o.params.insert("k".into(), vec![p(0, false), p(1, true)]);
+        m.objects.push(o);
+        let snap = Snapshot::from_manifest(&m);
+        assert_eq!(snap.objects[0].params["k"], vec![p(0, false)]);
+        let line = snap.to_baseline_json();
+        assert!(line.contains("\"params\":{\"k\":[{\"index\":0,"), "{line}");
+        assert_eq!(Snapshot::from_json(line.as_bytes()).unwrap(), snap);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::gate::{evaluate, parse_rules, AllowEntry, Date};
 use super::*;
 use kbuild_manifest::occupancy::Occupancy;
+use kbuild_manifest::params::{Param, ParamKind};
 use kbuild_manifest::resources::{AmdResources, CudaResources};
 
 pub(crate) fn amd(vgprs: u32, vgpr_spills: u32, lds: u64, waves: u32) -> Resources {
@@ -70,12 +71,18 @@ fn snap(targets: &[&str], objects: Vec<(&str, &str, Option<&str>, u64, Resources
                 format: "hsaco".into(),
                 size,
                 resources: [(kernel.to_string(), r)].into(),
+                params: BTreeMap::new(),
             })
             .collect(),
     }
 }
 
 fn sample() -> Diff {
+    let (base, head) = sample_sides();
+    Diff::new(&base, &head, "base", "head", &BTreeMap::new())
+}
+
+fn sample_sides() -> (Snapshot, Snapshot) {
     let base = snap(
         &["gfx1201", "sm_89"],
         vec![
@@ -104,7 +111,7 @@ fn sample() -> Diff {
             ("sm_89", "norm", None, 2000, cuda(40, Some(0), 48)),
         ],
     );
-    Diff::new(&base, &head, "base", "head", &BTreeMap::new())
+    (base, head)
 }
 
 #[test]
@@ -371,4 +378,205 @@ fn size_gates_objects_targets_and_the_package() {
     assert!(!r.tripped(), "{:?}", r.results);
     assert_eq!(parse_rules("size:+2%").unwrap()[0].to_string(), "size:+2%");
     assert!(parse_rules("size").is_err());
+}
+
+// ------------------------------------------------------------------------------------ ABI
+
+fn param(index: u32, offset: u64, size: u64, kind: ParamKind) -> Param {
+    Param {
+        index,
+        offset,
+        size,
+        align: None,
+        kind,
+        name: None,
+        type_name: None,
+        hidden: false,
+    }
+}
+
+/// `sample()`'s sides with parameters: `norm` (x*, int n) on both; in head, `flat` gets an
+/// extra int, `gemv`'s int becomes 8 bytes (the next one moves), `spiller` swaps a pointer
+/// for a same-sized value; hidden arguments and unknown kinds never count.
+fn abi_sample() -> Diff {
+    use ParamKind::{Pointer, Unknown, Value};
+    let mut base = sample_sides().0;
+    let mut head = sample_sides().1;
+    let set = |s: &mut Snapshot, kernel: &str, p: Vec<Param>| {
+        for o in s.objects.iter_mut().filter(|o| o.kernel == kernel) {
+            o.params.insert(kernel.to_string(), p.clone());
+        }
+    };
+    let two = vec![param(0, 0, 8, Pointer), param(1, 8, 4, Value)];
+    let mut hidden = two.clone();
+    hidden.push(Param {
+        hidden: true,
+        ..param(2, 16, 8, Value)
+    });
+    set(&mut base, "norm", two.clone());
+    set(&mut head, "norm", hidden);
+    set(&mut base, "flat", two.clone());
+    let mut three = two.clone();
+    three.push(param(2, 12, 4, Value));
+    set(&mut head, "flat", three);
+    set(
+        &mut base,
+        "gemv",
+        vec![
+            param(0, 0, 8, Pointer),
+            param(1, 8, 4, Value),
+            param(2, 12, 4, Value),
+        ],
+    );
+    set(
+        &mut head,
+        "gemv",
+        vec![
+            param(0, 0, 8, Pointer),
+            param(1, 8, 8, Value),
+            param(2, 16, 4, Value),
+        ],
+    );
+    set(
+        &mut base,
+        "spiller",
+        vec![param(0, 0, 8, Pointer), param(1, 8, 8, Unknown)],
+    );
+    set(
+        &mut head,
+        "spiller",
+        vec![param(0, 0, 8, Value), param(1, 8, 8, Pointer)],
+    );
+    // sm_89 norm: parameters only in head (an older manifest as base): nothing to compare.
+    base.objects
+        .iter_mut()
+        .filter(|o| o.target == "sm_89")
+        .for_each(|o| o.params.clear());
+    head.objects
+        .iter_mut()
+        .filter(|o| o.target == "sm_89")
+        .for_each(|o| {
+            o.params.insert("norm".into(), vec![param(0, 0, 4, Value)]);
+        });
+    Diff::new(&base, &head, "base", "head", &BTreeMap::new())
+}
+
+#[test]
+fn parameter_changes_are_abi_rows_listed_first() {
+    let d = abi_sample();
+    let t = &d.targets[0];
+    let order: Vec<(&str, Class)> = t
+        .rows
+        .iter()
+        .map(|r| (r.entry.kernel.as_str(), r.class))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("spiller", Class::Abi),
+            ("gemv [rows4]", Class::Abi),
+            ("flat", Class::Abi),
+            ("norm", Class::Improvement),
+        ],
+        "ABI rows first, in significance order among themselves"
+    );
+    let flat = &t.rows[2];
+    assert!(flat.changes.is_empty(), "flat's resources are unchanged");
+    assert_eq!(flat.abi.len(), 1);
+    assert_eq!(flat.abi[0].describe(), "param 2 added (val@12:4)");
+    let gemv: Vec<String> = t.rows[1].abi.iter().map(|a| a.describe()).collect();
+    assert_eq!(gemv, ["param 1 resized 4 → 8 B", "param 2 moved 12 → 16"]);
+    assert_eq!(t.rows[1].resource_class, Class::Regression);
+    let spiller: Vec<String> = t.rows[0].abi.iter().map(|a| a.describe()).collect();
+    assert_eq!(
+        spiller,
+        ["param 0 pointer → value"],
+        "unknown → pointer is no change"
+    );
+    assert_eq!(
+        t.summary_line(),
+        "gfx1201: 3 ABI changes, 0 regressions, 1 improvement, 0 unchanged, 1 added, 1 removed; objects +500 B (+11.1%)"
+    );
+    assert_eq!(d.counts().abi, 3);
+    assert_eq!(d.targets[1].counts().abi, 0, "base without parameters");
+    let removed = param_changes(&[param(0, 0, 8, ParamKind::Pointer)], &[]);
+    assert_eq!(removed[0].describe(), "param 0 removed (ptr@0:8)");
+}
+
+#[test]
+fn gate_abi_trips_on_every_abi_row_and_the_allowlist_applies() {
+    let d = abi_sample();
+    let s = |v: &[&str]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|k| ("abi".to_string(), k.to_string()))
+            .collect()
+    };
+    assert_eq!(tripped(&d, "abi"), s(&["spiller", "gemv [rows4]", "flat"]));
+    let g = evaluate(&d, &parse_rules("abi").unwrap(), &[], today());
+    assert_eq!(
+        g.results[1].message,
+        "gfx1201 gemv [rows4]: param 1 resized 4 → 8 B, param 2 moved 12 → 16"
+    );
+    let allowed = evaluate(
+        &d,
+        &parse_rules("abi").unwrap(),
+        &[allow("*", "gfx1201", "abi", "2026-12-31")],
+        today(),
+    );
+    assert!(!allowed.tripped(), "{allowed:?}");
+    // The other rules do not see ABI changes, and ABI rows still trip them.
+    assert!(tripped(&d, "spills").contains(&("spills".into(), "spiller".into())));
+    assert!(!tripped(&sample(), "abi").iter().any(|_| true));
+}
+
+#[test]
+fn abi_changes_come_first_in_text_markdown_and_json() {
+    let d = abi_sample();
+    let g = evaluate(&d, &parse_rules("abi").unwrap(), &[], today());
+    let t = text(&d, Some(&g), false);
+    let abi = t.find("  ABI: spiller: param 0 pointer → value").expect(&t);
+    assert!(t.contains("  ABI: flat: param 2 added (val@12:4)\n"), "{t}");
+    let table = t.find("  kernel ").expect(&t);
+    assert!(abi < table, "{t}");
+    assert!(
+        t.contains("FAIL    abi: gfx1201 flat: param 2 added (val@12:4)"),
+        "{t}"
+    );
+    let md = markdown(&d, Some(&g));
+    let abi = md.find("**ABI changes**").expect(&md);
+    assert!(abi < md.find("| kernel |").expect(&md), "{md}");
+    assert!(
+        md.contains("- :x: `spiller`: param 0 pointer → value"),
+        "{md}"
+    );
+    assert!(
+        md.contains("**gfx1201**: 3 ABI changes, 0 regressions"),
+        "{md}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&to_json(&d, Some(&g))).unwrap();
+    assert_eq!(j["summary"]["abi"], 3);
+    let changes = j["changes"].as_array().unwrap();
+    assert_eq!(changes[0]["class"], "abi");
+    assert_eq!(changes[0]["field"], "params");
+    assert_eq!(changes[0]["change"], "rekinded");
+    let added = changes
+        .iter()
+        .find(|c| c["kernel"] == "flat")
+        .expect("flat's change");
+    assert_eq!(
+        (&added["change"], &added["param"]),
+        (&"added".into(), &2.into())
+    );
+    assert!(added["base"].is_null());
+    assert_eq!(added["head"]["offset"], 12);
+    assert_eq!(added["delta"], 4);
+    let first_other = changes.iter().position(|c| c["class"] != "abi").unwrap();
+    assert!(changes[first_other..].iter().all(|c| c["class"] != "abi"));
+    // gemv's resource changes keep their own class.
+    assert!(changes.iter().any(|c| c["kernel"] == "gemv [rows4]"
+        && c["field"] == "vgprs"
+        && c["class"] == "regression"));
+    assert!(changes
+        .iter()
+        .all(|c| c["class"] == "abi" || c.get("param").is_none()));
 }
