@@ -92,6 +92,9 @@ pub enum LoaderError {
     Runtime { api: String, message: String },
     #[error("launch of `{entry}`: {what}")]
     Launch { entry: String, what: String },
+    /// Arguments that do not fit the entry's parameters (refused before the driver).
+    #[error(transparent)]
+    Args(#[from] crate::launch::LaunchError),
     #[error(transparent)]
     HipNotFound(#[from] crate::hip::HipNotFound),
     /// A string handed to the driver (an entry name) or out through the C ABI.

@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kbuild_manifest::compat::Device;
-use kbuild_manifest::load_index::LoadFigures;
+use kbuild_manifest::load_index::{EntryParams, LoadFigures};
+use kbuild_manifest::params::Param;
 
 use crate::cuda::{self, CudaDevice, CudaModule};
 use crate::detect::{self, DeviceOptions, ResolvedDevice};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime, HipSearch};
-use crate::launch::{KernelArgs, LaunchConfig};
+use crate::launch::{check_args, check_layout, KernelArgs, LaunchConfig};
 use crate::package::{Index, ObjectRef, Package};
 use crate::select::{Selection, Verdicts};
 
@@ -180,6 +181,58 @@ impl Loader {
                 let choice = all.kernel(kernel, variant)?;
                 Err(LoaderError::NoMatch(Box::new(all.no_match(choice))))
             }
+        }
+    }
+
+    /// The launch parameters of `entry` of `kernel` (`variant`) in the object selected for
+    /// it, without loading anything (a simulated device answers too); `None` when the index
+    /// carries none ([`Function::params`]).
+    pub fn entry_params(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+        entry: &str,
+    ) -> Result<Option<EntryParams>> {
+        let index = {
+            let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
+                what: "loader's module table",
+            })?;
+            self.chosen(&mut state, kernel, variant)?
+        };
+        let Some(index) = index else {
+            let all = self.selection();
+            let choice = all.kernel(kernel, variant)?;
+            return Err(LoaderError::NoMatch(Box::new(all.no_match(choice))));
+        };
+        let record = self.package.object(index)?;
+        if record.entry(entry).is_none() {
+            return Err(LoaderError::UnknownEntry {
+                object: record.path.to_string(),
+                entry: entry.to_string(),
+                exports: record.entries().collect::<Vec<_>>().join(", "),
+            });
+        }
+        self.package
+            .shared_index()
+            .entry_params(index, entry, self.package.origin())
+    }
+
+    /// Check argument sizes for `entry` of `kernel` (`variant`) as a checked launch of it
+    /// would ([`crate::launch::check_args`]), without loading anything. `Ok(true)`: checked
+    /// and they fit; `Ok(false)`: the index carries no parameters to check against.
+    pub fn check_args(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+        entry: &str,
+        sizes: &[usize],
+    ) -> Result<bool> {
+        match self.entry_params(kernel, variant, entry)? {
+            Some(abi) => {
+                check_args(entry, &abi.params, sizes)?;
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 
@@ -385,7 +438,13 @@ impl Loader {
 
 enum ModuleInner {
     Cuda(CudaModule),
-    Hip { rt: Arc<HipRuntime>, raw: HipModule },
+    Hip {
+        rt: Arc<HipRuntime>,
+        raw: HipModule,
+    },
+    /// A module no driver loaded (unit tests of the launch path on a machine without one).
+    #[cfg(test)]
+    Detached,
 }
 
 impl Drop for ModuleInner {
@@ -431,7 +490,7 @@ impl LoadedModule {
     pub fn cuda_module(&self) -> Option<&CudaModule> {
         match &self.inner {
             ModuleInner::Cuda(m) => Some(m),
-            ModuleInner::Hip { .. } => None,
+            _ => None,
         }
     }
 
@@ -465,6 +524,10 @@ impl LoadedModule {
                 };
                 (RawFunction::Hip(f), loaded)
             }
+            #[cfg(test)]
+            ModuleInner::Detached => {
+                return Err(LoaderError::runtime("detached module", "no driver"));
+            }
         };
         // Compared now (a difference is an error); the readable table is made when asked for.
         check_attributes(record.path, entry, &found.figures, &loaded)?;
@@ -478,6 +541,7 @@ impl LoadedModule {
                 .or_else(|| u32::try_from(loaded.max_threads).ok().filter(|t| *t > 0)),
             compared: (found.figures, loaded),
             checks: std::sync::OnceLock::new(),
+            abi: std::sync::OnceLock::new(),
         })
     }
 }
@@ -675,6 +739,9 @@ pub struct Function {
     /// The manifest's figures and the runtime's, as compared at load.
     compared: (LoadFigures, Loaded),
     checks: std::sync::OnceLock<Vec<AttributeCheck>>,
+    /// The entry's launch parameters, read from the index on first launch (not at load: the
+    /// load path reads no blob); the error text when they cannot be read.
+    abi: std::sync::OnceLock<std::result::Result<Option<EntryParams>, String>>,
 }
 
 // SAFETY: function handles are plain driver handles, valid on any thread while the module is.
@@ -708,29 +775,138 @@ impl Function {
         }
     }
 
+    /// The entry's launch parameters, read once (on first call) from the package's index.
+    fn abi(&self) -> Result<Option<&EntryParams>> {
+        let abi = self.abi.get_or_init(|| {
+            self.module
+                .index
+                .entry_params(self.module.object, &self.entry, &self.module.origin)
+                .map_err(|e| e.to_string())
+        });
+        match abi {
+            Ok(a) => Ok(a.as_ref()),
+            Err(what) => Err(LoaderError::Launch {
+                entry: self.entry.clone(),
+                what: format!("its launch parameters cannot be read: {what}"),
+            }),
+        }
+    }
+
+    /// The caller-visible launch parameters every checked launch compares its arguments
+    /// with. `None` when the package carries none for this entry: a `manifest.kbi` of layout
+    /// version 3 (written before they were recorded; the next build rewrites it), a manifest
+    /// without `params`, an object that does not record them (a cubin with a parameter block
+    /// but no records), or an index whose parameters cannot be read (launches then fail and
+    /// say why). Checked launches of such an entry go to the driver unchecked.
+    pub fn params(&self) -> Option<&[Param]> {
+        self.abi().ok().flatten().map(|a| a.params.as_slice())
+    }
+
+    /// How many hidden parameters (AMDGPU `hidden_*`) the runtime passes after the visible
+    /// ones; `None` as for [`Self::params`].
+    pub fn hidden_params(&self) -> Option<u32> {
+        self.abi().ok().flatten().map(|a| a.hidden)
+    }
+
+    /// Check argument sizes as [`Self::launch_raw`] does, without launching: `Ok(true)` when
+    /// checked and they fit, `Ok(false)` when there are no parameters to check against.
+    pub fn check_args(&self, sizes: &[usize]) -> Result<bool> {
+        match self.abi()? {
+            Some(abi) => {
+                check_args(&self.entry, &abi.params, sizes)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Launch with typed arguments (a tuple of [`crate::launch::KernelArg`]s). On CUDA a
     /// launch into a capturing stream is recorded into the graph like any other launch.
     ///
-    /// # Safety
-    /// The arguments must match the kernel's parameters in number, order and type, and any
-    /// device pointers must be valid for what the kernel does with them.
-    pub unsafe fn launch<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
-        let mut params = args.params();
-        self.launch_raw(cfg, &mut params)
-    }
-
-    /// Launch with an array of pointers to the argument values (`void**` as the driver).
+    /// Checked before the driver is called: the launch configuration (empty grid or block, a
+    /// block over the kernel's bound) and, when the package carries the entry's parameters
+    /// ([`Self::params`]), the arguments' count, sizes, kinds and places
+    /// ([`crate::launch::check_layout`]). A mismatch is [`LoaderError::Args`].
     ///
     /// # Safety
-    /// As [`Self::launch`].
+    /// The arguments must match the kernel's parameters in number, order and type, and any
+    /// device pointers must be valid for what the kernel does with them (the check sees sizes,
+    /// not what a pointer points at, and nothing when [`Self::params`] is `None`).
+    pub unsafe fn launch<A: KernelArgs + ?Sized>(
+        &self,
+        cfg: &LaunchConfig,
+        args: &A,
+    ) -> Result<()> {
+        cfg.check(&self.entry, self.max_threads)?;
+        if let Some(abi) = self.abi()? {
+            check_layout(&self.entry, &abi.params, &args.layouts())?;
+        }
+        let mut params = args.params();
+        self.dispatch(cfg, &mut params)
+    }
+
+    /// Launch with an array of pointers to the argument values (`void**` as the driver) and
+    /// each value's size in bytes. Checked before the driver is called: the configuration,
+    /// then the count and sizes against the entry's parameters when the package carries them
+    /// ([`crate::launch::check_args`]; sizes alone say nothing of alignment, so places are not
+    /// checked: the driver copies each value to the kernel's own offset anyway).
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; `params[i]` points at `sizes[i]` readable bytes.
     pub unsafe fn launch_raw(
+        &self,
+        cfg: &LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+        sizes: &[usize],
+    ) -> Result<()> {
+        if params.len() != sizes.len() {
+            return Err(LoaderError::Launch {
+                entry: self.entry.clone(),
+                what: format!(
+                    "{} argument pointers but {} sizes",
+                    params.len(),
+                    sizes.len()
+                ),
+            });
+        }
+        cfg.check(&self.entry, self.max_threads)?;
+        self.check_args(sizes)?;
+        self.dispatch(cfg, params)
+    }
+
+    /// Launch with argument pointers and no argument check at all (only the configuration is
+    /// checked): the escape hatch for a caller that knows better than the manifest.
+    ///
+    /// # Safety
+    /// As [`Self::launch`], with nothing to catch a mistake.
+    pub unsafe fn launch_raw_unchecked(
         &self,
         cfg: &LaunchConfig,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
         cfg.check(&self.entry, self.max_threads)?;
+        self.dispatch(cfg, params)
+    }
+
+    /// The driver call, after the checks.
+    unsafe fn dispatch(
+        &self,
+        cfg: &LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
         match (&self.raw, &self.module.inner) {
             (RawFunction::Cuda(f), ModuleInner::Cuda(_)) => cuda::launch(
+                *f,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                cfg.stream.raw().cast(),
+                params,
+                cfg.programmatic,
+            ),
+            // The driver call a CUDA function would make, on a machine without a driver.
+            #[cfg(test)]
+            (RawFunction::Cuda(f), ModuleInner::Detached) => cuda::launch(
                 *f,
                 cfg.grid,
                 cfg.block,

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::load_index::{
-    decode_resources, encode, head_len, hex_into, IndexEntry, IndexObject, LoadIndex,
-    LoadIndexError, ManifestStamp, HEADER_LEN, LOAD_INDEX_FILE,
+    decode_params, decode_resources, encode, head_len, hex_into, EntryParams, IndexEntry,
+    IndexObject, LoadIndex, LoadIndexError, ManifestStamp, HEADER_LEN, LOAD_INDEX_FILE,
 };
 use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::resources::Resources;
@@ -249,6 +249,59 @@ impl Index {
             object,
             ix,
         })
+    }
+}
+
+impl Index {
+    /// The bytes of a blob of the section at file range `at`, checked with the section.
+    fn blob(&self, at: std::ops::Range<u64>, origin: &Path) -> Result<&[u8]> {
+        let blobs = self.checked_blobs().map_err(|what| LoaderError::Package {
+            path: self.path(origin),
+            what,
+        })?;
+        let (_, section) = self.view().blobs();
+        let rel = (at.start - section.start) as usize..(at.end - section.start) as usize;
+        blobs.get(rel).ok_or_else(|| LoaderError::Index {
+            path: self.path(origin),
+            source: LoadIndexError::Damaged("a record lies past the blobs".into()),
+        })
+    }
+
+    /// The launch parameters of every entry of object `i` (entry order); `None` when the
+    /// index carries none for it (a version 3 index, a manifest without them).
+    pub(crate) fn params(
+        &self,
+        i: usize,
+        origin: &Path,
+    ) -> Result<Option<Vec<Option<EntryParams>>>> {
+        let o = self.object(i, origin)?;
+        let Some(at) = o.ix.params_at(&o) else {
+            return Ok(None);
+        };
+        let bytes = self.blob(at, origin)?;
+        decode_params(bytes, o.path)
+            .map(Some)
+            .map_err(|source| LoaderError::Index {
+                path: self.path(origin),
+                source,
+            })
+    }
+
+    /// The launch parameters of `entry` of object `i`; `None` when the index carries none for
+    /// it (or the object does not export it).
+    pub(crate) fn entry_params(
+        &self,
+        i: usize,
+        entry: &str,
+        origin: &Path,
+    ) -> Result<Option<EntryParams>> {
+        let o = self.object(i, origin)?;
+        let Some(k) = o.entries().position(|e| e == entry) else {
+            return Ok(None);
+        };
+        Ok(self
+            .params(i, origin)?
+            .and_then(|mut all| all.get_mut(k).and_then(Option::take)))
     }
 }
 
@@ -555,22 +608,16 @@ impl Package {
             path: self.index.path(&self.origin),
             source,
         };
-        let blobs = self
-            .index
-            .checked_blobs()
-            .map_err(|what| LoaderError::Package {
-                path: self.index.path(&self.origin),
-                what,
-            })?;
-        let (_, section) = o.ix.blobs();
-        let at = o.ix.resources_at(&o);
-        let rel = (at.start - section.start) as usize..(at.end - section.start) as usize;
-        let bytes = blobs.get(rel).ok_or_else(|| {
-            index_err(LoadIndexError::Damaged(
-                "a resource record lies past the blobs".into(),
-            ))
-        })?;
+        let bytes = self.index.blob(o.ix.resources_at(&o), &self.origin)?;
         decode_resources(bytes, o.path).map_err(index_err)
+    }
+
+    /// The launch parameters of object `index`'s entries, in entry order (the caller-visible
+    /// ones and the count of hidden ones; `None` for an entry the manifest records none for).
+    /// `None` when the index carries none for the object: a `manifest.kbi` of version 3, or a
+    /// manifest written before parameters were recorded. Launches are then unchecked.
+    pub fn params(&self, index: usize) -> Result<Option<Vec<Option<EntryParams>>>> {
+        self.index.params(index, &self.origin)
     }
 
     /// The bytes of object `index`, after checking them against the manifest's blake3 (or
