@@ -1075,6 +1075,53 @@ mod load_index_tests {
     }
 
     #[test]
+    fn launch_parameters_come_from_manifest_kbi_and_not_from_a_version_3_one() {
+        use kbuild_manifest::params::{Param, ParamKind};
+        let (dir, mut m) = tests_support::build_dir();
+        let p = |index, hidden| Param {
+            index,
+            offset: 8 * u64::from(index),
+            size: 8,
+            align: None,
+            kind: ParamKind::Unknown,
+            name: None,
+            type_name: None,
+            hidden,
+        };
+        m.objects[0].params = [("k".to_string(), vec![p(0, false), p(1, true)])].into();
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        write_index(dir.path(), &m);
+        let bin = Package::open(dir.path()).unwrap();
+        assert!(bin.has_load_index());
+        let got = bin.params(0).unwrap().unwrap();
+        assert_eq!(got[0].as_ref().unwrap().params, [p(0, false)]);
+        assert_eq!(got[0].as_ref().unwrap().hidden, 1);
+        // The PTX object's record has none: nothing carried.
+        assert_eq!(bin.params(1).unwrap(), None);
+        assert_eq!(
+            bin.index.entry_params(0, "k", bin.origin()).unwrap(),
+            got[0].clone()
+        );
+        assert_eq!(
+            bin.index.entry_params(0, "nope", bin.origin()).unwrap(),
+            None
+        );
+        // The same from the JSON.
+        let json = Package::open_uncached(dir.path()).unwrap();
+        assert_eq!(json.params(0).unwrap(), Some(got));
+        // A version 3 index of the same build (written before parameters were carried):
+        // still used, and it carries none.
+        let ix = dir.path().join(LOAD_INDEX_FILE);
+        let mut bytes = std::fs::read(&ix).unwrap();
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(&ix, &bytes).unwrap();
+        let old = Package::open(dir.path()).unwrap();
+        assert!(old.has_load_index());
+        assert_eq!(old.params(0).unwrap(), None);
+        assert_eq!(old.read_verified(0).unwrap(), b"object for sm_90");
+    }
+
+    #[test]
     fn an_index_of_the_previous_layout_is_re_derived_not_misread() {
         let (dir, m) = tests_support::build_dir();
         write_index(dir.path(), &m);
