@@ -229,7 +229,7 @@ impl Loader {
     ) -> Result<bool> {
         match self.entry_params(kernel, variant, entry)? {
             Some(abi) => {
-                check_args(entry, &abi.params, sizes)?;
+                check_args(entry, &abi.params, sizes).map_err(|e| e.with_hidden(abi.hidden))?;
                 Ok(true)
             }
             None => Ok(false),
@@ -813,7 +813,8 @@ impl Function {
     pub fn check_args(&self, sizes: &[usize]) -> Result<bool> {
         match self.abi()? {
             Some(abi) => {
-                check_args(&self.entry, &abi.params, sizes)?;
+                check_args(&self.entry, &abi.params, sizes)
+                    .map_err(|e| e.with_hidden(abi.hidden))?;
                 Ok(true)
             }
             None => Ok(false),
@@ -839,7 +840,8 @@ impl Function {
     ) -> Result<()> {
         cfg.check(&self.entry, self.max_threads)?;
         if let Some(abi) = self.abi()? {
-            check_layout(&self.entry, &abi.params, &args.layouts())?;
+            check_layout(&self.entry, &abi.params, &args.layouts())
+                .map_err(|e| e.with_hidden(abi.hidden))?;
         }
         let mut params = args.params();
         self.dispatch(cfg, &mut params)

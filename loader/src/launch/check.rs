@@ -46,6 +46,17 @@ pub enum LaunchError {
     },
 }
 
+impl LaunchError {
+    /// The error of a check given only the caller-visible parameters (as the load index
+    /// carries them), with the count of the hidden ones the entry also has.
+    pub fn with_hidden(mut self, n: u32) -> LaunchError {
+        if let LaunchError::Count { hidden, .. } = &mut self {
+            *hidden = hidden.saturating_add(n);
+        }
+        self
+    }
+}
+
 fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
