@@ -556,7 +556,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
 fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
     use kbuild_loader::Package;
     use kbuild_manifest::compat::Device;
-    use kbuild_manifest::load_index::LOAD_INDEX_FILE;
+    use kbuild_manifest::load_index::{EntryParams, LOAD_INDEX_FILE};
     let out = build();
     assert!(
         out.join(LOAD_INDEX_FILE).is_file(),
@@ -583,5 +583,25 @@ fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
             indexed.read_verified(i).unwrap(),
             json.read_verified(i).unwrap()
         );
+        // The index carries every entry's caller-visible launch parameters (a launch checks
+        // them), and counts the hidden ones.
+        let m = &json.manifest().unwrap().objects[i];
+        let carried = indexed
+            .params(i)
+            .unwrap()
+            .expect("launch parameters carried");
+        for (entry, got) in m.entries.iter().zip(&carried) {
+            let want = m.params.get(entry).map(|p| EntryParams::of(p));
+            assert_eq!(got, &want, "object {i} {entry}");
+        }
+        assert_eq!(carried, json.params(i).unwrap().unwrap());
     }
+    let gfx = (0..json.object_count())
+        .find(|&i| indexed.object(i).unwrap().target == "gfx1100")
+        .unwrap();
+    let abi = indexed.params(gfx).unwrap().unwrap()[0].clone().unwrap();
+    assert!(
+        abi.hidden > 0 && abi.params.iter().all(|p| !p.hidden),
+        "{abi:?}"
+    );
 }
