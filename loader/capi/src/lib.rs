@@ -414,3 +414,103 @@ pub unsafe extern "C" fn kbuild_string_free(s: *mut c_char) {
         drop(CString::from_raw(s));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_manifest::params::{Param, ParamKind};
+
+    fn last_error() -> String {
+        // SAFETY: the library's own NUL-terminated buffer, read before the next call.
+        unsafe { CStr::from_ptr(kbuild_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A build directory whose cubin `k` exports `k(const float* x, int n)`.
+    fn build_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = kbuild_manifest::fixtures::object("k", "sm_90", "cubin", b"cubin");
+        let p = |index, offset, size, kind, ty: &str, name: &str| Param {
+            index,
+            offset,
+            size,
+            align: None,
+            kind,
+            name: Some(name.into()),
+            type_name: Some(ty.into()),
+            hidden: false,
+        };
+        o.params = [(
+            "k".to_string(),
+            vec![
+                p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
+                p(1, 8, 4, ParamKind::Value, "int", "n"),
+            ],
+        )]
+        .into();
+        let m = kbuild_manifest::fixtures::manifest("p", "1.0.0", vec![o]);
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn check_args_refuses_with_the_message_and_launches_refuse_null_handles() {
+        let dir = build_dir();
+        let path = CString::new(dir.path().to_str().unwrap()).unwrap();
+        let device = CString::new("sm_90").unwrap();
+        let (k, nope) = (c"k", c"nope");
+        // SAFETY: valid strings and arrays; the loader is closed once.
+        unsafe {
+            let l = kbuild_loader_open(path.as_ptr(), device.as_ptr(), std::ptr::null(), 0);
+            assert!(!l.is_null(), "{}", last_error());
+            let check = |entry: &CStr, sizes: &[usize]| {
+                kbuild_loader_check_args(
+                    l,
+                    k.as_ptr(),
+                    std::ptr::null(),
+                    entry.as_ptr(),
+                    sizes.as_ptr(),
+                    sizes.len(),
+                )
+            };
+            assert_eq!(check(k, &[8, 4]), 1, "{}", last_error());
+            assert_eq!(check(k, &[8, 8]), -1);
+            assert_eq!(
+                last_error(),
+                "k: argument 1 is 8 bytes, the kernel takes 4 (int n)"
+            );
+            assert_eq!(check(k, &[8]), -1);
+            assert_eq!(last_error(), "k: 1 argument given, the kernel takes 2");
+            assert_eq!(check(nope, &[]), -1);
+            assert!(last_error().contains("entry `nope` is not exported"));
+            // A simulated device loads nothing.
+            let f = kbuild_loader_get_function(l, k.as_ptr(), std::ptr::null(), k.as_ptr());
+            assert!(f.is_null());
+            assert!(last_error().contains("is simulated"), "{}", last_error());
+            kbuild_loader_close(l);
+            let cfg = KbuildLaunchConfig {
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_bytes: 0,
+                stream: std::ptr::null_mut(),
+            };
+            let args = [std::ptr::null_mut::<c_void>(); 2];
+            let sizes = [8usize, 4];
+            let r = kbuild_function_launch_checked(
+                std::ptr::null(),
+                &cfg,
+                args.as_ptr(),
+                sizes.as_ptr(),
+                2,
+            );
+            assert_eq!((r, last_error().as_str()), (-1, "function is NULL"));
+            let r = kbuild_function_params_known(
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            assert_eq!(r, -1);
+        }
+    }
+}
