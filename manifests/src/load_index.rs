@@ -99,12 +99,10 @@ pub enum LoadIndexError {
         field: &'static str,
         value: String,
     },
-    #[error("object {path}: {what} do not encode: {cause}")]
-    Encode {
-        path: String,
-        what: &'static str,
-        cause: String,
-    },
+    #[error("object {path}: resource records do not encode: {cause}")]
+    Encode { path: String, cause: String },
+    #[error("object {path}: launch parameters do not encode: {cause}")]
+    EncodeParams { path: String, cause: String },
 }
 
 /// The manifest file a load index was written for; also how the loader tells whether an
@@ -299,9 +297,8 @@ fn encode_params(o: &ObjectRecord) -> Result<Vec<u8>, LoadIndexError> {
             })
         })
         .collect();
-    rmp_serde::to_vec(&wire).map_err(|e| LoadIndexError::Encode {
+    rmp_serde::to_vec(&wire).map_err(|e| LoadIndexError::EncodeParams {
         path: o.path.clone(),
-        what: "launch parameters",
         cause: e.to_string(),
     })
 }
@@ -381,7 +378,6 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         }
         let blob = rmp_serde::to_vec_named(&o.resources).map_err(|e| LoadIndexError::Encode {
             path: o.path.clone(),
-            what: "resource records",
             cause: e.to_string(),
         })?;
         let blob_span = [u32_of(blobs.len(), "blobs")?, u32_of(blob.len(), "blobs")?];
