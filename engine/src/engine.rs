@@ -699,9 +699,12 @@ impl GdnEngine {
                 params.extend(ints.iter_mut().map(|v| (v as *mut i32).cast::<c_void>()));
                 params.push((&mut eps as *mut f32).cast());
                 params.push((&mut l0 as *mut i32).cast());
+                let mut sizes = vec![std::mem::size_of::<DevicePtr>(); ptrs.len()];
+                sizes.extend([std::mem::size_of::<i32>(); 3]);
+                sizes.extend([std::mem::size_of::<f32>(), std::mem::size_of::<i32>()]);
                 // SAFETY: gdn_fused_verify's 22 parameters in order (kernels/gdn/gdn_fused.cu),
-                // pointing at locals alive for the call.
-                unsafe { f.launch_raw(&cfg, &mut params) }
+                // pointing at locals alive for the call (and checked against its parameters).
+                unsafe { f.launch_raw(&cfg, &mut params, &sizes) }
                     .map_err(GdnEngine::launch_err(plan::FUSED_VERIFY))
             }
         }

@@ -1,7 +1,9 @@
 #![no_main]
 //! The load index reader (`manifest.kbi`): whole files and heads, every object, entry and
-//! resource blob.
-use kbuild_manifest::load_index::{decode_resources, head_len, LoadIndex, HEADER_LEN};
+//! resource blob and launch parameters.
+use kbuild_manifest::load_index::{
+    decode_params, decode_resources, head_len, LoadIndex, HEADER_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,6 +27,12 @@ fuzz_target!(|data: &[u8]| {
             let r = ix.resources_at(&o);
             if let Some(b) = data.get(r.start as usize..r.end as usize) {
                 let _ = decode_resources(b, o.path);
+            }
+            let _ = ix.params(&o);
+            if let Some(r) = ix.params_at(&o) {
+                if let Some(b) = data.get(r.start as usize..r.end as usize) {
+                    let _ = decode_params(b, o.path);
+                }
             }
         }
     }

@@ -9,9 +9,27 @@
  * Errors: functions returning a pointer return NULL, functions returning int return -1; the
  * message is then in kbuild_last_error() on the same thread. Strings returned as `char *`
  * are owned by the caller and freed with kbuild_string_free().
+ *
+ * Checked launches: kbuild_function_launch_checked compares the arguments with the kernel's
+ * parameters as the build recorded them (manifest `params`, carried by manifest.kbi) before
+ * the driver is called: the count of caller-visible parameters (AMD hidden arguments, which
+ * the runtime passes, are not counted) and each argument's size in bytes. A mismatch is -1
+ * with a message naming the kernel, the argument and the parameter:
+ *   "rmsnorm_f32: 5 arguments given, the kernel takes 6"
+ *   "rmsnorm_f32: argument 3 is 8 bytes, the kernel takes 4 (int n)"
+ * (the parameter's C++ type and name where the object records them, else its kind:
+ * "value", "pointer", "pointer or value"). Not checked: what a pointer points at, whether a
+ * value of the right size has the right type (an int for a float), and the place of each
+ * argument (sizes alone do not give alignment; the driver copies each value to the kernel's
+ * own offset). A package without parameters (a manifest.kbi of version 3, a manifest written
+ * before they were recorded; rebuild to get them) launches unchecked:
+ * kbuild_function_params_known says which. kbuild_function_launch checks nothing but the
+ * launch configuration; it is kept for existing callers.
  */
 #ifndef KBUILD_LOADER_H
 #define KBUILD_LOADER_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,10 +90,33 @@ kbuild_function *kbuild_loader_get_function(const kbuild_loader *loader, const c
 /* Free a function (NULL is ignored). */
 void kbuild_function_free(kbuild_function *function);
 
-/* Launch: args[i] points at the value of parameter i (as cuLaunchKernel takes them).
- * 0 on success, -1 on error (block over the kernel's launch bound, driver error). */
+/* Launch, checked (see the top of this file): args[i] points at the value of parameter i (as
+ * cuLaunchKernel takes them) and sizes[i] is its size in bytes (sizeof), count of each.
+ * 0 on success, -1 on error: arguments that do not fit the kernel's parameters (the driver
+ * never sees the launch), block over the kernel's launch bound, driver error. */
+int kbuild_function_launch_checked(const kbuild_function *function,
+                                   const kbuild_launch_config *config, void *const *args,
+                                   const size_t *sizes, size_t count);
+
+/* Launch UNCHECKED: args[i] points at the value of parameter i; nothing compares them with
+ * the kernel's parameters (only the launch configuration is checked). Kept for existing
+ * callers: use kbuild_function_launch_checked. 0 on success, -1 on error. */
 int kbuild_function_launch(const kbuild_function *function, const kbuild_launch_config *config,
                            void **args, unsigned nargs);
+
+/* 1 when launches of `function` are checked (the package carries its parameters), 0 when
+ * they are not (rebuild with this kbuild to get them), -1 on error. `count` and `hidden`
+ * (either may be NULL) get the number of caller-visible parameters and of hidden ones. */
+int kbuild_function_params_known(const kbuild_function *function, size_t *count,
+                                 size_t *hidden);
+
+/* Check argument sizes for `entry` of `kernel` (variant may be NULL) exactly as
+ * kbuild_function_launch_checked would, without loading or launching (works for a simulated
+ * device): 1 checked and they fit, 0 nothing to check against, -1 refused (the message as
+ * above) or error. */
+int kbuild_loader_check_args(const kbuild_loader *loader, const char *kernel,
+                             const char *variant, const char *entry, const size_t *sizes,
+                             size_t count);
 
 /* The last error of this thread ("" if none); valid until the next call on this thread. */
 const char *kbuild_last_error(void);

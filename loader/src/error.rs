@@ -92,6 +92,9 @@ pub enum LoaderError {
     Runtime { api: String, message: String },
     #[error("launch of `{entry}`: {what}")]
     Launch { entry: String, what: String },
+    /// Arguments that do not fit the entry's parameters (refused before the driver).
+    #[error(transparent)]
+    Args(Box<crate::launch::LaunchError>),
     #[error(transparent)]
     HipNotFound(#[from] crate::hip::HipNotFound),
     /// A string handed to the driver (an entry name) or out through the C ABI.
@@ -115,6 +118,12 @@ pub enum LoaderError {
     /// A package made while its index is being built has no objects to hand out yet.
     #[error("{path}: no object source")]
     NoSource { path: String },
+}
+
+impl From<crate::launch::LaunchError> for LoaderError {
+    fn from(e: crate::launch::LaunchError) -> LoaderError {
+        LoaderError::Args(Box::new(e))
+    }
 }
 
 fn variant_text(v: &Option<String>) -> String {

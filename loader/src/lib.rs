@@ -34,7 +34,9 @@ pub mod select;
 pub use cudarc;
 pub use detect::{detect, DeviceOptions, ResolvedDevice};
 pub use error::{LoaderError, NoMatch, Result};
-pub use launch::{DevicePtr, KernelArg, KernelArgs, LaunchConfig, Stream};
+pub use launch::{
+    ArgKind, ArgLayout, DevicePtr, KernelArg, KernelArgs, LaunchConfig, LaunchError, Stream,
+};
 pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
 pub use package::{ObjectRef, Package};
 pub use select::{Candidate, KernelChoice, Selection};

@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kbuild_manifest::compat::Device;
-use kbuild_manifest::load_index::LoadFigures;
+use kbuild_manifest::load_index::{EntryParams, LoadFigures};
+use kbuild_manifest::params::Param;
 
 use crate::cuda::{self, CudaDevice, CudaModule};
 use crate::detect::{self, DeviceOptions, ResolvedDevice};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime, HipSearch};
-use crate::launch::{KernelArgs, LaunchConfig};
+use crate::launch::{check_args, check_layout, KernelArgs, LaunchConfig};
 use crate::package::{Index, ObjectRef, Package};
 use crate::select::{Selection, Verdicts};
 
@@ -180,6 +181,58 @@ impl Loader {
                 let choice = all.kernel(kernel, variant)?;
                 Err(LoaderError::NoMatch(Box::new(all.no_match(choice))))
             }
+        }
+    }
+
+    /// The launch parameters of `entry` of `kernel` (`variant`) in the object selected for
+    /// it, without loading anything (a simulated device answers too); `None` when the index
+    /// carries none ([`Function::params`]).
+    pub fn entry_params(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+        entry: &str,
+    ) -> Result<Option<EntryParams>> {
+        let index = {
+            let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
+                what: "loader's module table",
+            })?;
+            self.chosen(&mut state, kernel, variant)?
+        };
+        let Some(index) = index else {
+            let all = self.selection();
+            let choice = all.kernel(kernel, variant)?;
+            return Err(LoaderError::NoMatch(Box::new(all.no_match(choice))));
+        };
+        let record = self.package.object(index)?;
+        if record.entry(entry).is_none() {
+            return Err(LoaderError::UnknownEntry {
+                object: record.path.to_string(),
+                entry: entry.to_string(),
+                exports: record.entries().collect::<Vec<_>>().join(", "),
+            });
+        }
+        self.package
+            .shared_index()
+            .entry_params(index, entry, self.package.origin())
+    }
+
+    /// Check argument sizes for `entry` of `kernel` (`variant`) as a checked launch of it
+    /// would ([`crate::launch::check_args`]), without loading anything. `Ok(true)`: checked
+    /// and they fit; `Ok(false)`: the index carries no parameters to check against.
+    pub fn check_args(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+        entry: &str,
+        sizes: &[usize],
+    ) -> Result<bool> {
+        match self.entry_params(kernel, variant, entry)? {
+            Some(abi) => {
+                check_args(entry, &abi.params, sizes).map_err(|e| e.with_hidden(abi.hidden))?;
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 
@@ -385,7 +438,13 @@ impl Loader {
 
 enum ModuleInner {
     Cuda(CudaModule),
-    Hip { rt: Arc<HipRuntime>, raw: HipModule },
+    Hip {
+        rt: Arc<HipRuntime>,
+        raw: HipModule,
+    },
+    /// A module no driver loaded (unit tests of the launch path on a machine without one).
+    #[cfg(test)]
+    Detached,
 }
 
 impl Drop for ModuleInner {
@@ -431,7 +490,7 @@ impl LoadedModule {
     pub fn cuda_module(&self) -> Option<&CudaModule> {
         match &self.inner {
             ModuleInner::Cuda(m) => Some(m),
-            ModuleInner::Hip { .. } => None,
+            _ => None,
         }
     }
 
@@ -465,6 +524,10 @@ impl LoadedModule {
                 };
                 (RawFunction::Hip(f), loaded)
             }
+            #[cfg(test)]
+            ModuleInner::Detached => {
+                return Err(LoaderError::runtime("detached module", "no driver"));
+            }
         };
         // Compared now (a difference is an error); the readable table is made when asked for.
         check_attributes(record.path, entry, &found.figures, &loaded)?;
@@ -478,6 +541,7 @@ impl LoadedModule {
                 .or_else(|| u32::try_from(loaded.max_threads).ok().filter(|t| *t > 0)),
             compared: (found.figures, loaded),
             checks: std::sync::OnceLock::new(),
+            abi: std::sync::OnceLock::new(),
         })
     }
 }
@@ -675,6 +739,9 @@ pub struct Function {
     /// The manifest's figures and the runtime's, as compared at load.
     compared: (LoadFigures, Loaded),
     checks: std::sync::OnceLock<Vec<AttributeCheck>>,
+    /// The entry's launch parameters, read from the index on first launch (not at load: the
+    /// load path reads no blob); the error text when they cannot be read.
+    abi: std::sync::OnceLock<std::result::Result<Option<EntryParams>, String>>,
 }
 
 // SAFETY: function handles are plain driver handles, valid on any thread while the module is.
@@ -708,29 +775,140 @@ impl Function {
         }
     }
 
+    /// The entry's launch parameters, read once (on first call) from the package's index.
+    fn abi(&self) -> Result<Option<&EntryParams>> {
+        let abi = self.abi.get_or_init(|| {
+            self.module
+                .index
+                .entry_params(self.module.object, &self.entry, &self.module.origin)
+                .map_err(|e| e.to_string())
+        });
+        match abi {
+            Ok(a) => Ok(a.as_ref()),
+            Err(what) => Err(LoaderError::Launch {
+                entry: self.entry.clone(),
+                what: format!("its launch parameters cannot be read: {what}"),
+            }),
+        }
+    }
+
+    /// The caller-visible launch parameters every checked launch compares its arguments
+    /// with. `None` when the package carries none for this entry: a `manifest.kbi` of layout
+    /// version 3 (written before they were recorded; the next build rewrites it), a manifest
+    /// without `params`, an object that does not record them (a cubin with a parameter block
+    /// but no records), or an index whose parameters cannot be read (launches then fail and
+    /// say why). Checked launches of such an entry go to the driver unchecked.
+    pub fn params(&self) -> Option<&[Param]> {
+        self.abi().ok().flatten().map(|a| a.params.as_slice())
+    }
+
+    /// How many hidden parameters (AMDGPU `hidden_*`) the runtime passes after the visible
+    /// ones; `None` as for [`Self::params`].
+    pub fn hidden_params(&self) -> Option<u32> {
+        self.abi().ok().flatten().map(|a| a.hidden)
+    }
+
+    /// Check argument sizes as [`Self::launch_raw`] does, without launching: `Ok(true)` when
+    /// checked and they fit, `Ok(false)` when there are no parameters to check against.
+    pub fn check_args(&self, sizes: &[usize]) -> Result<bool> {
+        match self.abi()? {
+            Some(abi) => {
+                check_args(&self.entry, &abi.params, sizes)
+                    .map_err(|e| e.with_hidden(abi.hidden))?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Launch with typed arguments (a tuple of [`crate::launch::KernelArg`]s). On CUDA a
     /// launch into a capturing stream is recorded into the graph like any other launch.
     ///
-    /// # Safety
-    /// The arguments must match the kernel's parameters in number, order and type, and any
-    /// device pointers must be valid for what the kernel does with them.
-    pub unsafe fn launch<A: KernelArgs>(&self, cfg: &LaunchConfig, args: &A) -> Result<()> {
-        let mut params = args.params();
-        self.launch_raw(cfg, &mut params)
-    }
-
-    /// Launch with an array of pointers to the argument values (`void**` as the driver).
+    /// Checked before the driver is called: the launch configuration (empty grid or block, a
+    /// block over the kernel's bound) and, when the package carries the entry's parameters
+    /// ([`Self::params`]), the arguments' count, sizes, kinds and places
+    /// ([`crate::launch::check_layout`]). A mismatch is [`LoaderError::Args`].
     ///
     /// # Safety
-    /// As [`Self::launch`].
+    /// The arguments must match the kernel's parameters in number, order and type, and any
+    /// device pointers must be valid for what the kernel does with them (the check sees sizes,
+    /// not what a pointer points at, and nothing when [`Self::params`] is `None`).
+    pub unsafe fn launch<A: KernelArgs + ?Sized>(
+        &self,
+        cfg: &LaunchConfig,
+        args: &A,
+    ) -> Result<()> {
+        cfg.check(&self.entry, self.max_threads)?;
+        if let Some(abi) = self.abi()? {
+            check_layout(&self.entry, &abi.params, &args.layouts())
+                .map_err(|e| e.with_hidden(abi.hidden))?;
+        }
+        let mut params = args.params();
+        self.dispatch(cfg, &mut params)
+    }
+
+    /// Launch with an array of pointers to the argument values (`void**` as the driver) and
+    /// each value's size in bytes. Checked before the driver is called: the configuration,
+    /// then the count and sizes against the entry's parameters when the package carries them
+    /// ([`crate::launch::check_args`]; sizes alone say nothing of alignment, so places are not
+    /// checked: the driver copies each value to the kernel's own offset anyway).
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; `params[i]` points at `sizes[i]` readable bytes.
     pub unsafe fn launch_raw(
+        &self,
+        cfg: &LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+        sizes: &[usize],
+    ) -> Result<()> {
+        if params.len() != sizes.len() {
+            return Err(LoaderError::Launch {
+                entry: self.entry.clone(),
+                what: format!(
+                    "{} argument pointers but {} sizes",
+                    params.len(),
+                    sizes.len()
+                ),
+            });
+        }
+        cfg.check(&self.entry, self.max_threads)?;
+        self.check_args(sizes)?;
+        self.dispatch(cfg, params)
+    }
+
+    /// Launch with argument pointers and no argument check at all (only the configuration is
+    /// checked): the escape hatch for a caller that knows better than the manifest.
+    ///
+    /// # Safety
+    /// As [`Self::launch`], with nothing to catch a mistake.
+    pub unsafe fn launch_raw_unchecked(
         &self,
         cfg: &LaunchConfig,
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
         cfg.check(&self.entry, self.max_threads)?;
+        self.dispatch(cfg, params)
+    }
+
+    /// The driver call, after the checks.
+    unsafe fn dispatch(
+        &self,
+        cfg: &LaunchConfig,
+        params: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
         match (&self.raw, &self.module.inner) {
             (RawFunction::Cuda(f), ModuleInner::Cuda(_)) => cuda::launch(
+                *f,
+                cfg.grid,
+                cfg.block,
+                cfg.shared_bytes,
+                cfg.stream.raw().cast(),
+                params,
+                cfg.programmatic,
+            ),
+            // The driver call a CUDA function would make, on a machine without a driver.
+            #[cfg(test)]
+            (RawFunction::Cuda(f), ModuleInner::Detached) => cuda::launch(
                 *f,
                 cfg.grid,
                 cfg.block,
@@ -829,6 +1007,155 @@ mod tests {
         // Without a reservation the 1 KiB form is not accepted.
         let r = record(32, 32, 0, 0);
         assert!(check_attributes("sm_90a/k.cubin", "k", &r, &loaded(32, 1056, 0)).is_err());
+    }
+
+    /// A manifest of one cubin `k` exporting `k(const float* x, int n)`, with or without
+    /// its launch parameters.
+    fn with_params(params: bool) -> kbuild_manifest::manifest::Manifest {
+        use kbuild_manifest::params::{Param, ParamKind};
+        let mut o = crate::select::tests::object("k", None, "sm_90", None);
+        if params {
+            let p = |index, offset, size, kind, ty: &str, name: &str| Param {
+                index,
+                offset,
+                size,
+                align: None,
+                kind,
+                name: Some(name.into()),
+                type_name: Some(ty.into()),
+                hidden: false,
+            };
+            o.params = [(
+                "k".to_string(),
+                vec![
+                    p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
+                    p(1, 8, 4, ParamKind::Value, "int", "n"),
+                ],
+            )]
+            .into();
+        }
+        crate::select::tests::manifest(vec![o])
+    }
+
+    /// Function `k` of a module no driver loaded: its launches go to `cuLaunchKernel` (which,
+    /// on a machine without libcuda, fails to load the driver).
+    fn detached(m: kbuild_manifest::manifest::Manifest) -> Function {
+        let p = Package::from_manifest(m).unwrap();
+        let module = Arc::new(LoadedModule {
+            index: p.shared_index(),
+            object: 0,
+            origin: p.origin().to_path_buf(),
+            inner: ModuleInner::Detached,
+        });
+        Function {
+            module,
+            entry: "k".into(),
+            raw: RawFunction::Cuda(std::ptr::null_mut()),
+            max_threads: Some(256),
+            compared: (LoadFigures::None, loaded(0, 0, 0)),
+            checks: std::sync::OnceLock::new(),
+            abi: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn reached_the_driver(r: Result<()>) -> bool {
+        // Without libcuda the driver fails to load; with one, a null function is refused.
+        matches!(r, Err(LoaderError::Runtime { ref api, .. }) if api.starts_with("cuLaunchKernel"))
+    }
+
+    #[test]
+    fn a_mismatched_launch_never_reaches_the_driver() {
+        use crate::launch::DevicePtr;
+        let f = detached(with_params(true));
+        assert_eq!(f.params().map(<[_]>::len), Some(2));
+        assert_eq!(f.hidden_params(), Some(0));
+        let cfg = LaunchConfig::linear(1, 64);
+        let (mut x, mut n, mut wide) = (DevicePtr(0), 4i32, 4i64);
+        let mut good: Vec<*mut std::ffi::c_void> = vec![
+            (&mut x as *mut DevicePtr).cast(),
+            (&mut n as *mut i32).cast(),
+        ];
+        let mut bad: Vec<*mut std::ffi::c_void> = vec![
+            (&mut x as *mut DevicePtr).cast(),
+            (&mut wide as *mut i64).cast(),
+        ];
+        // SAFETY: nothing is launched: the check refuses, or the driver is absent / refuses
+        // the null function.
+        unsafe {
+            let e = f.launch_raw(&cfg, &mut bad, &[8, 8]).unwrap_err();
+            assert!(matches!(e, LoaderError::Args(_)), "{e}");
+            assert_eq!(
+                e.to_string(),
+                "k: argument 1 is 8 bytes, the kernel takes 4 (int n)"
+            );
+            let e = f.launch(&cfg, &(x, 4i64)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "k: argument 1 is 8 bytes, the kernel takes 4 (int n)"
+            );
+            let e = f.launch(&cfg, &(x,)).unwrap_err();
+            assert_eq!(e.to_string(), "k: 1 argument given, the kernel takes 2");
+            let e = f.launch_raw(&cfg, &mut good, &[8]).unwrap_err();
+            assert!(
+                e.to_string().contains("2 argument pointers but 1 sizes"),
+                "{e}"
+            );
+            // The launch configuration is checked first, then the arguments.
+            let e = f
+                .launch(&LaunchConfig::linear(1, 512), &(x, 4i64))
+                .unwrap_err();
+            assert!(e.to_string().contains("exceeds the kernel's bound"), "{e}");
+            // Fitting arguments go on to the driver; so does the unchecked escape hatch.
+            assert!(reached_the_driver(f.launch_raw(&cfg, &mut good, &[8, 4])));
+            assert!(reached_the_driver(f.launch(&cfg, &(x, 4i32))));
+            assert!(reached_the_driver(f.launch_raw_unchecked(&cfg, &mut bad)));
+        }
+        assert!(f.check_args(&[8, 4]).unwrap());
+        assert!(f.check_args(&[8, 8]).is_err());
+    }
+
+    #[test]
+    fn without_parameters_launches_are_unchecked_and_say_so() {
+        use crate::launch::DevicePtr;
+        let f = detached(with_params(false));
+        assert_eq!(f.params(), None);
+        assert_eq!(f.hidden_params(), None);
+        assert!(!f.check_args(&[1, 2, 3]).unwrap());
+        // SAFETY: as above.
+        unsafe {
+            assert!(reached_the_driver(f.launch(
+                &LaunchConfig::linear(1, 64),
+                &(DevicePtr(0), 4i64, 5i64)
+            )));
+        }
+    }
+
+    #[test]
+    fn a_loader_checks_arguments_without_loading() {
+        let dev = Device::parse("sm_90", None, None).unwrap();
+        let l = Loader::from_package(
+            Package::from_manifest(with_params(true)).unwrap(),
+            &Gpu::simulated(dev),
+        );
+        assert!(l.check_args("k", None, "k", &[8, 4]).unwrap());
+        let e = l.check_args("k", None, "k", &[8, 2]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k: argument 1 is 2 bytes, the kernel takes 4 (int n)"
+        );
+        let abi = l.entry_params("k", None, "k").unwrap().unwrap();
+        assert_eq!(abi.params[1].type_name.as_deref(), Some("int"));
+        let e = l.check_args("k", None, "nope", &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("entry `nope` is not exported"),
+            "{e}"
+        );
+        assert!(l.check_args("nope", None, "k", &[]).is_err());
+        let l = Loader::from_package(
+            Package::from_manifest(with_params(false)).unwrap(),
+            &Gpu::simulated(dev),
+        );
+        assert!(!l.check_args("k", None, "k", &[8]).unwrap());
     }
 
     #[test]

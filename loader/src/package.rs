@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::load_index::{
-    decode_resources, encode, head_len, hex_into, IndexEntry, IndexObject, LoadIndex,
-    LoadIndexError, ManifestStamp, HEADER_LEN, LOAD_INDEX_FILE,
+    decode_params, decode_resources, encode, head_len, hex_into, EntryParams, IndexEntry,
+    IndexObject, LoadIndex, LoadIndexError, ManifestStamp, HEADER_LEN, LOAD_INDEX_FILE,
 };
 use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::resources::Resources;
@@ -249,6 +249,59 @@ impl Index {
             object,
             ix,
         })
+    }
+}
+
+impl Index {
+    /// The bytes of a blob of the section at file range `at`, checked with the section.
+    fn blob(&self, at: std::ops::Range<u64>, origin: &Path) -> Result<&[u8]> {
+        let blobs = self.checked_blobs().map_err(|what| LoaderError::Package {
+            path: self.path(origin),
+            what,
+        })?;
+        let (_, section) = self.view().blobs();
+        let rel = (at.start - section.start) as usize..(at.end - section.start) as usize;
+        blobs.get(rel).ok_or_else(|| LoaderError::Index {
+            path: self.path(origin),
+            source: LoadIndexError::Damaged("a record lies past the blobs".into()),
+        })
+    }
+
+    /// The launch parameters of every entry of object `i` (entry order); `None` when the
+    /// index carries none for it (a version 3 index, a manifest without them).
+    pub(crate) fn params(
+        &self,
+        i: usize,
+        origin: &Path,
+    ) -> Result<Option<Vec<Option<EntryParams>>>> {
+        let o = self.object(i, origin)?;
+        let Some(at) = o.ix.params_at(&o) else {
+            return Ok(None);
+        };
+        let bytes = self.blob(at, origin)?;
+        decode_params(bytes, o.path)
+            .map(Some)
+            .map_err(|source| LoaderError::Index {
+                path: self.path(origin),
+                source,
+            })
+    }
+
+    /// The launch parameters of `entry` of object `i`; `None` when the index carries none for
+    /// it (or the object does not export it).
+    pub(crate) fn entry_params(
+        &self,
+        i: usize,
+        entry: &str,
+        origin: &Path,
+    ) -> Result<Option<EntryParams>> {
+        let o = self.object(i, origin)?;
+        let Some(k) = o.entries().position(|e| e == entry) else {
+            return Ok(None);
+        };
+        Ok(self
+            .params(i, origin)?
+            .and_then(|mut all| all.get_mut(k).and_then(Option::take)))
     }
 }
 
@@ -555,22 +608,16 @@ impl Package {
             path: self.index.path(&self.origin),
             source,
         };
-        let blobs = self
-            .index
-            .checked_blobs()
-            .map_err(|what| LoaderError::Package {
-                path: self.index.path(&self.origin),
-                what,
-            })?;
-        let (_, section) = o.ix.blobs();
-        let at = o.ix.resources_at(&o);
-        let rel = (at.start - section.start) as usize..(at.end - section.start) as usize;
-        let bytes = blobs.get(rel).ok_or_else(|| {
-            index_err(LoadIndexError::Damaged(
-                "a resource record lies past the blobs".into(),
-            ))
-        })?;
+        let bytes = self.index.blob(o.ix.resources_at(&o), &self.origin)?;
         decode_resources(bytes, o.path).map_err(index_err)
+    }
+
+    /// The launch parameters of object `index`'s entries, in entry order (the caller-visible
+    /// ones and the count of hidden ones; `None` for an entry the manifest records none for).
+    /// `None` when the index carries none for the object: a `manifest.kbi` of version 3, or a
+    /// manifest written before parameters were recorded. Launches are then unchecked.
+    pub fn params(&self, index: usize) -> Result<Option<Vec<Option<EntryParams>>>> {
+        self.index.params(index, &self.origin)
     }
 
     /// The bytes of object `index`, after checking them against the manifest's blake3 (or
@@ -1025,6 +1072,53 @@ mod load_index_tests {
             assert!(matches!(e, LoaderError::Blake3Mismatch { .. }), "{e}");
             assert!(e.to_string().contains("7 bytes"), "{e}");
         }
+    }
+
+    #[test]
+    fn launch_parameters_come_from_manifest_kbi_and_not_from_a_version_3_one() {
+        use kbuild_manifest::params::{Param, ParamKind};
+        let (dir, mut m) = tests_support::build_dir();
+        let p = |index, hidden| Param {
+            index,
+            offset: 8 * u64::from(index),
+            size: 8,
+            align: None,
+            kind: ParamKind::Unknown,
+            name: None,
+            type_name: None,
+            hidden,
+        };
+        m.objects[0].params = [("k".to_string(), vec![p(0, false), p(1, true)])].into();
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        write_index(dir.path(), &m);
+        let bin = Package::open(dir.path()).unwrap();
+        assert!(bin.has_load_index());
+        let got = bin.params(0).unwrap().unwrap();
+        assert_eq!(got[0].as_ref().unwrap().params, [p(0, false)]);
+        assert_eq!(got[0].as_ref().unwrap().hidden, 1);
+        // The PTX object's record has none: nothing carried.
+        assert_eq!(bin.params(1).unwrap(), None);
+        assert_eq!(
+            bin.index.entry_params(0, "k", bin.origin()).unwrap(),
+            got[0].clone()
+        );
+        assert_eq!(
+            bin.index.entry_params(0, "nope", bin.origin()).unwrap(),
+            None
+        );
+        // The same from the JSON.
+        let json = Package::open_uncached(dir.path()).unwrap();
+        assert_eq!(json.params(0).unwrap(), Some(got));
+        // A version 3 index of the same build (written before parameters were carried):
+        // still used, and it carries none.
+        let ix = dir.path().join(LOAD_INDEX_FILE);
+        let mut bytes = std::fs::read(&ix).unwrap();
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(&ix, &bytes).unwrap();
+        let old = Package::open(dir.path()).unwrap();
+        assert!(old.has_load_index());
+        assert_eq!(old.params(0).unwrap(), None);
+        assert_eq!(old.read_verified(0).unwrap(), b"object for sm_90");
     }
 
     #[test]

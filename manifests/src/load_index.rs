@@ -17,7 +17,7 @@
 //! section; an absent optional string has offset `u32::MAX`.
 //!
 //! ```text
-//! header      160 B  magic "KBLOADIX", u32 version (3), u32 kernels, u32 objects,
+//! header      160 B  magic "KBLOADIX", u32 version (4), u32 kernels, u32 objects,
 //!                    u32 entries, u32 strings length, u32 blobs length,
 //!                    u64 manifest length, i64 manifest mtime (ns since the epoch),
 //!                    manifest blake3 (32 bytes), i64 manifest ctime (ns), u64 manifest
@@ -28,17 +28,32 @@
 //!                          bytes); u64 size; u16 PTX ISA major, u16 minor (0xffff: none);
 //!                          u32 first entry, u32 entry count; resources span (blob: the
 //!                          per-entry resource records as MessagePack); blake3 (32 raw
-//!                          bytes); u32 flags (bit 0: the manifest records the blake3);
-//!                          8 reserved bytes
+//!                          bytes); u32 flags (bit 0: the manifest records the blake3;
+//!                          bit 1: the index carries launch parameters); params span
+//!                          (blob: the entries' launch parameters, see below; zero when
+//!                          bit 1 is clear)
 //! entries     48 B each    entry-symbol span; u32 kind (0 no record, 1 CUDA, 2 AMD, 3 PTX);
 //!                          u32 registers; u32 max threads (u32::MAX: none); u32 reserved;
 //!                          u64 LDS bytes; u64 reserved shared bytes; u64 scratch bytes
 //! strings, blobs
 //! ```
 //!
-//! Versions 1 (no blake3, no per-entry figures) and 2 (no digest of its own, bound to the
-//! manifest's length and mtime only) are refused with [`LoadIndexError::Version`]: a loader
-//! then reads the JSON, and the next build rewrites the file.
+//! Launch parameters (version 4): per object, one MessagePack blob in the blob section, an
+//! array with one item per entry in entry order: nil when the manifest records no parameters
+//! for that entry, else `[hidden count, [param, ...]]` with only the caller-visible
+//! parameters, each `[index, offset, size, align|nil, kind (0 pointer, 1 value, 2 unknown),
+//! name|nil, type|nil]`. Hidden parameters (AMD `hidden_*`, which the runtime fills) are only
+//! counted: a launch never passes them. They lie in the blobs, not the head, so that opening
+//! and loading never read them; a launch decodes its entry's on first use ([`decode_params`]).
+//! An object whose manifest record has no `params` (a manifest written before they were
+//! recorded) has bit 1 clear.
+//!
+//! Version 3 (the same layout, without launch parameters: its params span is zero, bit 1
+//! never set) is still read: its objects carry no parameters, so launches through it are
+//! unchecked until the next build rewrites the file. Versions 1 (no blake3, no per-entry
+//! figures) and 2 (no digest of its own, bound to the manifest's length and mtime only) are
+//! refused with [`LoadIndexError::Version`]: a loader then reads the JSON, and the next build
+//! rewrites the file.
 //!
 //! The reader is a pure function over `&[u8]`: section sizes are checked against the data,
 //! every span is checked (and its UTF-8) when it is read, [`LoadIndex::validate`] checks them
@@ -47,14 +62,17 @@
 use std::collections::BTreeMap;
 
 use crate::manifest::{Manifest, ObjectRecord};
+use crate::params::{Param, ParamKind};
 use crate::resources::Resources;
 use crate::target::Version;
 
 /// File name of the load index, beside `manifest.json`.
 pub const LOAD_INDEX_FILE: &str = "manifest.kbi";
 const MAGIC: &[u8; 8] = b"KBLOADIX";
-/// The layout version this crate writes and reads.
-pub const VERSION: u32 = 3;
+/// The layout version this crate writes (and reads).
+pub const VERSION: u32 = 4;
+/// The oldest layout version this crate reads (version 3: no launch parameters).
+pub const MIN_VERSION: u32 = 3;
 /// Bytes of the header, which say how long the rest is ([`head_len`]).
 pub const HEADER_LEN: usize = 160;
 const SPAN: usize = 8;
@@ -62,13 +80,14 @@ const OBJECT: usize = 144;
 const ENTRY: usize = 48;
 const NONE: u32 = u32::MAX;
 const FLAG_BLAKE3: u32 = 1;
+const FLAG_PARAMS: u32 = 2;
 
 /// Why a load index cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadIndexError {
     #[error("not a kbuild load index (no KBLOADIX magic)")]
     Magic,
-    #[error("load index version {0} is not supported (this kbuild reads version {VERSION})")]
+    #[error("load index version {0} is not supported (this kbuild reads versions {MIN_VERSION} to {VERSION})")]
     Version(u32),
     #[error("load index is damaged: {0}")]
     Damaged(String),
@@ -82,6 +101,8 @@ pub enum LoadIndexError {
     },
     #[error("object {path}: resource records do not encode: {cause}")]
     Encode { path: String, cause: String },
+    #[error("object {path}: launch parameters do not encode: {cause}")]
+    EncodeParams { path: String, cause: String },
 }
 
 /// The manifest file a load index was written for; also how the loader tells whether an
@@ -210,6 +231,121 @@ pub struct IndexEntry<'a> {
     pub figures: LoadFigures,
 }
 
+/// The launch parameters of one entry as the index carries them: the caller-visible ones, in
+/// order, and how many hidden ones the runtime passes after them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EntryParams {
+    /// What a caller passes (never `hidden`).
+    pub params: Vec<Param>,
+    /// Arguments the runtime fills (AMDGPU `hidden_*`): counted, not carried.
+    pub hidden: u32,
+}
+
+impl EntryParams {
+    /// The caller-visible parameters of a manifest's list, and the count of the hidden ones.
+    pub fn of(params: &[Param]) -> EntryParams {
+        EntryParams {
+            params: params.iter().filter(|p| !p.hidden).cloned().collect(),
+            hidden: u32::try_from(params.iter().filter(|p| p.hidden).count()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// One parameter on the wire: index, offset, size, align, kind, name, type.
+type WireParam = (
+    u32,
+    u64,
+    u64,
+    Option<u64>,
+    u8,
+    Option<String>,
+    Option<String>,
+);
+
+fn kind_code(k: ParamKind) -> u8 {
+    match k {
+        ParamKind::Pointer => 0,
+        ParamKind::Value => 1,
+        ParamKind::Unknown => 2,
+    }
+}
+
+/// The params blob of `o`: per entry in entry order, nil or `[hidden, [param...]]`.
+fn encode_params(o: &ObjectRecord) -> Result<Vec<u8>, LoadIndexError> {
+    let wire: Vec<Option<(u32, Vec<WireParam>)>> = o
+        .entries
+        .iter()
+        .map(|e| {
+            o.params.get(e).map(|list| {
+                let ep = EntryParams::of(list);
+                let params = ep
+                    .params
+                    .into_iter()
+                    .map(|p| {
+                        (
+                            p.index,
+                            p.offset,
+                            p.size,
+                            p.align,
+                            kind_code(p.kind),
+                            p.name,
+                            p.type_name,
+                        )
+                    })
+                    .collect();
+                (ep.hidden, params)
+            })
+        })
+        .collect();
+    rmp_serde::to_vec(&wire).map_err(|e| LoadIndexError::EncodeParams {
+        path: o.path.clone(),
+        cause: e.to_string(),
+    })
+}
+
+/// The launch parameters of object `path`'s entries (in entry order; `None` for an entry the
+/// manifest records none for) from its params blob.
+pub fn decode_params(bytes: &[u8], path: &str) -> Result<Vec<Option<EntryParams>>, LoadIndexError> {
+    use serde::Deserialize;
+    let damaged =
+        |e: String| LoadIndexError::Damaged(format!("object {path}: launch parameters: {e}"));
+    // Three levels of arrays in the blob; the cap keeps a hostile blob from recursing.
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(8);
+    let wire = Vec::<Option<(u32, Vec<WireParam>)>>::deserialize(&mut de)
+        .map_err(|e| damaged(e.to_string()))?;
+    wire.into_iter()
+        .map(|entry| {
+            entry
+                .map(|(hidden, list)| {
+                    let params = list
+                        .into_iter()
+                        .map(|(index, offset, size, align, kind, name, type_name)| {
+                            let kind = match kind {
+                                0 => ParamKind::Pointer,
+                                1 => ParamKind::Value,
+                                2 => ParamKind::Unknown,
+                                k => return Err(damaged(format!("parameter kind {k} is unknown"))),
+                            };
+                            Ok(Param {
+                                index,
+                                offset,
+                                size,
+                                align,
+                                kind,
+                                name,
+                                type_name,
+                                hidden: false,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(EntryParams { params, hidden })
+                })
+                .transpose()
+        })
+        .collect()
+}
+
 /// Encode the load index of `manifest`, whose `manifest.json` has `stamp`.
 pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, LoadIndexError> {
     let mut strings = StringTable::default();
@@ -246,6 +382,14 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         })?;
         let blob_span = [u32_of(blobs.len(), "blobs")?, u32_of(blob.len(), "blobs")?];
         blobs.extend_from_slice(&blob);
+        let params_span = if o.params.is_empty() {
+            [0, 0]
+        } else {
+            let blob = encode_params(o)?;
+            let span = [u32_of(blobs.len(), "blobs")?, u32_of(blob.len(), "blobs")?];
+            blobs.extend_from_slice(&blob);
+            span
+        };
         let ptx = crate::compat::parse_version(&ptx_isa_text(o).unwrap_or_default());
         let variant = match &o.variant {
             Some(v) => strings.span(v)?,
@@ -275,9 +419,12 @@ pub fn encode(manifest: &Manifest, stamp: ManifestStamp) -> Result<Vec<u8>, Load
         objects.extend_from_slice(&u32_of(o.entries.len(), "entries")?.to_le_bytes());
         put_span(&mut objects, blob_span);
         objects.extend_from_slice(&blake3.unwrap_or([0; 32]));
-        let flags = if blake3.is_some() { FLAG_BLAKE3 } else { 0 };
+        let mut flags = if blake3.is_some() { FLAG_BLAKE3 } else { 0 };
+        if !o.params.is_empty() {
+            flags |= FLAG_PARAMS;
+        }
         objects.extend_from_slice(&flags.to_le_bytes());
-        objects.extend_from_slice(&[0u8; 8]);
+        put_span(&mut objects, params_span);
     }
     let mut out = Vec::with_capacity(
         HEADER_LEN
@@ -428,6 +575,7 @@ pub fn hex_into<'b>(digest: &[u8; 32], buf: &'b mut [u8; 64]) -> &'b str {
 #[derive(Debug, Clone, Copy)]
 pub struct LoadIndex<'a> {
     data: &'a [u8],
+    version: u32,
     kernels: u32,
     objects: u32,
     entries: u32,
@@ -460,6 +608,9 @@ pub struct IndexObject<'a> {
     entry_count: u32,
     /// Offset and length of the resource blob within the blob section.
     resources: (u32, u32),
+    /// Offset and length of the launch parameters' blob within the blob section; `None` when
+    /// the index carries none for this object (a version 3 index, a manifest without them).
+    params: Option<(u32, u32)>,
 }
 
 fn u32_at(d: &[u8], at: usize) -> Option<u32> {
@@ -516,7 +667,7 @@ impl<'a> LoadIndex<'a> {
             || LoadIndexError::Damaged(format!("{} bytes is shorter than its header", data.len()));
         let field = |i: usize| u32_at(data, 8 + 4 * i).map(u64::from).ok_or_else(short);
         let version = field(0)?;
-        if version != u64::from(VERSION) {
+        if !(u64::from(MIN_VERSION)..=u64::from(VERSION)).contains(&version) {
             return Err(LoadIndexError::Version(version as u32));
         }
         if data.len() < HEADER_LEN {
@@ -544,8 +695,8 @@ impl<'a> LoadIndex<'a> {
         // parse_header checked that the header is all there, and `head` fits the slice, so
         // every read and offset below is in range.
         let field = |i: usize| u32_at(data, 8 + 4 * i).unwrap_or(0);
-        let (kernels, objects, entries, strings_len, blobs_len) =
-            (field(1), field(2), field(3), field(4), field(5));
+        let (version, kernels, objects, entries, strings_len, blobs_len) =
+            (field(0), field(1), field(2), field(3), field(4), field(5));
         let range_err = || LoadIndexError::Damaged("section sizes out of range".into());
         let blake3 = *digest_at(data, 48).ok_or_else(range_err)?;
         let stamp = ManifestStamp {
@@ -561,6 +712,7 @@ impl<'a> LoadIndex<'a> {
         let blobs_at = strings_at + strings_len as usize;
         Ok(LoadIndex {
             data,
+            version,
             kernels,
             objects,
             entries,
@@ -578,6 +730,7 @@ impl<'a> LoadIndex<'a> {
     pub fn empty() -> LoadIndex<'static> {
         LoadIndex {
             data: &[],
+            version: VERSION,
             kernels: 0,
             objects: 0,
             entries: 0,
@@ -595,6 +748,17 @@ impl<'a> LoadIndex<'a> {
             blobs_at: HEADER_LEN as u64,
             blobs_len: 0,
         }
+    }
+
+    /// The layout version of the file ([`MIN_VERSION`]..=[`VERSION`]).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Whether objects of this index can carry launch parameters (version 4 on); a version 3
+    /// index carries none, and launches through it are unchecked.
+    pub fn carries_params(&self) -> bool {
+        self.version >= 4
     }
 
     /// The manifest this index was written for.
@@ -685,6 +849,20 @@ impl<'a> LoadIndex<'a> {
         }
         let blake3 = digest_at(d, at + 100).ok_or_else(damaged)?;
         let flags = u32_at(d, at + 132).ok_or_else(damaged)?;
+        let params = if self.carries_params() && flags & FLAG_PARAMS != 0 {
+            let (poff, plen) = (
+                u32_at(d, at + 136).ok_or_else(damaged)?,
+                u32_at(d, at + 140).ok_or_else(damaged)?,
+            );
+            if u64::from(poff) + u64::from(plen) > u64::from(self.blobs_len) {
+                return Err(LoadIndexError::Damaged(format!(
+                    "object {i} launch parameters are out of range"
+                )));
+            }
+            Some((poff, plen))
+        } else {
+            None
+        };
         Ok(IndexObject {
             kernel,
             variant,
@@ -698,6 +876,7 @@ impl<'a> LoadIndex<'a> {
             first_entry,
             entry_count,
             resources: (roff, rlen),
+            params,
         })
     }
 
@@ -740,7 +919,16 @@ impl<'a> LoadIndex<'a> {
                 else {
                     return false;
                 };
-                span(at, true)
+                let params_ok = match (word(132), word(136), word(140)) {
+                    (Some(flags), Some(poff), Some(plen)) => {
+                        !self.carries_params()
+                            || flags & u64::from(FLAG_PARAMS) == 0
+                            || poff + plen <= u64::from(self.blobs_len)
+                    }
+                    _ => false,
+                };
+                params_ok
+                    && span(at, true)
                     && span(at + 8, false)
                     && [16, 24, 32].iter().all(|&o| span(at + o, true))
                     && first + count <= u64::from(self.entries)
@@ -907,6 +1095,30 @@ impl<'a> LoadIndex<'a> {
         let start = self.blobs_at + u64::from(o.resources.0);
         start..start + u64::from(o.resources.1)
     }
+
+    /// Where `o`'s launch parameters lie in the file (decode them with [`decode_params`]);
+    /// `None` when the index carries none for it.
+    pub fn params_at(&self, o: &IndexObject<'a>) -> Option<std::ops::Range<u64>> {
+        let (off, len) = o.params?;
+        let start = self.blobs_at + u64::from(off);
+        Some(start..start + u64::from(len))
+    }
+
+    /// The launch parameters of `o`'s entries (an index read whole); `Ok(None)` when the
+    /// index carries none for it.
+    pub fn params(
+        &self,
+        o: &IndexObject<'a>,
+    ) -> Result<Option<Vec<Option<EntryParams>>>, LoadIndexError> {
+        let Some((off, len)) = o.params else {
+            return Ok(None);
+        };
+        let bytes = self
+            .blobs
+            .get(off as usize..off as usize + len as usize)
+            .ok_or_else(|| LoadIndexError::Damaged("only the head of the index was read".into()))?;
+        decode_params(bytes, o.path).map(Some)
+    }
 }
 
 /// How many bytes of the index precede the resource blobs (the head: what selection needs),
@@ -951,6 +1163,7 @@ impl IndexObject<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::ParamKind;
     use crate::resources::{CudaResources, PtxResources};
 
     fn sample() -> Manifest {
@@ -1000,6 +1213,18 @@ mod tests {
                 object("softmax", Some("rows4"), "sm_90", "cubin", cuda),
             ],
         )
+    }
+
+    impl ManifestStamp {
+        fn default_for_tests() -> ManifestStamp {
+            ManifestStamp {
+                len: 1,
+                mtime_ns: 2,
+                ctime_ns: -1,
+                ino: 0,
+                blake3: [3; 32],
+            }
+        }
     }
 
     #[test]
@@ -1078,6 +1303,119 @@ mod tests {
         assert!(ix.kernel(2).is_err());
     }
 
+    fn with_params() -> Manifest {
+        let mut m = sample();
+        let p = |index, offset, size, kind, name: Option<&str>, ty: Option<&str>, hidden| {
+            crate::params::Param {
+                index,
+                offset,
+                size,
+                align: None,
+                kind,
+                name: name.map(Into::into),
+                type_name: ty.map(Into::into),
+                hidden,
+            }
+        };
+        m.objects[0].params = [(
+            "rmsnorm_f32".to_string(),
+            vec![
+                p(
+                    0,
+                    0,
+                    8,
+                    ParamKind::Pointer,
+                    Some("x"),
+                    Some("const float*"),
+                    false,
+                ),
+                p(1, 8, 4, ParamKind::Value, Some("n"), Some("int"), false),
+                p(2, 16, 4, ParamKind::Value, None, None, true),
+                p(3, 24, 8, ParamKind::Pointer, None, None, true),
+            ],
+        )]
+        .into();
+        let mut ptx = p(0, 0, 8, ParamKind::Unknown, None, None, false);
+        ptx.align = Some(8);
+        m.objects[1].params = [
+            ("rmsnorm_f32".to_string(), vec![ptx]),
+            ("rmsnorm_bf16".to_string(), vec![]),
+        ]
+        .into();
+        m
+    }
+
+    #[test]
+    fn launch_parameters_round_trip_without_the_hidden_ones() {
+        let m = with_params();
+        let bytes = encode(&m, ManifestStamp::default_for_tests()).unwrap();
+        let ix = LoadIndex::parse(&bytes).unwrap();
+        ix.validate().unwrap();
+        assert_eq!(ix.version(), VERSION);
+        assert!(ix.carries_params());
+        let cubin = ix.object(0).unwrap();
+        let got = ix.params(&cubin).unwrap().unwrap();
+        // One item per entry, in entry order: rmsnorm_f32 has a record, rmsnorm_bf16 none.
+        assert_eq!(got.len(), 2);
+        let f32 = got[0].as_ref().unwrap();
+        assert_eq!(f32.hidden, 2);
+        assert_eq!(f32.params, m.objects[0].params["rmsnorm_f32"][..2]);
+        assert_eq!(got[1], None);
+        let ptx = ix.params(&ix.object(1).unwrap()).unwrap().unwrap();
+        assert_eq!(ptx[0].as_ref().unwrap().params[0].align, Some(8));
+        assert_eq!(ptx[1], Some(EntryParams::default()));
+        // An object whose manifest records no parameters carries none.
+        let softmax = ix.object(2).unwrap();
+        assert_eq!(ix.params(&softmax).unwrap(), None);
+        assert_eq!(ix.params_at(&softmax), None);
+        // Read from the head and the blob, as the loader does.
+        let r = ix.params_at(&cubin).unwrap();
+        let blob = &bytes[r.start as usize..r.end as usize];
+        assert_eq!(decode_params(blob, cubin.path).unwrap(), got);
+        assert!(decode_params(
+            &[0x91, 0x92, 0x00, 0x91, 0x97, 0, 0, 8, 0xc0, 9, 0xc0, 0xc0],
+            "x"
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("parameter kind 9 is unknown"));
+        // The parameters add little to the file: no hidden ones, small integers.
+        let plain = encode(&sample(), ManifestStamp::default_for_tests()).unwrap();
+        assert!(
+            bytes.len() - plain.len() < 64,
+            "{}",
+            bytes.len() - plain.len()
+        );
+    }
+
+    #[test]
+    fn a_version_3_index_opens_without_launch_parameters() {
+        // Version 3 is this layout with the params span zero and flag bit 1 never set; one
+        // with stray bits there is read as version 3 all the same.
+        let mut bytes = encode(&with_params(), ManifestStamp::default_for_tests()).unwrap();
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let ix = LoadIndex::parse(&bytes).unwrap();
+        ix.validate().unwrap();
+        assert_eq!(ix.version(), 3);
+        assert!(!ix.carries_params());
+        for i in 0..ix.object_count() {
+            let o = ix.object(i).unwrap();
+            assert_eq!(ix.params(&o).unwrap(), None);
+            assert_eq!(ix.entries(&o).unwrap().len(), 2);
+        }
+        // A head edited to point the parameters past the blobs is caught by the reads.
+        let mut bad = encode(&with_params(), ManifestStamp::default_for_tests()).unwrap();
+        let at = HEADER_LEN + 2 * SPAN + 136;
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let ix = LoadIndex::parse(&bad).unwrap();
+        assert!(ix
+            .object(0)
+            .unwrap_err()
+            .to_string()
+            .contains("launch parameters"));
+        assert!(ix.validate().is_err());
+    }
+
     #[test]
     fn damage_is_an_error() {
         let bytes = encode(
@@ -1149,7 +1487,7 @@ mod tests {
     #[test]
     fn no_input_panics() {
         let bytes = encode(
-            &sample(),
+            &with_params(),
             ManifestStamp {
                 len: 1,
                 mtime_ns: 2,
@@ -1169,6 +1507,7 @@ mod tests {
                         if let Ok(obj) = ix.object(o) {
                             let _ = ix.entries(&obj);
                             let _ = ix.resources(&obj);
+                            let _ = ix.params(&obj);
                             for k in 0..obj.entry_count().min(8) {
                                 let _ = ix.entry(&obj, k);
                             }

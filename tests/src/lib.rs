@@ -188,6 +188,11 @@ pub fn manifest(out_dir: &Path) -> serde_json::Value {
 /// (built first, with the tests' profile) into `dir`: (the executable, the library dir for
 /// `LD_LIBRARY_PATH`).
 pub fn c_example(dir: &Path) -> (PathBuf, PathBuf) {
+    c_program(dir, "examples/c/explain.c", "explain")
+}
+
+/// The C program `source` (repository-relative) built as [`c_example`] is, as `dir/name`.
+pub fn c_program(dir: &Path, source: &str, name: &str) -> (PathBuf, PathBuf) {
     let exe = std::env::current_exe().expect("test executable");
     let libdir = exe
         .parent()
@@ -203,12 +208,12 @@ pub fn c_example(dir: &Path) -> (PathBuf, PathBuf) {
         c.arg("--release");
     }
     assert!(c.status().expect("cargo build").success());
-    let out = dir.join("explain");
+    let out = dir.join(name);
     let root = repo_root();
     let o = Command::new("gcc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
         .arg(root.join("loader/include"))
-        .arg(root.join("examples/c/explain.c"))
+        .arg(root.join(source))
         .arg("-L")
         .arg(&libdir)
         .args(["-lkbuild_capi", "-o"])

@@ -374,6 +374,66 @@ fn c_example_builds_with_gcc_and_explains_for_a_simulated_device() {
     );
 }
 
+/// The C ABI's checked launch: sizes that do not fit rmsnorm_f32's parameters are refused
+/// with the message naming the argument and the parameter, before any driver (this machine
+/// has none: a driver error would say so), for an NVIDIA and an AMD device.
+#[test]
+fn c_abi_refuses_a_mismatched_launch_before_the_driver() {
+    let dir = build().display().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let (exe, libdir) = kbuild_tests::c_program(
+        tmp.path(),
+        "tests/fixtures/c/launch_check.c",
+        "launch_check",
+    );
+    let run = |device: &str| {
+        let o = Command::new(&exe)
+            .args([dir.as_str(), device])
+            .env("LD_LIBRARY_PATH", &libdir)
+            .env("KBUILD_HIP_SEARCH", tmp.path())
+            .output()
+            .expect("running launch_check");
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for device in ["sm_90", "gfx1100"] {
+        let out = run(device);
+        let line = |what: &str| {
+            out.lines()
+                .find(|l| l.starts_with(&format!("{what}: ")))
+                .unwrap_or_else(|| panic!("no {what} line in {out}"))
+                .to_string()
+        };
+        assert_eq!(line("good"), "good: 1 ", "{device}: {out}");
+        let wide = line("wide");
+        assert!(
+            wide.starts_with("wide: -1 rmsnorm_f32: argument 3 is 8 bytes, the kernel takes 4 ("),
+            "{device}: {wide}"
+        );
+        let short = line("short");
+        assert!(
+            short.starts_with("short: -1 rmsnorm_f32: 5 arguments given, the kernel takes 6"),
+            "{device}: {short}"
+        );
+        // gfx1100's hidden arguments (code object v5: block counts, group sizes, ...) are
+        // the runtime's: named, never counted.
+        assert_eq!(
+            short.contains("hidden the runtime passes"),
+            device.starts_with("gfx"),
+            "{device}: {short}"
+        );
+        assert!(
+            line("entry").contains("entry `nope` is not exported"),
+            "{out}"
+        );
+        assert_eq!(line("null function"), "null function: -1 function is NULL");
+        // A simulated device loads nothing: the checks above needed no function.
+        assert!(line("not loaded").contains("is simulated"), "{out}");
+        assert!(!out.contains("driver"), "{device}: {out}");
+        eprintln!("{device}:\n{out}");
+    }
+}
+
 /// `kbuild package` → a bundle file: explain reads it like the build dir; `kbuild pull` for
 /// one device → the cached (subset) entry and the pulled bundle hold only what that device
 /// needs, and the loader's selection over them agrees.
@@ -496,7 +556,7 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
 fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
     use kbuild_loader::Package;
     use kbuild_manifest::compat::Device;
-    use kbuild_manifest::load_index::LOAD_INDEX_FILE;
+    use kbuild_manifest::load_index::{EntryParams, LOAD_INDEX_FILE};
     let out = build();
     assert!(
         out.join(LOAD_INDEX_FILE).is_file(),
@@ -523,5 +583,25 @@ fn the_build_writes_a_load_index_that_agrees_with_its_manifest() {
             indexed.read_verified(i).unwrap(),
             json.read_verified(i).unwrap()
         );
+        // The index carries every entry's caller-visible launch parameters (a launch checks
+        // them), and counts the hidden ones.
+        let m = &json.manifest().unwrap().objects[i];
+        let carried = indexed
+            .params(i)
+            .unwrap()
+            .expect("launch parameters carried");
+        for (entry, got) in m.entries.iter().zip(&carried) {
+            let want = m.params.get(entry).map(|p| EntryParams::of(p));
+            assert_eq!(got, &want, "object {i} {entry}");
+        }
+        assert_eq!(carried, json.params(i).unwrap().unwrap());
     }
+    let gfx = (0..json.object_count())
+        .find(|&i| indexed.object(i).unwrap().target == "gfx1100")
+        .unwrap();
+    let abi = indexed.params(gfx).unwrap().unwrap()[0].clone().unwrap();
+    assert!(
+        abi.hidden > 0 && abi.params.iter().all(|p| !p.hidden),
+        "{abi:?}"
+    );
 }

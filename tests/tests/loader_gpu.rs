@@ -373,6 +373,76 @@ fn loader_on_h200() {
         Ok(out)
     });
 
+    rep.step(
+        "checked launches: a wrong size refused, the right ones run",
+        || {
+            let loader = Loader::open(&dir, &gpu).map_err(e)?;
+            let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;
+            let params = f
+                .params()
+                .ok_or("the build carries no launch parameters for rmsnorm_f32")?;
+            let mut out = format!(
+                "rmsnorm_f32 in {}: {} parameters ({})\n",
+                f.record().map_err(e)?.target,
+                params.len(),
+                params
+                    .iter()
+                    .map(|p| format!("{}@{}:{}", p.kind.as_str(), p.offset, p.size))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let p = Problem::new(64, 256, 6)?;
+            p.poison()?;
+            let (x, w, y, rows, cols, eps) = p.args();
+            let cfg = LaunchConfig::linear(64, 256);
+            // SAFETY: refused before the driver (rows as 8 bytes where the kernel takes 4).
+            let refused = unsafe { f.launch(&cfg, &(x, w, y, i64::from(rows), cols, eps)) };
+            match refused {
+                Err(err @ LoaderError::Args(_)) => {
+                    let text = err.to_string();
+                    if !text.starts_with("rmsnorm_f32: argument 3 is 8 bytes, the kernel takes 4") {
+                        return Err(format!("{out}unexpected message: {text}"));
+                    }
+                    out.push_str(&format!("typed, rows as i64: refused: {text}\n"));
+                }
+                other => return Err(format!("{out}wrong size not refused: {other:?}")),
+            }
+            // Raw pointers with sizes: the same check; one size short is refused too.
+            let (mut xa, mut wa, mut ya, mut r, mut c, mut ep) = (x, w, y, rows, cols, eps);
+            let mut ptrs: Vec<*mut c_void> = vec![
+                (&mut xa as *mut DevicePtr).cast(),
+                (&mut wa as *mut DevicePtr).cast(),
+                (&mut ya as *mut DevicePtr).cast(),
+                (&mut r as *mut i32).cast(),
+                (&mut c as *mut i32).cast(),
+                (&mut ep as *mut f32).cast(),
+            ];
+            // SAFETY: refused before the driver.
+            match unsafe { f.launch_raw(&cfg, &mut ptrs[..5], &[8, 8, 8, 4, 4]) } {
+                Err(err @ LoaderError::Args(_)) => {
+                    out.push_str(&format!("raw, 5 arguments: refused: {err}\n"))
+                }
+                other => return Err(format!("{out}short launch not refused: {other:?}")),
+            }
+            // Nothing ran: y is still all NaN.
+            result::ctx::synchronize().map_err(e)?;
+            let mut got = vec![0f32; p.rows * p.cols];
+            // SAFETY: y holds rows*cols floats.
+            unsafe { result::memcpy_dtoh_sync(&mut got, p.y) }.map_err(e)?;
+            if !got.iter().all(|v| v.is_nan()) {
+                return Err(format!("{out}a refused launch wrote y"));
+            }
+            // SAFETY: rmsnorm_f32's signature; buffers sized; the check passes.
+            unsafe { f.launch_raw(&cfg, &mut ptrs, &[8, 8, 8, 4, 4, 4]) }.map_err(e)?;
+            out.push_str(&format!("raw, right sizes: {}\n", p.check()?));
+            p.poison()?;
+            // SAFETY: as above.
+            unsafe { f.launch(&cfg, &p.args()) }.map_err(e)?;
+            out.push_str(&format!("typed, right types: {}", p.check()?));
+            Ok(out)
+        },
+    );
+
     rep.step("CUDA graph capture passes through", || {
         let loader = Loader::open(&dir, &gpu).map_err(e)?;
         let f = loader.function("rmsnorm", None, "rmsnorm_f32").map_err(e)?;

@@ -264,8 +264,33 @@ pub unsafe extern "C" fn kbuild_function_free(function: *mut KbuildFunction) {
     }
 }
 
-/// Launch: `args` is an array of pointers to each argument value, as `cuLaunchKernel`
-/// takes. 0 on success, -1 on error.
+fn launch_config(c: &KbuildLaunchConfig) -> LaunchConfig {
+    LaunchConfig {
+        grid: (c.grid[0], c.grid[1], c.grid[2]),
+        block: (c.block[0], c.block[1], c.block[2]),
+        shared_bytes: c.shared_bytes,
+        stream: Stream::from_raw(c.stream),
+        programmatic: false,
+    }
+}
+
+/// `count` elements at `p` (NULL or 0: none).
+///
+/// # Safety
+/// `p` is NULL or points at `count` elements.
+unsafe fn slice<'a, T>(p: *const T, count: usize, what: &str) -> Result<&'a [T], LoaderError> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null(what));
+    }
+    Ok(std::slice::from_raw_parts(p, count))
+}
+
+/// Launch without any argument check (kept for existing callers; see
+/// [`kbuild_function_launch_checked`]): `args` is an array of pointers to each argument
+/// value, as `cuLaunchKernel` takes. 0 on success, -1 on error.
 ///
 /// # Safety
 /// `function` and `config` are valid; `args` matches the kernel's parameters.
@@ -278,21 +303,98 @@ pub unsafe extern "C" fn kbuild_function_launch(
 ) -> c_int {
     guard(-1, || {
         let f = live(function, "function")?;
-        let c = live(config, "config")?;
-        let cfg = LaunchConfig {
-            grid: (c.grid[0], c.grid[1], c.grid[2]),
-            block: (c.block[0], c.block[1], c.block[2]),
-            shared_bytes: c.shared_bytes,
-            stream: Stream::from_raw(c.stream),
-            programmatic: false,
-        };
+        let cfg = launch_config(live(config, "config")?);
         let params: &mut [*mut c_void] = if nargs == 0 || args.is_null() {
             &mut []
         } else {
             std::slice::from_raw_parts_mut(args, nargs as usize)
         };
-        f.function.launch_raw(&cfg, params)?;
+        f.function.launch_raw_unchecked(&cfg, params)?;
         Ok(0)
+    })
+}
+
+/// Launch after checking the arguments against the kernel's parameters: `args[i]` points at
+/// argument i's value and `sizes[i]` is its size in bytes; `count` of each. A wrong count or
+/// size is refused before the driver is called (-1; the message, e.g.
+/// `rmsnorm_f32: argument 3 is 8 bytes, the kernel takes 4 (int n)`, in
+/// [`kbuild_last_error`]). Without parameters in the package the launch is unchecked (see
+/// [`kbuild_function_params_known`]). 0 on success.
+///
+/// # Safety
+/// `function` and `config` are valid; `args` and `sizes` hold `count` elements, each
+/// `args[i]` pointing at `sizes[i]` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_function_launch_checked(
+    function: *const KbuildFunction,
+    config: *const KbuildLaunchConfig,
+    args: *const *mut c_void,
+    sizes: *const usize,
+    count: usize,
+) -> c_int {
+    guard(-1, || {
+        let f = live(function, "function")?;
+        let cfg = launch_config(live(config, "config")?);
+        let sizes = slice(sizes, count, "sizes")?;
+        let mut params = slice(args, count, "args")?.to_vec();
+        f.function.launch_raw(&cfg, &mut params, sizes)?;
+        Ok(0)
+    })
+}
+
+/// 1 when launches of `function` are checked (the package carries its parameters), 0 when
+/// they are not (a load index of version 3 or a manifest without parameters: rebuild), -1 on
+/// error. `count` and `hidden`, when not NULL, get the number of caller-visible parameters
+/// and of hidden ones (AMDGPU arguments the runtime passes).
+///
+/// # Safety
+/// `function` is valid; `count` and `hidden` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_function_params_known(
+    function: *const KbuildFunction,
+    count: *mut usize,
+    hidden: *mut usize,
+) -> c_int {
+    guard(-1, || {
+        let f = live(function, "function")?;
+        let Some(params) = f.function.params() else {
+            return Ok(0);
+        };
+        if let Some(c) = count.as_mut() {
+            *c = params.len();
+        }
+        if let Some(h) = hidden.as_mut() {
+            *h = f.function.hidden_params().unwrap_or(0) as usize;
+        }
+        Ok(1)
+    })
+}
+
+/// Check argument sizes for `entry` of `kernel` (`variant` may be NULL) as
+/// [`kbuild_function_launch_checked`] would, without loading or launching (a simulated device
+/// answers too): 1 checked and they fit, 0 nothing to check against, -1 refused or error
+/// (message in [`kbuild_last_error`]).
+///
+/// # Safety
+/// `loader` is live; strings are NULL or NUL-terminated; `sizes` holds `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_check_args(
+    loader: *const KbuildLoader,
+    kernel: *const c_char,
+    variant: *const c_char,
+    entry: *const c_char,
+    sizes: *const usize,
+    count: usize,
+) -> c_int {
+    guard(-1, || {
+        let l = live(loader, "loader")?;
+        let kernel = req_str(kernel, "kernel")?;
+        let entry = req_str(entry, "entry")?;
+        let sizes = slice(sizes, count, "sizes")?;
+        let checked = l
+            .loader
+            .check_args(kernel, opt_str(variant, "variant")?, entry, sizes)?;
+        Ok(c_int::from(checked))
     })
 }
 
@@ -310,5 +412,105 @@ pub extern "C" fn kbuild_last_error() -> *const c_char {
 pub unsafe extern "C" fn kbuild_string_free(s: *mut c_char) {
     if !s.is_null() {
         drop(CString::from_raw(s));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbuild_manifest::params::{Param, ParamKind};
+
+    fn last_error() -> String {
+        // SAFETY: the library's own NUL-terminated buffer, read before the next call.
+        unsafe { CStr::from_ptr(kbuild_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// A build directory whose cubin `k` exports `k(const float* x, int n)`.
+    fn build_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = kbuild_manifest::fixtures::object("k", "sm_90", "cubin", b"cubin");
+        let p = |index, offset, size, kind, ty: &str, name: &str| Param {
+            index,
+            offset,
+            size,
+            align: None,
+            kind,
+            name: Some(name.into()),
+            type_name: Some(ty.into()),
+            hidden: false,
+        };
+        o.params = [(
+            "k".to_string(),
+            vec![
+                p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
+                p(1, 8, 4, ParamKind::Value, "int", "n"),
+            ],
+        )]
+        .into();
+        let m = kbuild_manifest::fixtures::manifest("p", "1.0.0", vec![o]);
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn check_args_refuses_with_the_message_and_launches_refuse_null_handles() {
+        let dir = build_dir();
+        let path = CString::new(dir.path().to_str().unwrap()).unwrap();
+        let device = CString::new("sm_90").unwrap();
+        let (k, nope) = (c"k", c"nope");
+        // SAFETY: valid strings and arrays; the loader is closed once.
+        unsafe {
+            let l = kbuild_loader_open(path.as_ptr(), device.as_ptr(), std::ptr::null(), 0);
+            assert!(!l.is_null(), "{}", last_error());
+            let check = |entry: &CStr, sizes: &[usize]| {
+                kbuild_loader_check_args(
+                    l,
+                    k.as_ptr(),
+                    std::ptr::null(),
+                    entry.as_ptr(),
+                    sizes.as_ptr(),
+                    sizes.len(),
+                )
+            };
+            assert_eq!(check(k, &[8, 4]), 1, "{}", last_error());
+            assert_eq!(check(k, &[8, 8]), -1);
+            assert_eq!(
+                last_error(),
+                "k: argument 1 is 8 bytes, the kernel takes 4 (int n)"
+            );
+            assert_eq!(check(k, &[8]), -1);
+            assert_eq!(last_error(), "k: 1 argument given, the kernel takes 2");
+            assert_eq!(check(nope, &[]), -1);
+            assert!(last_error().contains("entry `nope` is not exported"));
+            // A simulated device loads nothing.
+            let f = kbuild_loader_get_function(l, k.as_ptr(), std::ptr::null(), k.as_ptr());
+            assert!(f.is_null());
+            assert!(last_error().contains("is simulated"), "{}", last_error());
+            kbuild_loader_close(l);
+            let cfg = KbuildLaunchConfig {
+                grid: [1, 1, 1],
+                block: [1, 1, 1],
+                shared_bytes: 0,
+                stream: std::ptr::null_mut(),
+            };
+            let args = [std::ptr::null_mut::<c_void>(); 2];
+            let sizes = [8usize, 4];
+            let r = kbuild_function_launch_checked(
+                std::ptr::null(),
+                &cfg,
+                args.as_ptr(),
+                sizes.as_ptr(),
+                2,
+            );
+            assert_eq!((r, last_error().as_str()), (-1, "function is NULL"));
+            let r = kbuild_function_params_known(
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            assert_eq!(r, -1);
+        }
     }
 }
