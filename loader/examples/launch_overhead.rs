@@ -22,7 +22,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     let path = argv
         .next()
         .ok_or("usage: launch_overhead BUILD_DIR|BUNDLE [LAUNCHES]")?;
-    let n: usize = argv.next().map(|s| s.parse()).transpose()?.unwrap_or(20_000);
+    let n: usize = argv
+        .next()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(20_000);
     let gpu = Gpu::open(&DeviceOptions::default())?;
     let loader = Loader::open(path.as_ref(), &gpu)?;
     let f = loader.function("rmsnorm", None, "rmsnorm_f32")?;
@@ -36,7 +40,14 @@ fn main() -> Result<(), Box<dyn Error>> {
             result::malloc_sync(256 * 4)?,
         )
     };
-    let args = (DevicePtr(x), DevicePtr(w), DevicePtr(y), rows, cols, 1e-6f32);
+    let args = (
+        DevicePtr(x),
+        DevicePtr(w),
+        DevicePtr(y),
+        rows,
+        cols,
+        1e-6f32,
+    );
     let cfg = LaunchConfig::linear(1, 256);
     let mut params = args.params();
     let time = |launch: &mut dyn FnMut() -> Result<(), Box<dyn Error>>| {

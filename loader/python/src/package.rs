@@ -404,9 +404,10 @@ pub fn pull(
                     Some(d) => device_targets(m, d).map_err(Into::into),
                 }
             };
-        pull::pull(&req, &select)
+        // The message now: the error itself is large, and the GIL is not held here.
+        pull::pull(&req, &select).map_err(|e| crate::chain_text(&e))
     });
-    let pulled = pulled.map_err(kbuild_err)?;
+    let pulled = pulled.map_err(KbuildError::new_err)?;
     let note = match &pulled.verdict {
         Verdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
         Verdict::Warning(w) => w.clone(),
