@@ -1,0 +1,482 @@
+//! Python launch arguments → the `void**` both drivers take, checked against the kernel's
+//! launch ABI as the manifest records it (`objects[].params`, kbuild_manifest::params) before
+//! anything reaches the driver.
+//!
+//! What each argument is: a tensor (anything with `data_ptr()` and `device`, torch's) or a
+//! [`Pointer`] is an 8-byte device pointer; a [`Scalar`] (`kbuild.int32(5)`) has its own size;
+//! a Python `int` or `float` takes the size of the parameter it goes to (an int into 4 bytes
+//! is an int32, range-checked; into 8 an int64; into a pointer a raw address; a float into 4
+//! bytes an f32, into 8 an f64; a float into a pointer or a parameter whose C type is an
+//! integer is refused).
+
+use std::ffi::c_void;
+
+use kbuild_manifest::params::{Param, ParamKind};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyTuple};
+
+use crate::LaunchError;
+
+/// A raw device pointer argument: `kbuild.Pointer(tensor.data_ptr())`, or any address.
+#[pyclass(frozen, module = "kbuild", name = "Pointer")]
+#[derive(Clone, Copy)]
+pub struct Pointer {
+    value: u64,
+}
+
+#[pymethods]
+impl Pointer {
+    #[new]
+    fn new(value: u64) -> Pointer {
+        Pointer { value }
+    }
+
+    /// The address.
+    #[getter]
+    fn value(&self) -> u64 {
+        self.value
+    }
+
+    fn __int__(&self) -> u64 {
+        self.value
+    }
+
+    fn __index__(&self) -> u64 {
+        self.value
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<Pointer>()
+            .is_ok_and(|o| o.get().value == self.value)
+    }
+
+    fn __hash__(&self) -> u64 {
+        self.value
+    }
+
+    fn __repr__(&self) -> String {
+        format!("kbuild.Pointer(0x{:x})", self.value)
+    }
+}
+
+/// A kernel argument of an explicit C type: `kbuild.int32(n)`, `kbuild.int64(n)`,
+/// `kbuild.uint32(n)`, `kbuild.uint64(n)`, `kbuild.float32(x)`, `kbuild.float64(x)`.
+#[pyclass(frozen, module = "kbuild", name = "Scalar")]
+#[derive(Clone, Copy)]
+pub struct Scalar {
+    bits: u64,
+    size: u64,
+    float: bool,
+    ctype: &'static str,
+}
+
+#[pymethods]
+impl Scalar {
+    /// Its size in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The C type it stands for (`int32_t`, `float`, …).
+    #[getter]
+    fn ctype(&self) -> &'static str {
+        self.ctype
+    }
+
+    fn __repr__(&self) -> String {
+        let value = match (self.float, self.size) {
+            (true, 4) => f32::from_bits(self.bits as u32).to_string(),
+            (true, _) => f64::from_bits(self.bits).to_string(),
+            (false, 4) if self.ctype.starts_with('u') => (self.bits as u32).to_string(),
+            (false, 4) => (self.bits as u32 as i32).to_string(),
+            (false, _) if self.ctype.starts_with('u') => self.bits.to_string(),
+            (false, _) => (self.bits as i64).to_string(),
+        };
+        let name = match self.ctype {
+            "int32_t" => "int32",
+            "int64_t" => "int64",
+            "uint32_t" => "uint32",
+            "uint64_t" => "uint64",
+            "float" => "float32",
+            _ => "float64",
+        };
+        format!("kbuild.{name}({value})")
+    }
+}
+
+fn scalar_range(v: i128, ctype: &str, lo: i128, hi: i128) -> PyResult<()> {
+    if v < lo || v > hi {
+        return Err(pyo3::exceptions::PyOverflowError::new_err(format!(
+            "{v} does not fit in {ctype}"
+        )));
+    }
+    Ok(())
+}
+
+/// An `int32_t` argument.
+#[pyfunction]
+pub fn int32(value: i64) -> PyResult<Scalar> {
+    scalar_range(value.into(), "int32_t", i32::MIN.into(), i32::MAX.into())?;
+    Ok(Scalar {
+        bits: u64::from(value as i32 as u32),
+        size: 4,
+        float: false,
+        ctype: "int32_t",
+    })
+}
+
+/// An `int64_t` argument.
+#[pyfunction]
+pub fn int64(value: i64) -> Scalar {
+    Scalar {
+        bits: value as u64,
+        size: 8,
+        float: false,
+        ctype: "int64_t",
+    }
+}
+
+/// A `uint32_t` argument.
+#[pyfunction]
+pub fn uint32(value: u32) -> Scalar {
+    Scalar {
+        bits: u64::from(value),
+        size: 4,
+        float: false,
+        ctype: "uint32_t",
+    }
+}
+
+/// A `uint64_t` argument.
+#[pyfunction]
+pub fn uint64(value: u64) -> Scalar {
+    Scalar {
+        bits: value,
+        size: 8,
+        float: false,
+        ctype: "uint64_t",
+    }
+}
+
+/// A `float` argument.
+#[pyfunction]
+pub fn float32(value: f64) -> Scalar {
+    Scalar {
+        bits: u64::from((value as f32).to_bits()),
+        size: 4,
+        float: true,
+        ctype: "float",
+    }
+}
+
+/// A `double` argument.
+#[pyfunction]
+pub fn float64(value: f64) -> Scalar {
+    Scalar {
+        bits: value.to_bits(),
+        size: 8,
+        float: true,
+        ctype: "double",
+    }
+}
+
+/// The arguments packed: one 8-byte slot per argument (a smaller value in its low bytes, as
+/// the little-endian targets read it).
+pub(crate) struct Packed {
+    slots: Vec<u64>,
+}
+
+impl Packed {
+    /// Pointers to each slot, valid while `self` is.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| (s as *mut u64).cast::<c_void>())
+            .collect()
+    }
+}
+
+/// The caller's parameters of an entry (AMD hidden arguments are the runtime's).
+pub(crate) fn visible(params: &[Param]) -> Vec<Param> {
+    params.iter().filter(|p| !p.hidden).cloned().collect()
+}
+
+/// How a parameter is named in messages: its C type and name where the object has them
+/// (`int n`), else what the object says of it (`value`, `pointer`).
+pub(crate) fn describe(p: &Param) -> String {
+    let kind = match p.kind {
+        ParamKind::Pointer => "pointer",
+        ParamKind::Value => "value",
+        ParamKind::Unknown => "pointer or value",
+    };
+    match (&p.type_name, &p.name) {
+        (Some(t), Some(n)) => format!("{t} {n}"),
+        (Some(t), None) => t.clone(),
+        (None, Some(n)) => format!("{kind} {n}"),
+        (None, None) => kind.to_string(),
+    }
+}
+
+/// What a parameter's C type says: a floating-point type, an integer, or nothing known.
+#[derive(PartialEq, Eq)]
+enum TypeClass {
+    Float,
+    Integer,
+    Unknown,
+}
+
+fn type_class(p: &Param) -> TypeClass {
+    let Some(t) = p.type_name.as_deref() else {
+        return TypeClass::Unknown;
+    };
+    if t.contains('*') || t.contains('&') {
+        return TypeClass::Unknown;
+    }
+    let t = t.to_ascii_lowercase();
+    if ["float", "double", "half", "bf16", "bfloat"]
+        .iter()
+        .any(|w| t.contains(w))
+    {
+        TypeClass::Float
+    } else if [
+        "int", "long", "short", "char", "size_t", "bool", "unsigned", "ptrdiff",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+    {
+        TypeClass::Integer
+    } else {
+        TypeClass::Unknown
+    }
+}
+
+fn unsigned(p: &Param) -> bool {
+    p.type_name
+        .as_deref()
+        .is_some_and(|t| t.contains("unsigned") || t.starts_with('u') || t.contains("size_t"))
+}
+
+/// One Python argument, classified.
+enum Arg {
+    /// 8 bytes: a tensor's `data_ptr()` or a [`Pointer`].
+    Pointer(u64),
+    Int(i128),
+    Float(f64),
+    Scalar(Scalar),
+}
+
+/// Pack `args` for `entry`, whose parameters the manifest records as `params` (`None`: it
+/// records none), for a kernel on CUDA device `device` (`None`: a simulated device, whose
+/// tensors only need to be on a GPU). Every refusal is a [`LaunchError`] naming the argument.
+pub(crate) fn pack(
+    entry: &str,
+    params: Option<&[Param]>,
+    args: &Bound<'_, PyTuple>,
+    device: Option<u32>,
+) -> PyResult<Packed> {
+    let err = |what: String| LaunchError::new_err(format!("{entry}: {what}"));
+    if let Some(params) = params {
+        if params.len() != args.len() {
+            let list: Vec<String> = params.iter().map(describe).collect();
+            return Err(err(format!(
+                "{} argument{} given, the kernel takes {} ({})",
+                args.len(),
+                if args.len() == 1 { "" } else { "s" },
+                params.len(),
+                list.join(", ")
+            )));
+        }
+    }
+    let mut slots = Vec::with_capacity(args.len());
+    for (i, obj) in args.iter().enumerate() {
+        let arg = classify(entry, i, &obj, device)?;
+        let Some(p) = params.and_then(|ps| ps.get(i)) else {
+            // No record to size a Python number by: only self-sized arguments go.
+            slots.push(match arg {
+                Arg::Pointer(v) => v,
+                Arg::Scalar(s) => s.bits,
+                Arg::Int(_) | Arg::Float(_) => {
+                    let what = if matches!(arg, Arg::Int(_)) { "an int" } else { "a float" };
+                    return Err(err(format!(
+                        "argument {i} is {what}, and the manifest records no parameters of `{entry}` to size it by (an object built before kbuild recorded them); pass kbuild.int32(...), kbuild.int64(...), kbuild.float32(...) or kbuild.float64(...)"
+                    )));
+                }
+            });
+            continue;
+        };
+        slots.push(pack_one(i, arg, p).map_err(err)?);
+    }
+    Ok(Packed { slots })
+}
+
+/// The slot of argument `i` for parameter `p`, or what is wrong (without the entry's name).
+fn pack_one(i: usize, arg: Arg, p: &Param) -> Result<u64, String> {
+    let desc = describe(p);
+    let size = p.size;
+    let class = type_class(p);
+    match arg {
+        Arg::Pointer(v) => {
+            if size != 8 {
+                return Err(format!(
+                    "argument {i} is 8 bytes, the kernel takes {size} ({desc})"
+                ));
+            }
+            if p.kind == ParamKind::Value && class != TypeClass::Unknown {
+                return Err(format!(
+                    "argument {i} is a pointer, the kernel takes a value ({desc})"
+                ));
+            }
+            Ok(v)
+        }
+        Arg::Scalar(s) => {
+            if s.size != size {
+                return Err(format!(
+                    "argument {i} is {} bytes, the kernel takes {size} ({desc})",
+                    s.size
+                ));
+            }
+            if s.float && (p.kind == ParamKind::Pointer || class == TypeClass::Integer) {
+                return Err(format!(
+                    "argument {i} is a {}, the kernel takes {} ({desc})",
+                    s.ctype,
+                    if p.kind == ParamKind::Pointer {
+                        "a pointer"
+                    } else {
+                        "an integer"
+                    }
+                ));
+            }
+            if !s.float && class == TypeClass::Float {
+                return Err(format!(
+                    "argument {i} is an {}, the kernel takes a floating-point value ({desc})",
+                    s.ctype
+                ));
+            }
+            Ok(s.bits)
+        }
+        Arg::Int(v) => {
+            if p.kind == ParamKind::Pointer {
+                if size != 8 || !(0..=i128::from(u64::MAX)).contains(&v) {
+                    return Err(format!(
+                        "argument {i} is {v}, not an address for the kernel's {size}-byte pointer ({desc})"
+                    ));
+                }
+                return Ok(v as u64);
+            }
+            if class == TypeClass::Float {
+                return match size {
+                    4 => Ok(u64::from((v as f32).to_bits())),
+                    8 => Ok((v as f64).to_bits()),
+                    _ => Err(format!(
+                        "argument {i} is an int, the kernel takes {size} bytes ({desc})"
+                    )),
+                };
+            }
+            let (lo, hi): (i128, i128) = match (size, unsigned(p)) {
+                (1, false) => (i8::MIN.into(), i8::MAX.into()),
+                (1, true) => (0, u8::MAX.into()),
+                (2, false) => (i16::MIN.into(), i16::MAX.into()),
+                (2, true) => (0, u16::MAX.into()),
+                (4, false) => (i32::MIN.into(), i32::MAX.into()),
+                (4, true) => (0, u32::MAX.into()),
+                // 8 bytes: an int64, or an address/uint64 when it is larger.
+                (8, _) => (i64::MIN.into(), u64::MAX.into()),
+                _ => {
+                    return Err(format!(
+                        "argument {i} is an int, the kernel takes {size} bytes ({desc})"
+                    ))
+                }
+            };
+            if v < lo || v > hi {
+                return Err(format!(
+                    "argument {i} is {v}, which does not fit in the kernel's {size} bytes ({desc})"
+                ));
+            }
+            // Two's complement in the low `size` bytes.
+            let bits = v as i64 as u64;
+            Ok(match size {
+                8 => {
+                    if v > i128::from(i64::MAX) {
+                        v as u64
+                    } else {
+                        bits
+                    }
+                }
+                n => bits & ((1u64 << (n * 8)) - 1),
+            })
+        }
+        Arg::Float(x) => {
+            if p.kind == ParamKind::Pointer {
+                return Err(format!(
+                    "argument {i} is a float, the kernel takes a pointer ({desc})"
+                ));
+            }
+            if class == TypeClass::Integer {
+                return Err(format!(
+                    "argument {i} is a float, the kernel takes an integer ({desc})"
+                ));
+            }
+            match size {
+                4 => Ok(u64::from((x as f32).to_bits())),
+                8 => Ok(x.to_bits()),
+                _ => Err(format!(
+                    "argument {i} is a float, the kernel takes {size} bytes ({desc})"
+                )),
+            }
+        }
+    }
+}
+
+fn classify(entry: &str, i: usize, obj: &Bound<'_, PyAny>, device: Option<u32>) -> PyResult<Arg> {
+    let py = obj.py();
+    let err = |what: String| LaunchError::new_err(format!("{entry}: argument {i} {what}"));
+    if let Ok(p) = obj.cast::<Pointer>() {
+        return Ok(Arg::Pointer(p.get().value));
+    }
+    if let Ok(s) = obj.cast::<Scalar>() {
+        return Ok(Arg::Scalar(*s.get()));
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(Arg::Float(obj.extract::<f64>()?));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(Arg::Int(v.into()));
+        }
+        if let Ok(v) = obj.extract::<u64>() {
+            return Ok(Arg::Int(v.into()));
+        }
+        return Err(err(format!("is {obj}, larger than any kernel parameter")));
+    }
+    let data_ptr = intern!(py, "data_ptr");
+    if obj.hasattr(data_ptr)? {
+        // A tensor: it must live where the kernel runs.
+        let dev = obj.getattr(intern!(py, "device"))?;
+        let kind: String = dev.getattr(intern!(py, "type"))?.extract()?;
+        let index: Option<i64> = dev.getattr(intern!(py, "index"))?.extract()?;
+        let on_device = kind == "cuda"
+            && match (device, index) {
+                (Some(d), Some(t)) => t == i64::from(d),
+                _ => true,
+            };
+        if !on_device {
+            let here = match device {
+                Some(d) => format!("cuda:{d}"),
+                None => "a GPU".to_string(),
+            };
+            return Err(err(format!(
+                "is a tensor on {}, the kernel runs on {here}",
+                dev.str()?
+            )));
+        }
+        let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
+        return Ok(Arg::Pointer(ptr));
+    }
+    Err(err(format!(
+        "is a {}: pass a tensor, an int, a float, a kbuild.Pointer or a kbuild scalar (kbuild.int32(...))",
+        obj.get_type().name()?
+    )))
+}

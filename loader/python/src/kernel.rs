@@ -1,0 +1,252 @@
+//! A kernel entry ready to launch (loaded on a detected GPU) or selected for a simulated
+//! device (its arguments can be checked; nothing launches).
+
+use std::ffi::c_void;
+
+use kbuild_loader::{Function, Gpu, LaunchConfig, LoaderError, Stream};
+use kbuild_manifest::params::Param;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyTuple};
+
+use crate::{args, kbuild_err, loader_err, LaunchError};
+
+struct Loaded {
+    function: Function,
+    gpu: Gpu,
+    index: u32,
+}
+
+/// A kernel entry of a package on one device.
+#[pyclass(frozen, module = "kbuild._native", name = "Kernel")]
+pub struct PyKernel {
+    kernel: String,
+    variant: Option<String>,
+    entry: String,
+    target: String,
+    device: String,
+    /// The caller's launch parameters as the manifest records them (`None`: not recorded).
+    params: Option<Vec<Param>>,
+    loaded: Option<Loaded>,
+}
+
+impl PyKernel {
+    pub(crate) fn selected_only(
+        kernel: String,
+        variant: Option<String>,
+        entry: String,
+        target: String,
+        device: String,
+        params: Option<Vec<Param>>,
+    ) -> PyKernel {
+        PyKernel {
+            kernel,
+            variant,
+            entry,
+            target,
+            device,
+            params,
+            loaded: None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn loaded(
+        kernel: String,
+        variant: Option<String>,
+        entry: String,
+        target: String,
+        device: String,
+        index: u32,
+        params: Option<Vec<Param>>,
+        function: Function,
+        gpu: Gpu,
+    ) -> PyKernel {
+        PyKernel {
+            kernel,
+            variant,
+            entry,
+            target,
+            device,
+            params,
+            loaded: Some(Loaded {
+                function,
+                gpu,
+                index,
+            }),
+        }
+    }
+}
+
+/// A grid or block: an int or a tuple of one to three ints.
+fn dims(obj: &Bound<'_, PyAny>, what: &str, entry: &str) -> PyResult<(u32, u32, u32)> {
+    let bad = || {
+        LaunchError::new_err(format!(
+            "{entry}: {what} must be an int or a tuple of 1 to 3 ints, not {obj}"
+        ))
+    };
+    if obj.is_instance_of::<PyInt>() {
+        return Ok((obj.extract::<u32>().map_err(|_| bad())?, 1, 1));
+    }
+    let v: Vec<u32> = obj.extract().map_err(|_| bad())?;
+    match v.as_slice() {
+        [x] => Ok((*x, 1, 1)),
+        [x, y] => Ok((*x, *y, 1)),
+        [x, y, z] => Ok((*x, *y, *z)),
+        _ => Err(bad()),
+    }
+}
+
+#[pymethods]
+impl PyKernel {
+    #[getter]
+    fn kernel(&self) -> &str {
+        &self.kernel
+    }
+
+    #[getter]
+    fn variant(&self) -> Option<&str> {
+        self.variant.as_deref()
+    }
+
+    #[getter]
+    fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// The target of the selected object (`sm_90`, `compute_90`, `gfx1100`).
+    #[getter]
+    fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The device, as explain describes it.
+    #[getter]
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The CUDA/HIP device index it is loaded on; `None` when simulated.
+    #[getter]
+    fn device_index(&self) -> Option<u32> {
+        self.loaded.as_ref().map(|l| l.index)
+    }
+
+    #[getter]
+    fn simulated(&self) -> bool {
+        self.loaded.is_none()
+    }
+
+    /// The launch parameters as JSON (`None`: the manifest records none).
+    #[getter]
+    fn params_json(&self) -> PyResult<Option<String>> {
+        self.params
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(kbuild_err)
+    }
+
+    /// What the driver reports for the loaded function.
+    #[getter]
+    fn attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let Some(l) = &self.loaded else {
+            return Err(loader_err(LoaderError::Simulated {
+                device: self.device.clone(),
+            }));
+        };
+        let d = PyDict::new(py);
+        if let Some(f) = l.function.cuda_function() {
+            // SAFETY: `f` belongs to the module `l.function` keeps loaded.
+            let a = unsafe { kbuild_loader::cuda::attributes(f) }.map_err(loader_err)?;
+            d.set_item("registers", a.registers)?;
+            d.set_item("shared_bytes", a.shared_bytes)?;
+            d.set_item("local_bytes", a.local_bytes)?;
+            d.set_item("const_bytes", a.const_bytes)?;
+            d.set_item("max_threads", a.max_threads)?;
+        } else {
+            for c in l.function.attribute_checks() {
+                let key = match c.field {
+                    "lds_bytes" => "shared_bytes",
+                    "scratch_bytes" => "local_bytes",
+                    other => other,
+                };
+                d.set_item(key, c.loaded)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// The attributes compared with the manifest after load, as JSON.
+    #[getter]
+    fn attribute_checks_json(&self) -> PyResult<String> {
+        let checks = self
+            .loaded
+            .as_ref()
+            .map(|l| l.function.attribute_checks())
+            .unwrap_or_default();
+        serde_json::to_string(checks).map_err(kbuild_err)
+    }
+
+    /// Check `args` against the kernel's launch parameters (raises `LaunchError`).
+    fn check(&self, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let index = self.loaded.as_ref().map(|l| l.index);
+        args::pack(&self.entry, self.params.as_deref(), args, index).map(|_| ())
+    }
+
+    /// Launch on `stream` (a raw `CUstream`/`hipStream_t`; 0 is the legacy default stream).
+    /// Every check (arguments, grid, block) comes before the driver is called.
+    #[pyo3(signature = (grid, block, args, shared=0, stream=0))]
+    fn launch(
+        &self,
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        shared: u32,
+        stream: usize,
+    ) -> PyResult<()> {
+        let index = self.loaded.as_ref().map(|l| l.index);
+        let mut packed = args::pack(&self.entry, self.params.as_deref(), args, index)?;
+        let cfg = LaunchConfig {
+            grid: dims(grid, "grid", &self.entry)?,
+            block: dims(block, "block", &self.entry)?,
+            shared_bytes: shared,
+            stream: Stream::from_raw(stream as *mut c_void),
+            programmatic: false,
+        };
+        let Some(l) = &self.loaded else {
+            return Err(loader_err(LoaderError::Simulated {
+                device: self.device.clone(),
+            }));
+        };
+        if let Some(cuda) = l.gpu.cuda() {
+            // torch's thread may have another context current (or none): the module is in
+            // the device's primary context, the one torch uses.
+            cuda.context().bind_to_thread().map_err(|e| {
+                loader_err(LoaderError::Runtime {
+                    api: "cuCtxSetCurrent".into(),
+                    message: e.to_string(),
+                })
+            })?;
+        }
+        let mut pointers = packed.pointers();
+        // SAFETY: the arguments were checked against the kernel's recorded parameters
+        // (count, sizes, pointer or value); the pointers stay valid for the call.
+        unsafe { l.function.launch_raw(&cfg, &mut pointers) }.map_err(loader_err)
+    }
+
+    fn __repr__(&self) -> String {
+        let variant = self
+            .variant
+            .as_ref()
+            .map(|v| format!(" [{v}]"))
+            .unwrap_or_default();
+        let on = match &self.loaded {
+            Some(l) => format!("cuda:{}", l.index),
+            None => format!("{} (simulated)", self.device),
+        };
+        format!(
+            "<kbuild.Kernel {}{variant} {} from {} on {on}>",
+            self.entry, self.kernel, self.target
+        )
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The `kbuild` Python package's tests, from the installed wheel (scripts/test runs this last):
+# a venv under the target dir with maturin and pytest pinned from PyPI, one wheel build
+# (dev profile, stripped: it reuses what `cargo test --workspace` compiled), installed into
+# the venv, then pytest from outside the source tree against a real build of
+# kernels/rmsnorm.cu for sm_90 and gfx1100 made with the repository's kbuild ($KBUILD_BIN).
+#   KBUILD_PY_PROFILE=release loader/python/test.sh   # the wheel as pip builds it
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+venv=$CARGO_TARGET_DIR/python-venv
+py=$venv/bin/python
+[ -x "$py" ] || python3 -m venv "$venv"
+"$py" -c 'import importlib.metadata as m, sys; sys.exit(m.version("maturin") != "1.16.0" or m.version("pytest") != "9.0.3")' 2>/dev/null ||
+  "$py" -m pip install -q --disable-pip-version-check maturin==1.16.0 pytest==9.0.3
+kbuild_bin=${KBUILD_BIN:-$CARGO_TARGET_DIR/debug/kbuild}
+[ -x "$kbuild_bin" ] || cargo build -q -p kbuild --bin kbuild
+wheels=$CARGO_TARGET_DIR/python-wheels
+rm -rf "$wheels"
+start=$(date +%s)
+"$venv/bin/maturin" build -q --profile "${KBUILD_PY_PROFILE:-dev}" --strip \
+  -m loader/python/Cargo.toml -o "$wheels"
+echo "wheel: $(ls "$wheels") ($(du -h "$wheels"/*.whl | cut -f1), built in $(( $(date +%s) - start )) s)"
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/kbuild-*.whl
+# Outside the source tree, so that `import kbuild` is the installed wheel.
+cd "$(mktemp -d)"
+KBUILD_BIN=$(realpath "$kbuild_bin") KBUILD_REPO=$root "$py" -m pytest -q -p no:cacheprovider "$root/loader/python/tests"
