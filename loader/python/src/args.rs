@@ -187,6 +187,8 @@ pub fn float64(value: f64) -> Scalar {
 /// the little-endian targets read it).
 pub(crate) struct Packed {
     slots: Vec<u64>,
+    /// Each argument's size in bytes, for the loader's own check.
+    sizes: Vec<usize>,
 }
 
 impl Packed {
@@ -196,6 +198,10 @@ impl Packed {
             .iter_mut()
             .map(|s| (s as *mut u64).cast::<c_void>())
             .collect()
+    }
+
+    pub(crate) fn sizes(&self) -> &[usize] {
+        &self.sizes
     }
 }
 
@@ -291,13 +297,20 @@ pub(crate) fn pack(
         }
     }
     let mut slots = Vec::with_capacity(args.len());
+    let mut sizes = Vec::with_capacity(args.len());
     for (i, obj) in args.iter().enumerate() {
         let arg = classify(entry, i, &obj, device)?;
         let Some(p) = params.and_then(|ps| ps.get(i)) else {
             // No record to size a Python number by: only self-sized arguments go.
             slots.push(match arg {
-                Arg::Pointer(v) => v,
-                Arg::Scalar(s) => s.bits,
+                Arg::Pointer(v) => {
+                    sizes.push(8);
+                    v
+                }
+                Arg::Scalar(s) => {
+                    sizes.push(s.size as usize);
+                    s.bits
+                }
                 Arg::Int(_) | Arg::Float(_) => {
                     let what = if matches!(arg, Arg::Int(_)) { "an int" } else { "a float" };
                     return Err(err(format!(
@@ -308,8 +321,9 @@ pub(crate) fn pack(
             continue;
         };
         slots.push(pack_one(i, arg, p).map_err(err)?);
+        sizes.push(p.size as usize);
     }
-    Ok(Packed { slots })
+    Ok(Packed { slots, sizes })
 }
 
 /// The slot of argument `i` for parameter `p`, or what is wrong (without the entry's name).

@@ -230,8 +230,9 @@ impl PyKernel {
         }
         let mut pointers = packed.pointers();
         // SAFETY: the arguments were checked against the kernel's recorded parameters
-        // (count, sizes, pointer or value); the pointers stay valid for the call.
-        unsafe { l.function.launch_raw(&cfg, &mut pointers) }.map_err(loader_err)
+        // (count, sizes, pointer or value); each pointer is to an 8-byte slot holding a value
+        // of at most its size, valid for the call. The loader checks the sizes again.
+        unsafe { l.function.launch_raw(&cfg, &mut pointers, packed.sizes()) }.map_err(loader_err)
     }
 
     fn __repr__(&self) -> String {
