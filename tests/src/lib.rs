@@ -223,3 +223,29 @@ pub fn c_program(dir: &Path, source: &str, name: &str) -> (PathBuf, PathBuf) {
     assert!(o.status.success(), "{}", text(&o));
     (out, libdir)
 }
+
+/// The cuobjdump of the CUDA toolchain `kbuild toolchain install` puts in place.
+pub fn cuobjdump() -> std::path::PathBuf {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let p = std::path::PathBuf::from(home)
+        .join(".local/share/kbuild/toolchains/cuda-13.5.37/nvidia/cu13/bin/cuobjdump");
+    assert!(
+        p.is_file(),
+        "cuobjdump missing at {}: run `cargo run -p kbuild -- toolchain install cuda`",
+        p.display()
+    );
+    p
+}
+
+/// A vendor tool's stdout; panics naming the command when it fails.
+pub fn tool_output(cmd: &mut std::process::Command) -> String {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -12,35 +12,11 @@
 mod kbuild_tests;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use kbuild_tests::{manifest, text, Scratch};
+use kbuild_tests::{cuobjdump, manifest, text, tool_output, Scratch};
 use serde_json::Value;
-
-fn cuobjdump() -> PathBuf {
-    let home = std::env::var("HOME").unwrap_or_default();
-    let p = PathBuf::from(home)
-        .join(".local/share/kbuild/toolchains/cuda-13.5.37/nvidia/cu13/bin/cuobjdump");
-    assert!(
-        p.is_file(),
-        "cuobjdump missing at {}: run `cargo run -p kbuild -- toolchain install cuda`",
-        p.display()
-    );
-    p
-}
-
-fn tool_output(cmd: &mut Command) -> String {
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 /// `llvm-readobj-19 --notes`: per kernel name, its scalar `.key: value` pairs.
 fn readobj_kernels(path: &Path) -> BTreeMap<String, BTreeMap<String, String>> {

@@ -16,13 +16,12 @@ use kbuild_bundle::assets::{self, human_size, Packed};
 use kbuild_bundle::cache::Cache;
 use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile, Verdict};
 use kbuild_bundle::Bundle;
-use kbuild_loader::detect::{self, DeviceOptions};
 use kbuild_manifest::manifest::Manifest;
 use kbuild_registry::lock::{self, Lockfile};
 use kbuild_registry::pull;
 use kbuild_registry::release::{self, ReleaseRequest};
 
-use super::registry::{device_targets, write_bundle, write_named, Written};
+use super::registry::{device_targets, pull_device, write_bundle, write_named, Written};
 use crate::cli::PullArgs;
 
 /// What `package --max-asset-size` wrote.
@@ -248,20 +247,7 @@ pub fn run_pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
     }
     let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let trust = args.trust.trust(env)?;
-    let device = match &args.device {
-        None => None,
-        Some(d) => {
-            let opts = DeviceOptions {
-                device: Some(d.clone()),
-                driver: args.driver,
-                no_generic: args.no_generic,
-                index: None,
-                hip: kbuild_loader::hip::HipSearch::from_env(env),
-            };
-            let r = detect::resolve(&opts)?;
-            Some((r.device, r.describe()))
-        }
-    };
+    let device = pull_device(args, env)?;
     let select = |m: &Manifest| -> Result<Vec<String>, pull::SelectError> {
         match &device {
             None => Ok(m.targets.clone()),

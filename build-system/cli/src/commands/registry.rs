@@ -468,6 +468,26 @@ pub(crate) fn device_targets(
 }
 
 /// `kbuild pull`.
+/// The device `pull --device` names (detected for `auto`, else simulated), with its
+/// description; `None` without `--device`.
+pub fn pull_device(
+    args: &PullArgs,
+    env: &Env,
+) -> Result<Option<(kbuild_manifest::compat::Device, String)>> {
+    let Some(d) = &args.device else {
+        return Ok(None);
+    };
+    let opts = DeviceOptions {
+        device: Some(d.clone()),
+        driver: args.driver,
+        no_generic: args.no_generic,
+        index: None,
+        hip: kbuild_loader::hip::HipSearch::from_env(env),
+    };
+    let r = detect::resolve(&opts)?;
+    Ok(Some((r.device, r.describe())))
+}
+
 pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
     if kbuild_bundle::assets::is_index_path(Path::new(&args.spec)) {
         return assets::run_pull_release(&args, env);
@@ -477,20 +497,7 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
     let cache = Cache::new(&Dirs::from_env(env)?.registry_cache());
     let trust = args.trust.trust(env)?;
     let progress = Bars::new(args.json);
-    let device = match &args.device {
-        None => None,
-        Some(d) => {
-            let opts = DeviceOptions {
-                device: Some(d.clone()),
-                driver: args.driver,
-                no_generic: args.no_generic,
-                index: None,
-                hip: kbuild_loader::hip::HipSearch::from_env(env),
-            };
-            let r = detect::resolve(&opts)?;
-            Some((r.device, r.describe()))
-        }
-    };
+    let device = pull_device(&args, env)?;
     let lock_now = Lockfile::read(&args.lockfile)?;
     let mode = if args.locked {
         LockMode::Exact
