@@ -4,7 +4,7 @@
 //! `kbuild_bundle::assets`, the pull in `kbuild_registry::release`; this module writes
 //! files and renders.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -14,14 +14,16 @@ use kbuild_base::fs as fsutil;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{self, human_size, Packed};
 use kbuild_bundle::cache::Cache;
-use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile, Verdict};
+use kbuild_bundle::sign::{Payload, SecretKey, SignatureFile};
 use kbuild_bundle::Bundle;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_registry::lock::{self, Lockfile};
 use kbuild_registry::pull;
 use kbuild_registry::release::{self, ReleaseRequest};
 
-use super::registry::{device_targets, pull_device, write_bundle, write_named, Written};
+use super::registry::{
+    device_targets, finish_pull, pull_device, write_bundle, write_named, PulledShown, Written,
+};
 use crate::cli::PullArgs;
 
 /// What `package --max-asset-size` wrote.
@@ -274,72 +276,19 @@ pub fn run_pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
         ),
         _ => {}
     }
-    if let Verdict::Warning(w) = &pulled.verdict {
-        if !args.json {
-            eprintln!("warning: {w}");
-        }
-    }
-    if !args.locked {
-        let mut l = lock_now.unwrap_or_default();
-        l.upsert(pulled.lock.clone());
-        l.write(&args.lockfile)?;
-    }
-    let mut out_file: Option<PathBuf> = None;
-    if let Some(dir) = &args.out {
-        let p = dir.join(b.file_name());
-        fsutil::write_if_changed(&p, &b.to_bytes(env.source_date_epoch())?)
-            .with_context(|| format!("writing {}", p.display()))?;
-        if let Some(s) = &pulled.signatures {
-            let sp = kbuild_bundle::signature_path(&p);
-            fsutil::write_if_changed(&sp, &s.to_json())
-                .with_context(|| format!("writing {}", sp.display()))?;
-        }
-        out_file = Some(p);
-    }
     let label = device.as_ref().map(|d| d.1.clone());
-    if args.json {
-        let signature = match &pulled.verdict {
-            Verdict::Verified { key_id } => {
-                serde_json::json!({"status": "verified", "key": key_id})
-            }
-            Verdict::Warning(w) => serde_json::json!({"status": "unverified", "warning": w}),
-            Verdict::NotChecked => serde_json::json!({"status": "not-checked"}),
-        };
-        println!(
-            "{}",
-            serde_json::json!({
-                "schema": "kbuild.pull/v1", "name": name, "version": b.version(),
-                "registry": release::describe(index), "index": index, "artifact": pulled.artifact,
-                "manifest": b.manifest_digest(), "targets": b.targets(), "layers": pulled.lock.layers,
-                "objects": b.objects().len(), "layer_bytes": pulled.layer_bytes,
-                "from_cache": pulled.from_cache, "device": label,
-                "signature": signature, "bundle": out_file,
-                "partial": b.manifest().partial_note(),
-                "parts_read": got.parts_read, "parts_skipped": got.parts_skipped,
-            })
-        );
-    } else {
-        let sig = match &pulled.verdict {
-            Verdict::Verified { key_id } => format!("signature verified (key {key_id})"),
-            Verdict::Warning(_) => "signature NOT verified".into(),
-            Verdict::NotChecked => "signature not checked (policy off)".into(),
-        };
-        println!(
-            "pulled {name} {} ({}) {}: {} ({} objects, {}); {sig}",
-            b.version(),
-            index.display(),
-            match &label {
-                Some(l) => format!("for {l}"),
-                None => "for every target".into(),
-            },
-            b.targets().join(", "),
-            b.objects().len(),
-            if pulled.from_cache {
-                "from the cache".to_string()
-            } else {
-                format!("{} part bytes read", pulled.layer_bytes)
-            },
-        );
+    let shown = PulledShown {
+        source: release::describe(index),
+        artifact: index.display().to_string(),
+        device: label.clone(),
+        bytes: "part bytes read",
+    };
+    let mut extra = serde_json::Map::new();
+    extra.insert("index".into(), serde_json::json!(index));
+    extra.insert("parts_read".into(), serde_json::json!(got.parts_read));
+    extra.insert("parts_skipped".into(), serde_json::json!(got.parts_skipped));
+    let out_file = finish_pull(args, env, pulled, lock_now, &shown, extra)?;
+    if !args.json {
         for p in &got.parts_read {
             println!("  read {}", p.display());
         }
@@ -357,9 +306,6 @@ pub fn run_pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
         if let Some(p) = out_file {
             println!("wrote {}", p.display());
         }
-    }
-    if let Some(note) = b.manifest().partial_note() {
-        eprintln!("warning: {name} {}: {note}", b.version());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -528,6 +528,49 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     let pulled = pull::pull(&req, &select)?;
+    let shown = PulledShown {
+        source: registry.describe(),
+        artifact: pulled.artifact.clone(),
+        device: device.as_ref().map(|d| d.1.clone()),
+        bytes: "layer bytes fetched",
+    };
+    let out_file = finish_pull(
+        &args,
+        env,
+        &pulled,
+        lock_now,
+        &shown,
+        serde_json::Map::new(),
+    )?;
+    if let (false, Some(p)) = (args.json, out_file) {
+        println!("wrote {}", p.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How a pull's report names what it pulled from.
+pub struct PulledShown {
+    /// The registry, or the index file of a split release (JSON `registry`).
+    pub source: String,
+    /// What the text line names in parentheses.
+    pub artifact: String,
+    /// The device pulled for, when `--device` was given.
+    pub device: Option<String>,
+    /// What `layer_bytes` counts, in the text line.
+    pub bytes: &'static str,
+}
+
+/// After a pull (from a registry or a split release's index): the signature warning, the
+/// lockfile, `--out` (its path returned; the caller prints it after its own lines), and the
+/// report (`kbuild.pull/v1` JSON with `extra` keys, or the text line).
+pub fn finish_pull(
+    args: &PullArgs,
+    env: &Env,
+    pulled: &pull::Pulled,
+    lock_now: Option<Lockfile>,
+    shown: &PulledShown,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> Result<Option<PathBuf>> {
     if let Verdict::Warning(w) = &pulled.verdict {
         if !args.json {
             eprintln!("warning: {w}");
@@ -538,10 +581,12 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         l.upsert(pulled.lock.clone());
         l.write(&args.lockfile)?;
     }
+    let b = &pulled.bundle;
+    let name = b.name();
     let mut out_file = None;
     if let Some(dir) = &args.out {
-        let p = dir.join(pulled.bundle.file_name());
-        fsutil::write_if_changed(&p, &pulled.bundle.to_bytes(env.source_date_epoch())?)
+        let p = dir.join(b.file_name());
+        fsutil::write_if_changed(&p, &b.to_bytes(env.source_date_epoch())?)
             .with_context(|| format!("writing {}", p.display()))?;
         if let Some(s) = &pulled.signatures {
             let sp = kbuild_bundle::signature_path(&p);
@@ -550,25 +595,27 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         }
         out_file = Some(p);
     }
-    let b = &pulled.bundle;
-    let signature = match &pulled.verdict {
-        Verdict::Verified { key_id } => serde_json::json!({"status": "verified", "key": key_id}),
-        Verdict::Warning(w) => serde_json::json!({"status": "unverified", "warning": w}),
-        Verdict::NotChecked => serde_json::json!({"status": "not-checked"}),
-    };
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "schema": "kbuild.pull/v1", "name": name, "version": b.version(),
-                "registry": registry.describe(), "artifact": pulled.artifact,
-                "manifest": b.manifest_digest(), "targets": b.targets(), "layers": pulled.lock.layers,
-                "objects": b.objects().len(), "layer_bytes": pulled.layer_bytes,
-                "from_cache": pulled.from_cache, "device": device.as_ref().map(|d| d.1.clone()),
-                "signature": signature, "bundle": out_file,
-                "partial": b.manifest().partial_note(),
-            })
-        );
+        let signature = match &pulled.verdict {
+            Verdict::Verified { key_id } => {
+                serde_json::json!({"status": "verified", "key": key_id})
+            }
+            Verdict::Warning(w) => serde_json::json!({"status": "unverified", "warning": w}),
+            Verdict::NotChecked => serde_json::json!({"status": "not-checked"}),
+        };
+        let mut report = serde_json::json!({
+            "schema": "kbuild.pull/v1", "name": name, "version": b.version(),
+            "registry": shown.source, "artifact": pulled.artifact,
+            "manifest": b.manifest_digest(), "targets": b.targets(), "layers": pulled.lock.layers,
+            "objects": b.objects().len(), "layer_bytes": pulled.layer_bytes,
+            "from_cache": pulled.from_cache, "device": shown.device,
+            "signature": signature, "bundle": out_file,
+            "partial": b.manifest().partial_note(),
+        });
+        if let Some(map) = report.as_object_mut() {
+            map.extend(extra);
+        }
+        println!("{report}");
     } else {
         let sig = match &pulled.verdict {
             Verdict::Verified { key_id } => format!("signature verified (key {key_id})"),
@@ -578,9 +625,9 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
         println!(
             "pulled {name} {} ({}) {}: {} ({} objects, {}); {sig}",
             b.version(),
-            pulled.artifact,
-            match &device {
-                Some((_, label)) => format!("for {label}"),
+            shown.artifact,
+            match &shown.device {
+                Some(label) => format!("for {label}"),
                 None => "for every target".into(),
             },
             b.targets().join(", "),
@@ -588,17 +635,14 @@ pub fn run_pull(args: PullArgs, env: &Env) -> Result<ExitCode> {
             if pulled.from_cache {
                 "from the cache".to_string()
             } else {
-                format!("{} layer bytes fetched", pulled.layer_bytes)
+                format!("{} {}", pulled.layer_bytes, shown.bytes)
             },
         );
-        if let Some(p) = out_file {
-            println!("wrote {}", p.display());
-        }
     }
     if let Some(note) = b.manifest().partial_note() {
         eprintln!("warning: {name} {}: {note}", b.version());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(out_file)
 }
 
 /// `kbuild ls`: cached versions, and the registry's.
