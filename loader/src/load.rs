@@ -1012,27 +1012,9 @@ mod tests {
     /// A manifest of one cubin `k` exporting `k(const float* x, int n)`, with or without
     /// its launch parameters.
     fn with_params(params: bool) -> kbuild_manifest::manifest::Manifest {
-        use kbuild_manifest::params::{Param, ParamKind};
         let mut o = crate::select::tests::object("k", None, "sm_90", None);
         if params {
-            let p = |index, offset, size, kind, ty: &str, name: &str| Param {
-                index,
-                offset,
-                size,
-                align: None,
-                kind,
-                name: Some(name.into()),
-                type_name: Some(ty.into()),
-                hidden: false,
-            };
-            o.params = [(
-                "k".to_string(),
-                vec![
-                    p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
-                    p(1, 8, 4, ParamKind::Value, "int", "n"),
-                ],
-            )]
-            .into();
+            o.params = [("k".to_string(), kbuild_manifest::fixtures::params_x_n())].into();
         }
         crate::select::tests::manifest(vec![o])
     }

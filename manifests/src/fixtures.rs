@@ -113,3 +113,23 @@ pub fn every_target() -> Vec<Target> {
     }
     out
 }
+
+/// The caller's parameters of `k(const float* x, int n)` with their C++ types and names: a
+/// pointer at 0 and an `int` at 8.
+pub fn params_x_n() -> Vec<crate::params::Param> {
+    use crate::params::{Param, ParamKind};
+    let p = |index, offset, size, kind, ty: &str, name: &str| Param {
+        index,
+        offset,
+        size,
+        align: None,
+        kind,
+        name: Some(name.into()),
+        type_name: Some(ty.into()),
+        hidden: false,
+    };
+    vec![
+        p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
+        p(1, 8, 4, ParamKind::Value, "int", "n"),
+    ]
+}

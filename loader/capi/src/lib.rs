@@ -418,7 +418,6 @@ pub unsafe extern "C" fn kbuild_string_free(s: *mut c_char) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kbuild_manifest::params::{Param, ParamKind};
 
     fn last_error() -> String {
         // SAFETY: the library's own NUL-terminated buffer, read before the next call.
@@ -431,24 +430,7 @@ mod tests {
     fn build_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let mut o = kbuild_manifest::fixtures::object("k", "sm_90", "cubin", b"cubin");
-        let p = |index, offset, size, kind, ty: &str, name: &str| Param {
-            index,
-            offset,
-            size,
-            align: None,
-            kind,
-            name: Some(name.into()),
-            type_name: Some(ty.into()),
-            hidden: false,
-        };
-        o.params = [(
-            "k".to_string(),
-            vec![
-                p(0, 0, 8, ParamKind::Pointer, "const float*", "x"),
-                p(1, 8, 4, ParamKind::Value, "int", "n"),
-            ],
-        )]
-        .into();
+        o.params = [("k".to_string(), kbuild_manifest::fixtures::params_x_n())].into();
         let m = kbuild_manifest::fixtures::manifest("p", "1.0.0", vec![o]);
         std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
         dir
