@@ -114,6 +114,25 @@ pub fn every_target() -> Vec<Target> {
     out
 }
 
+/// A caller's parameter without type or name.
+pub fn param(
+    index: u32,
+    offset: u64,
+    size: u64,
+    kind: crate::params::ParamKind,
+) -> crate::params::Param {
+    crate::params::Param {
+        index,
+        offset,
+        size,
+        align: None,
+        kind,
+        name: None,
+        type_name: None,
+        hidden: false,
+    }
+}
+
 /// The caller's parameters of `k(const float* x, int n)` with their C++ types and names: a
 /// pointer at 0 and an `int` at 8.
 pub fn params_x_n() -> Vec<crate::params::Param> {

@@ -173,18 +173,7 @@ mod tests {
     use super::*;
     use crate::launch::{DevicePtr, KernelArg, KernelArgs};
 
-    fn param(index: u32, offset: u64, size: u64, kind: ParamKind) -> Param {
-        Param {
-            index,
-            offset,
-            size,
-            align: None,
-            kind,
-            name: None,
-            type_name: None,
-            hidden: false,
-        }
-    }
+    use kbuild_manifest::fixtures::param;
 
     /// rmsnorm_f32 (const float* x, const float* w, float* y, int rows, int n, float eps)
     /// as an AMDGPU object records it: types and names, then hidden arguments.

@@ -382,18 +382,7 @@ fn size_gates_objects_targets_and_the_package() {
 
 // ------------------------------------------------------------------------------------ ABI
 
-fn param(index: u32, offset: u64, size: u64, kind: ParamKind) -> Param {
-    Param {
-        index,
-        offset,
-        size,
-        align: None,
-        kind,
-        name: None,
-        type_name: None,
-        hidden: false,
-    }
-}
+use kbuild_manifest::fixtures::param;
 
 /// `sample()`'s sides with parameters: `norm` (x*, int n) on both; in head, `flat` gets an
 /// extra int, `gemv`'s int becomes 8 bytes (the next one moves), `spiller` swaps a pointer
