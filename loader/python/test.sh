@@ -16,6 +16,8 @@ py=$venv/bin/python
   "$py" -m pip install -q --disable-pip-version-check maturin==1.16.0 pytest==9.0.3
 kbuild_bin=${KBUILD_BIN:-$CARGO_TARGET_DIR/debug/kbuild}
 [ -x "$kbuild_bin" ] || cargo build -q -p kbuild --bin kbuild
+# Absolute before the cd below: the tests run from a temp dir.
+kbuild_bin=$(realpath "$kbuild_bin")
 wheels=$CARGO_TARGET_DIR/python-wheels
 rm -rf "$wheels"
 start=$(date +%s)
@@ -25,4 +27,4 @@ echo "wheel: $(ls "$wheels") ($(du -h "$wheels"/*.whl | cut -f1), built in $(( $
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/kbuild-*.whl
 # Outside the source tree, so that `import kbuild` is the installed wheel.
 cd "$(mktemp -d)"
-KBUILD_BIN=$(realpath "$kbuild_bin") KBUILD_REPO=$root "$py" -m pytest -q -p no:cacheprovider "$root/loader/python/tests"
+KBUILD_BIN=$kbuild_bin KBUILD_REPO=$root "$py" -m pytest -q -p no:cacheprovider "$root/loader/python/tests"

@@ -210,22 +210,6 @@ pub(crate) fn visible(params: &[Param]) -> Vec<Param> {
     params.iter().filter(|p| !p.hidden).cloned().collect()
 }
 
-/// How a parameter is named in messages: its C type and name where the object has them
-/// (`int n`), else what the object says of it (`value`, `pointer`).
-pub(crate) fn describe(p: &Param) -> String {
-    let kind = match p.kind {
-        ParamKind::Pointer => "pointer",
-        ParamKind::Value => "value",
-        ParamKind::Unknown => "pointer or value",
-    };
-    match (&p.type_name, &p.name) {
-        (Some(t), Some(n)) => format!("{t} {n}"),
-        (Some(t), None) => t.clone(),
-        (None, Some(n)) => format!("{kind} {n}"),
-        (None, None) => kind.to_string(),
-    }
-}
-
 /// What a parameter's C type says: a floating-point type, an integer, or nothing known.
 #[derive(PartialEq, Eq)]
 enum TypeClass {
@@ -286,14 +270,14 @@ pub(crate) fn pack(
     let err = |what: String| LaunchError::new_err(format!("{entry}: {what}"));
     if let Some(params) = params {
         if params.len() != args.len() {
-            let list: Vec<String> = params.iter().map(describe).collect();
-            return Err(err(format!(
-                "{} argument{} given, the kernel takes {} ({})",
-                args.len(),
-                if args.len() == 1 { "" } else { "s" },
-                params.len(),
-                list.join(", ")
-            )));
+            // The loader's own message (the count of hidden AMD arguments is not kept here).
+            let count = kbuild_loader::LaunchError::Count {
+                kernel: entry.to_string(),
+                expected: params.len(),
+                given: args.len(),
+                hidden: 0,
+            };
+            return Err(LaunchError::new_err(count.to_string()));
         }
     }
     let mut slots = Vec::with_capacity(args.len());
@@ -328,7 +312,7 @@ pub(crate) fn pack(
 
 /// The slot of argument `i` for parameter `p`, or what is wrong (without the entry's name).
 fn pack_one(i: usize, arg: Arg, p: &Param) -> Result<u64, String> {
-    let desc = describe(p);
+    let desc = kbuild_loader::launch::describe_param(p);
     let size = p.size;
     let class = type_class(p);
     match arg {

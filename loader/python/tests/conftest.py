@@ -58,6 +58,8 @@ class Cli:
 @pytest.fixture(scope="session")
 def cli():
     path = os.environ.get("KBUILD_BIN") or shutil.which("kbuild")
+    if os.environ.get("KBUILD_BIN") and not os.path.isfile(path):
+        pytest.fail(f"KBUILD_BIN={path} is not a file")
     if not path:
         pytest.skip("no kbuild binary (set KBUILD_BIN; loader/python/test.sh does)")
     return Cli(path)

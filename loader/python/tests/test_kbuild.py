@@ -144,9 +144,7 @@ def test_a_mismatched_launch_is_refused_naming_the_argument(build):
     # hip-clang's metadata has no C types either: sizes and kinds decide.
     assert refused(x, x, x, x, 4096, 1e-6, device="gfx1100") == \
         "rmsnorm_f32: argument 3 is 8 bytes, the kernel takes 4 (value)"
-    assert refused(x, x, x, 4, 4096) == (
-        "rmsnorm_f32: 5 arguments given, the kernel takes 6 "
-        "(pointer or value, pointer or value, pointer or value, value, value, value)")
+    assert refused(x, x, x, 4, 4096) == "rmsnorm_f32: 5 arguments given, the kernel takes 6"
     assert refused(x, x, x, 2**31, 4096, 1e-6) == \
         "rmsnorm_f32: argument 3 is 2147483648, which does not fit in the kernel's 4 bytes (value)"
     assert refused(x, x, x, 4, 4096, "eps") == (
