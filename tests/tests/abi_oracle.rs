@@ -6,9 +6,7 @@
 //! independent of kbuild's readers. Then `kbuild diff` end to end: a kernel whose signature
 //! changes is an ABI change, and `--fail-on abi` trips on it.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeMap;
 use std::path::Path;

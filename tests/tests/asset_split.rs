@@ -4,9 +4,7 @@
 //! downloaded, and every refusal (missing part, tampered part, a limit no target fits,
 //! publishing an index) naming the file or target.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 

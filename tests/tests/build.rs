@@ -1,9 +1,7 @@
 //! End-to-end tests of `kbuild build` with the real compilers (nvcc from NVIDIA's wheels,
 //! Debian's clang-19), on the project's kernels and on small scratch projects.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::Path;
 

@@ -4,9 +4,7 @@
 //! touching a kernel header reruns the build script (and kbuild's cache serves it), and the
 //! example's own tests (explain for simulated devices, on CPU) pass.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

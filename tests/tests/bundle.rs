@@ -2,9 +2,7 @@
 //! mtimes, split bundles, SOURCE_DATE_EPOCH, and every bad input of the bundles issue refused
 //! at publish, at pull and at load, leaving no file behind.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

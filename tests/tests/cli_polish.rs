@@ -3,9 +3,7 @@
 //! terms, and `inspect` reading everything kbuild writes. Nothing here compiles: builds are
 //! made from `kbuild_manifest::fixtures`.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

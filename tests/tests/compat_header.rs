@@ -2,9 +2,7 @@
 //! plain CUDA file with no kcompat.h and no include dirs builds for gfx and sm targets, the
 //! header lands in the out-dir, and the manifest records every object's compiler arguments.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 

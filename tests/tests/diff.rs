@@ -4,9 +4,7 @@
 //! The fixture (`tests/fixtures/diff/`, see its README) is one project in two versions,
 //! built once per test run for sm_89 + gfx1100 (+ compute_89 in base, + gfx1201 in head).
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

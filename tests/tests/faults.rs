@@ -2,9 +2,7 @@
 //! objects (wrapper scripts in front of the real compilers); 8 concurrent builds into one
 //! cache; builds killed with SIGKILL at random points. Nothing bad is listed, cached or torn.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,9 +2,7 @@
 //! (real nvcc) into a bundle the engine checks before it needs a device, and a bundle lacking a
 //! kernel is refused with an error naming it; `--dump-inputs` writes the side-by-side data.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::Path;
 

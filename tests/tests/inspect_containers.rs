@@ -4,9 +4,7 @@
 //! with nvcc and with hipcc-style clang. Members are extracted with the vendors' own tools
 //! (cuobjdump -xelf/-xptx, clang-offload-bundler --unbundle).
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

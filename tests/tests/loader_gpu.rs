@@ -34,6 +34,22 @@ impl Report {
         println!("\n=== {name}: {}\n{text}", if ok { "PASS" } else { "FAIL" });
         self.rows.push((name.to_string(), ok, text));
     }
+
+    /// Prints the table of steps and fails the test if any step failed (in every mode: the
+    /// bench-only run asserts its steps too).
+    fn finish(&self) {
+        println!("\n| step | result |\n|---|---|");
+        for (name, ok, _) in &self.rows {
+            println!("| {name} | {} |", if *ok { "PASS" } else { "FAIL" });
+        }
+        let failed: Vec<&str> = self
+            .rows
+            .iter()
+            .filter(|r| !r.1)
+            .map(|r| r.0.as_str())
+            .collect();
+        assert!(failed.is_empty(), "failed steps: {failed:?}");
+    }
 }
 
 fn e<E: std::fmt::Display>(x: E) -> String {
@@ -265,6 +281,7 @@ fn loader_on_h200() {
             bench_gdn(&dir, &gpu)
         });
         rep.step("swapped GDN object is refused", || swapped_gdn(&dir, &gpu));
+        rep.finish();
         return;
     }
 
@@ -532,18 +549,7 @@ fn loader_on_h200() {
         || bench_gdn(&dir, &gpu),
     );
     rep.step("swapped GDN object is refused", || swapped_gdn(&dir, &gpu));
-
-    println!("\n| step | result |\n|---|---|");
-    for (name, ok, _) in &rep.rows {
-        println!("| {name} | {} |", if *ok { "PASS" } else { "FAIL" });
-    }
-    let failed: Vec<&str> = rep
-        .rows
-        .iter()
-        .filter(|r| !r.1)
-        .map(|r| r.0.as_str())
-        .collect();
-    assert!(failed.is_empty(), "failed steps: {failed:?}");
+    rep.finish();
 }
 
 /// What the GDN engine loads: every (kernel, variant) and its entries, for the production

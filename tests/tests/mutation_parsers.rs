@@ -8,9 +8,7 @@
 //! `TIME_BOUND` per input. Deterministic (seeded PRNG); `KBUILD_MUTATIONS=N` sets the count
 //! per parser (default: 100 000 in release builds, 4 000 in debug builds).
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

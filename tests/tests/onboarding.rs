@@ -2,9 +2,7 @@
 //! their audit, and `kbuild init` on a tree of kernels, with the real compilers (nvcc for
 //! sm_89, hip-clang for gfx1100).
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::Path;
 

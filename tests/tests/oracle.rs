@@ -7,9 +7,7 @@
 //! manifest keeps apart) and spills/smem equal `ptxas -v`; PTX — `.version` and `.target`.
 //! The parsers here are deliberately independent of kbuild's readers.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeMap;
 use std::path::Path;

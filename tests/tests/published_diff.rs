@@ -2,9 +2,7 @@
 //! its manifest alone. Against a real CNCF distribution server (Debian's docker-registry) and a
 //! directory registry, with real compiles.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use kbuild_tests::registry::{json, write_project, Env, Registry, SMALL_A, SMALL_B};
 use kbuild_tests::text;
@@ -17,10 +15,10 @@ fn blob_gets<'a>(log: &'a str, repo: &str) -> Vec<&'a str> {
 
 #[test]
 fn diff_against_a_published_version_fetches_only_its_manifest() {
-    if !kbuild_tests::registry::available() {
-        eprintln!("skipped: no docker-registry");
-        return;
-    }
+    assert!(
+        kbuild_tests::registry::available(),
+        "this test needs Debian's docker-registry (scripts/test installs it)"
+    );
     let reg = Registry::start(false);
     let env = Env::new();
     let k = write_project(

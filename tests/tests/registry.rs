@@ -3,9 +3,7 @@
 //! test on 127.0.0.1), a local directory registry, the `oras` Python client and skopeo.
 //! Real compilers build the bundles.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

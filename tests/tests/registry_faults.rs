@@ -7,9 +7,7 @@
 //! replayed older signed manifest under a newer tag, TLS verification on by default, and an
 //! oversize manifest.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -7,9 +7,7 @@
 //! Real compiles (sm_89 cubins only) are few: fake compilers (a launcher in front of nvcc)
 //! stand in wherever the object does not matter.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -564,11 +562,11 @@ fn target_lists_all_exclusions_and_repeats() {
 
 /// Runs `cmd` (a shell command line) under a pseudo-terminal of `cols` columns via
 /// util-linux `script`; returns what the terminal got.
-fn under_pty(cwd: &Path, envs: &[(&str, &str)], cols: u16, cmd: &str) -> Option<String> {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipping the terminal part: no `script`");
-        return None;
-    }
+fn under_pty(cwd: &Path, envs: &[(&str, &str)], cols: u16, cmd: &str) -> String {
+    assert!(
+        Command::new("script").arg("--version").output().is_ok(),
+        "the terminal part needs util-linux `script` (Debian's bsdutils)"
+    );
     let mut c = Command::new("script");
     c.args([
         "-q",
@@ -583,7 +581,7 @@ fn under_pty(cwd: &Path, envs: &[(&str, &str)], cols: u16, cmd: &str) -> Option<
         c.env(k, v);
     }
     let o = c.output().expect("script");
-    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Item 13: `-q` says nothing but errors, `-v` says more; on an 80-column terminal the bar
@@ -629,14 +627,12 @@ fn progress_is_quiet_verbose_and_fits_the_terminal() {
     ];
     let mut env = base_env.clone();
     env.push(("TERM", "xterm"));
-    let Some(shown) = under_pty(
+    let shown = under_pty(
         &dir,
         &env,
         80,
         &format!("env -u NO_COLOR -u CI '{bin}' build -j 2 --out out-tty"),
-    ) else {
-        return;
-    };
+    );
     assert!(
         shown.contains("2 running: "),
         "the bar names both jobs:\n{shown:?}"
@@ -659,8 +655,7 @@ fn progress_is_quiet_verbose_and_fits_the_terminal() {
         &env,
         80,
         &format!("env -u NO_COLOR -u CI '{bin}' build -j 2 --out out-dumb"),
-    )
-    .unwrap_or_default();
+    );
     assert!(shown.contains("kbuild: "), "{shown:?}");
     assert!(
         !shown.contains('\u{1b}'),

@@ -3,9 +3,7 @@
 //! elsewhere) builds with zero compiles; a dead or silent remote and a tampered entry never
 //! fail a build, they cost local compiles and say so.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -3,9 +3,7 @@
 //! bundle, byte-identical to packaging one build of every target; what merge and publish
 //! refuse.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeSet;
 use std::path::Path;

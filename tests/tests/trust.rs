@@ -8,9 +8,7 @@
 //! - a cache hit that would serve another manifest than the one resolved;
 //! - a load index whose records were swapped.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,9 +6,7 @@
 //! `KBUILD_TRUST_LOCAL_BIN` runs them against another kbuild binary (an older build, to
 //! watch them fail).
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

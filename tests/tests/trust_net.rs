@@ -11,9 +11,7 @@
 //!   clear error, the process's peak RSS (VmHWM) ≤ 256 MiB and its wall time < 10 s; a registry
 //!   that stalls or drips hits the read timeout.
 
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lib.rs"]
-mod kbuild_tests;
+use crate::kbuild_tests;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
