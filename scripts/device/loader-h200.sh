@@ -29,7 +29,7 @@ chmod +x "$D/kbuild" "$D/loader_gpu" "$D/explain_c" 2>/dev/null
   echo "exit $?"
   echo
   echo "## loader_gpu test (tests/tests/loader_gpu.rs, release)"
-  KBUILD_GPU_BUILD="$D/kb-h200" timeout 120 "$D/loader_gpu" --ignored --nocapture --test-threads=1
+  KBUILD_GPU_BUILD="$D/kb-h200" timeout 120 "$D/loader_gpu" loader_gpu:: --ignored --nocapture --test-threads=1
   echo "exit $?"
   echo
   echo "## GDN benchmark again (same binary, same run), then with eager module loading"
@@ -37,7 +37,7 @@ chmod +x "$D/kbuild" "$D/loader_gpu" "$D/explain_c" 2>/dev/null
   # every kernel the GDN engine uses, against raw cuModuleLoadData + cuModuleGetFunction.
   for mode in default EAGER; do
     if [ "$mode" = EAGER ]; then export CUDA_MODULE_LOADING=EAGER; fi
-    KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 150 "$D/loader_gpu" --ignored --nocapture --test-threads=1 \
+    KBUILD_GPU_BENCH_ONLY=1 KBUILD_GPU_BUILD="$D/kb-h200" timeout 150 "$D/loader_gpu" loader_gpu:: --ignored --nocapture --test-threads=1 \
       | grep -E '^(CUDA_|\||goal|stages|===|.*←)'
     echo "exit ${PIPESTATUS[0]}"
   done

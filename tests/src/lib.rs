@@ -35,6 +35,25 @@ pub fn shared_cache() -> PathBuf {
     }
 }
 
+/// Builds the repository's kernels for their default target set into [`shared_cache`], once
+/// per test process; later callers wait for the first. A warm cache makes this a no-op
+/// (CI's baseline check warms it before the tests).
+pub fn warm_shared_cache() {
+    static WARM: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    WARM.get_or_init(|| {
+        let s = Scratch::with_repo_kernels("warm");
+        let kernels = s.path().join("warm/kernels");
+        let o = Command::new(kbuild_bin())
+            .args(["build", "-q", "--out", "out"])
+            .current_dir(&kernels)
+            .env("KBUILD_CACHE_DIR", shared_cache())
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("running kbuild");
+        assert!(o.status.success(), "warming the shared cache: {}", text(&o));
+    });
+}
+
 /// A scratch copy of a project: its own directory, cache and counting launcher.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -70,7 +89,12 @@ impl Scratch {
     /// Like [`Scratch::with_repo_kernels`], but with the cache shared by every test that builds
     /// the project's whole default target set (see [`shared_cache`]): the cache is
     /// content-addressed, so sharing it is safe, and it spares CI the same 450 compiles twice.
+    ///
+    /// The first call in a test run builds the default target set into that cache once (see
+    /// [`warm_shared_cache`]), so tests that run at the same time do not compile the same jobs
+    /// side by side.
     pub fn with_repo_kernels_shared_cache(name: &str) -> Scratch {
+        warm_shared_cache();
         let mut s = Scratch::with_repo_kernels(name);
         s.cache = shared_cache();
         s

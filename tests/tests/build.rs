@@ -65,7 +65,7 @@ fn expected_objects(
 /// copy with new mtimes, run from the repository root (kbuild finds kernels/Kbuild.toml).
 #[test]
 fn readme_main_job_builds_gfx1100_and_sm_89_objects() {
-    let s = Scratch::with_repo_kernels("clone");
+    let s = Scratch::with_repo_kernels_shared_cache("clone");
     let root = s.path().join("clone");
     let out = s.kbuild(&root, &["--targets", "gfx1100,sm_89", "--out", "out"]);
     assert!(out.status.success(), "{}", text(&out));

@@ -51,7 +51,7 @@ fn run_gdn(s: &Scratch, cwd: &Path, args: &[&str]) -> std::process::Output {
 /// as needing a real GPU; without gdn_fused it names every missing object and the fix.
 #[test]
 fn missing_kernel_in_the_bundle_is_a_clear_error() {
-    let s = Scratch::with_repo_kernels("p");
+    let s = Scratch::with_repo_kernels_shared_cache("p");
     let out = gdn_build(&s, &[]);
     let m = kbuild_tests::manifest(&out);
     let objects = m["objects"].as_array().unwrap();
@@ -78,7 +78,7 @@ fn missing_kernel_in_the_bundle_is_a_clear_error() {
         text(&full)
     );
 
-    let s2 = Scratch::with_repo_kernels("p");
+    let s2 = Scratch::with_repo_kernels_shared_cache("p");
     let partial = gdn_build(&s2, &["gdn_fused"]);
     let o = run_gdn(&s2, s2.path(), &["--bundle", partial.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));

@@ -15,7 +15,7 @@ use kbuild_tests::{text, Scratch};
 fn build() -> &'static Path {
     static BUILD: OnceLock<(Scratch, PathBuf)> = OnceLock::new();
     let (_, out) = BUILD.get_or_init(|| {
-        let s = Scratch::with_repo_kernels("proj");
+        let s = Scratch::with_repo_kernels_shared_cache("proj");
         let root = s.path().join("proj").join("kernels");
         std::fs::write(
             root.join("Kbuild.toml"),
