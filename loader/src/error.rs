@@ -94,9 +94,9 @@ pub enum LoaderError {
     Launch { entry: String, what: String },
     /// Arguments that do not fit the entry's parameters (refused before the driver).
     #[error(transparent)]
-    Args(Box<crate::launch::LaunchError>),
+    Args(Box<LaunchError>),
     #[error(transparent)]
-    HipNotFound(#[from] crate::hip::HipNotFound),
+    HipNotFound(#[from] HipNotFound),
     /// A string handed to the driver (an entry name) or out through the C ABI.
     #[error("{what} has a NUL byte")]
     NulByte { what: String },
@@ -115,13 +115,10 @@ pub enum LoaderError {
         name: String,
         note: String,
     },
-    /// A package made while its index is being built has no objects to hand out yet.
-    #[error("{path}: no object source")]
-    NoSource { path: String },
 }
 
-impl From<crate::launch::LaunchError> for LoaderError {
-    fn from(e: crate::launch::LaunchError) -> LoaderError {
+impl From<LaunchError> for LoaderError {
+    fn from(e: LaunchError) -> LoaderError {
         LoaderError::Args(Box::new(e))
     }
 }
@@ -176,5 +173,79 @@ impl LoaderError {
             api: api.to_string(),
             message: message.into(),
         }
+    }
+}
+
+/// Why no HIP runtime could be opened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("HIP runtime not found (tried {})", .tried.join(", "))]
+pub struct HipNotFound {
+    pub tried: Vec<String>,
+}
+
+/// A launch whose arguments do not fit the entry's parameters; the driver never saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{kernel}: {given} argument{} given, the kernel takes {expected}{}", plural(*.given), hidden_note(*.hidden))]
+    Count {
+        kernel: String,
+        expected: usize,
+        given: usize,
+        /// Hidden parameters the runtime passes (not counted in `expected`).
+        hidden: u32,
+    },
+    #[error("{kernel}: argument {index} is {given} bytes, the kernel takes {expected} ({param})")]
+    Size {
+        kernel: String,
+        index: usize,
+        given: usize,
+        expected: u64,
+        /// The parameter: `int n`, `int`, or its kind (`value`).
+        param: String,
+    },
+    #[error("{kernel}: argument {index} is a {given}, the kernel takes a {expected} ({param})")]
+    Kind {
+        kernel: String,
+        index: usize,
+        given: &'static str,
+        expected: &'static str,
+        param: String,
+    },
+    #[error("{kernel}: argument {index} ({size} bytes, {align}-byte aligned) would be at offset {at}, the kernel has it at {offset} ({param})")]
+    Offset {
+        kernel: String,
+        index: usize,
+        size: usize,
+        align: usize,
+        at: u64,
+        offset: u64,
+        param: String,
+    },
+}
+
+impl LaunchError {
+    /// The error of a check given only the caller-visible parameters (as the load index
+    /// carries them), with the count of the hidden ones the entry also has.
+    pub fn with_hidden(mut self, n: u32) -> LaunchError {
+        if let LaunchError::Count { hidden, .. } = &mut self {
+            *hidden = hidden.saturating_add(n);
+        }
+        self
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn hidden_note(hidden: u32) -> String {
+    if hidden == 0 {
+        String::new()
+    } else {
+        format!(" (and {hidden} hidden the runtime passes)")
     }
 }

@@ -15,6 +15,7 @@ use kbuild_base::env::{names, Env};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
+pub use crate::error::HipNotFound;
 use crate::error::{LoaderError, Result};
 
 pub type HipError = c_int;
@@ -183,13 +184,6 @@ impl std::fmt::Debug for HipRuntime {
             .field("path", &self.path)
             .finish()
     }
-}
-
-/// Why no HIP runtime could be opened.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("HIP runtime not found (tried {})", .tried.join(", "))]
-pub struct HipNotFound {
-    pub tried: Vec<String>,
 }
 
 impl HipRuntime {

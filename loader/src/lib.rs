@@ -26,10 +26,12 @@ pub mod detect;
 mod error;
 pub mod explain;
 pub mod hip;
+mod index;
 pub mod launch;
 pub mod load;
 pub mod package;
 pub mod select;
+pub mod source;
 
 pub use cudarc;
 pub use detect::{detect, DeviceOptions, ResolvedDevice};
