@@ -19,8 +19,9 @@ pub use kbuild_base::looks_like_bundle;
 /// `KBUILD_SIGNATURE_POLICY`); [`Trust::default`] is the `warn` policy with no keys.
 pub use kbuild_bundle::sign::{Policy, Trust, Verdict};
 
-/// One line for a verdict that let a package through.
-pub(crate) fn trust_note(v: &Verdict) -> String {
+/// One line for a verdict that let a package through (what `kbuild explain` and
+/// `kbuild.Package.trust_note` show).
+pub fn trust_note(v: &Verdict) -> String {
     match v {
         Verdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
         Verdict::Warning(m) => m.clone(),

@@ -129,6 +129,17 @@ fn variant_text(v: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// Why a device's targets could not be picked from a manifest ([`crate::pick_targets`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PickError {
+    /// The manifest cannot be indexed.
+    #[error(transparent)]
+    Package(#[from] LoaderError),
+    /// Kernels nothing in the manifest runs on (never empty); the message is the first's.
+    #[error("{}", .0.first().map(ToString::to_string).unwrap_or_default())]
+    NoMatch(Vec<NoMatch>),
+}
+
 /// No object of a kernel runs on the device: who, what there is, and how to get one.
 #[derive(Debug, Clone)]
 pub struct NoMatch {

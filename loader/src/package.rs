@@ -25,7 +25,9 @@ use kbuild_manifest::resources::Resources;
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "registry")]
-use crate::bundle::{trust_note, untrusted, Trust};
+use crate::bundle::trust_note;
+#[cfg(feature = "registry")]
+use crate::bundle::{untrusted, Trust};
 use crate::error::{LoaderError, Result};
 pub use crate::index::ObjectRef;
 use crate::index::{index_cache, open_load_index, Index, NOT_A_FILE};
@@ -40,6 +42,18 @@ use kbuild_bundle::{
     cache::{Cache, CachedRef},
 };
 
+/// The signature policy's verdict on a package (none can exist without the registry's
+/// reader).
+#[cfg(feature = "registry")]
+type TrustVerdict = crate::bundle::Verdict;
+#[cfg(not(feature = "registry"))]
+type TrustVerdict = std::convert::Infallible;
+
+#[cfg(not(feature = "registry"))]
+fn trust_note(v: &TrustVerdict) -> String {
+    match *v {}
+}
+
 /// A manifest and the source of its objects.
 pub struct Package {
     index: Arc<Index>,
@@ -47,7 +61,7 @@ pub struct Package {
     origin: PathBuf,
     /// What the signature policy said when a bundle or pulled entry was opened; `None` for
     /// a build directory or manifest (local and unsigned).
-    trust: Option<String>,
+    trust: Option<TrustVerdict>,
 }
 
 impl std::fmt::Debug for Package {
@@ -219,7 +233,7 @@ impl Package {
                 what: err.to_string(),
             },
         })?;
-        Ok(Package::from_bundle(bundle, path.to_path_buf())?.with_trust(trust_note(&verdict)))
+        Ok(Package::from_bundle(bundle, path.to_path_buf())?.with_trust(verdict))
     }
 
     /// A pulled version from the local registry cache (`kbuild pull`), with `trust` applied
@@ -245,7 +259,7 @@ impl Package {
                 sigs.as_ref(),
             )
             .map_err(|e| untrusted(&origin, e))?;
-        Ok(Package::from_bundle(bundle, origin)?.with_trust(trust_note(&verdict)))
+        Ok(Package::from_bundle(bundle, origin)?.with_trust(verdict))
     }
 
     /// A bundle file's bytes held in memory (e.g. `include_bytes!` of a bundle a build script
@@ -446,16 +460,24 @@ impl Package {
         }
     }
 
-    /// What the signature policy said when this bundle or pulled entry was opened
-    /// (`verified by key …`, or the `warn` policy's message); `None` for a build directory
-    /// or manifest, which are local and unsigned.
-    pub fn trust_note(&self) -> Option<&str> {
-        self.trust.as_deref()
+    /// What the signature policy said when this bundle or pulled entry was opened; `None`
+    /// for a build directory or manifest, which are local and unsigned.
+    #[cfg(feature = "registry")]
+    pub fn trust(&self) -> Option<&crate::bundle::Verdict> {
+        self.trust.as_ref()
     }
 
+    /// [`Package::trust`] in one line (`signed by trusted key …`, or the `warn` policy's
+    /// message).
+    pub fn trust_note(&self) -> Option<String> {
+        self.trust.as_ref().map(trust_note)
+    }
+
+    /// The package with the verdict the signature policy gave it (a bundle verified by the
+    /// caller, as a pull does).
     #[cfg(feature = "registry")]
-    pub(crate) fn with_trust(mut self, note: String) -> Package {
-        self.trust = Some(note);
+    pub fn with_trust(mut self, verdict: crate::bundle::Verdict) -> Package {
+        self.trust = Some(verdict);
         self
     }
 

@@ -105,6 +105,21 @@ impl Selection {
         self.kernels.iter().all(|k| k.selected.is_some())
     }
 
+    /// The target of every kernel's selected object, each once, in kernel order (the
+    /// targets a device needs; [`crate::pick_targets`] puts them in the manifest's order and
+    /// refuses a selection with a kernel nothing runs on).
+    pub fn selected_targets(&self) -> Vec<String> {
+        let mut picked: Vec<String> = Vec::new();
+        for k in &self.kernels {
+            if let Some(c) = k.selected() {
+                if !picked.contains(&c.target) {
+                    picked.push(c.target.clone());
+                }
+            }
+        }
+        picked
+    }
+
     /// The no-match errors of every kernel without a selection.
     pub fn missing(&self) -> Vec<NoMatch> {
         self.kernels
