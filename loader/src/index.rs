@@ -54,7 +54,7 @@ pub(crate) enum BlobsError {
 
 /// A package's load index and what it was made from; shared by every open of the same
 /// unchanged manifest, and by the modules loaded from it.
-pub(crate) struct Index {
+pub(crate) struct PackageIndex {
     /// The whole index, or (for a large `manifest.kbi`) its head. Validated when made and
     /// never changed.
     pub(crate) bytes: Box<[u8]>,
@@ -72,14 +72,14 @@ pub(crate) struct Index {
     blobs: OnceLock<std::result::Result<Option<Box<[u8]>>, BlobsError>>,
 }
 
-impl Index {
+impl PackageIndex {
     /// Encode `manifest` in memory (what the build writes as `manifest.kbi`).
     pub(crate) fn encode(
         manifest: Manifest,
         stamp: ManifestStamp,
         manifest_path: Option<PathBuf>,
         origin: &Path,
-    ) -> Result<Index> {
+    ) -> Result<PackageIndex> {
         let err = |source| LoaderError::Index {
             path: origin.to_path_buf(),
             source,
@@ -88,7 +88,7 @@ impl Index {
         LoadIndex::parse(&bytes)
             .and_then(|ix| ix.validate())
             .map_err(err)?;
-        Ok(Index {
+        Ok(PackageIndex {
             bytes: bytes.into_boxed_slice(),
             file: None,
             manifest_path,
@@ -98,7 +98,7 @@ impl Index {
         })
     }
 
-    /// The verified blob section (see [`Index::blobs`]), read and checked on first use.
+    /// The verified blob section (see [`PackageIndex::blobs`]), read and checked on first use.
     fn checked_blobs(&self) -> std::result::Result<&[u8], BlobsError> {
         let ix = self.view();
         let (held, range) = ix.blobs();
@@ -130,7 +130,7 @@ impl Index {
 
     /// The index, read in place (O(1)).
     pub(crate) fn view(&self) -> LoadIndex<'_> {
-        // `bytes` were validated when this Index was made and never change, so parsing them
+        // `bytes` were validated when this index was made and never change, so parsing them
         // again cannot fail; the empty index keeps that unreachable branch panic-free.
         LoadIndex::parse(&self.bytes).unwrap_or_else(|_| LoadIndex::empty())
     }
@@ -169,7 +169,7 @@ impl Index {
     }
 }
 
-impl Index {
+impl PackageIndex {
     /// The bytes of a blob of the section at file range `at`, checked with the section.
     pub(crate) fn blob(&self, at: std::ops::Range<u64>, origin: &Path) -> Result<&[u8]> {
         let blobs = self.checked_blobs().map_err(|e| LoaderError::Package {
@@ -255,7 +255,7 @@ impl<'a> ObjectRef<'a> {
 /// Parsed indexes of manifests opened in this process, by path; an entry is used while the
 /// manifest file still has the stamp the index records. Only the index is shared: every
 /// object is still read and checked on every load.
-type IndexCache = Mutex<HashMap<PathBuf, Arc<Index>>>;
+type IndexCache = Mutex<HashMap<PathBuf, Arc<PackageIndex>>>;
 
 pub(crate) fn index_cache() -> &'static IndexCache {
     static CACHE: OnceLock<IndexCache> = OnceLock::new();
@@ -293,7 +293,7 @@ fn read_at(file: &std::fs::File, range: std::ops::Range<u64>) -> std::io::Result
 /// ctime and inode), or the same bytes (blake3, for a copy). Anything else (a damaged or
 /// edited file, an index of another layout version): `None`, and the caller reads the JSON,
 /// which reports any error in the manifest itself.
-pub(crate) fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index> {
+pub(crate) fn open_load_index(manifest_path: &Path, root: &Path) -> Option<PackageIndex> {
     let path = root.join(LOAD_INDEX_FILE);
     let mut file = std::fs::File::open(&path).ok()?;
     let len = file.metadata().ok()?.len();
@@ -332,7 +332,7 @@ pub(crate) fn open_load_index(manifest_path: &Path, root: &Path) -> Option<Index
     }
     // Every record is checked once here, so the load path's reads cannot fail later.
     ix.validate().ok()?;
-    Some(Index {
+    Some(PackageIndex {
         bytes: bytes.into_boxed_slice(),
         file: Some((file, path)),
         manifest_path: Some(manifest_path.to_path_buf()),

@@ -30,7 +30,7 @@ use crate::bundle::trust_note;
 use crate::bundle::{untrusted, Trust};
 use crate::error::{LoaderError, Result};
 pub use crate::index::ObjectRef;
-use crate::index::{index_cache, open_load_index, Index, NOT_A_FILE};
+use crate::index::{index_cache, open_load_index, PackageIndex, NOT_A_FILE};
 use crate::select::{choose, trace, Selection, Verdicts};
 #[cfg(feature = "registry")]
 use crate::source::BundleSource;
@@ -56,7 +56,7 @@ fn trust_note(v: &TrustVerdict) -> String {
 
 /// A manifest and the source of its objects.
 pub struct Package {
-    index: Arc<Index>,
+    index: Arc<PackageIndex>,
     source: Box<dyn ObjectSource>,
     origin: PathBuf,
     /// What the signature policy said when a bundle or pulled entry was opened; `None` for
@@ -152,7 +152,7 @@ impl Package {
         file.read_to_end(&mut data).map_err(read_err)?;
         let stamp = ManifestStamp::of(&meta, &data);
         let manifest = parse_manifest(&data, &manifest_path)?;
-        let index = Arc::new(Index::encode(
+        let index = Arc::new(PackageIndex::encode(
             manifest,
             stamp,
             Some(manifest_path.clone()),
@@ -184,7 +184,7 @@ impl Package {
         origin: PathBuf,
     ) -> Result<Package> {
         Ok(Package {
-            index: Arc::new(Index::encode(manifest, NOT_A_FILE, None, &origin)?),
+            index: Arc::new(PackageIndex::encode(manifest, NOT_A_FILE, None, &origin)?),
             source,
             origin,
             trust: None,
@@ -325,7 +325,7 @@ impl Package {
         self.index.view()
     }
 
-    pub(crate) fn shared_index(&self) -> Arc<Index> {
+    pub(crate) fn shared_index(&self) -> Arc<PackageIndex> {
         Arc::clone(&self.index)
     }
 
@@ -455,7 +455,7 @@ impl Package {
         subset.objects.retain(|o| keep(&o.sha256));
         // The subset of an index that encoded encodes too; were it not to, every object
         // stays listed and reading a missing one names the bundle.
-        if let Ok(index) = Index::encode(subset, NOT_A_FILE, None, &self.origin) {
+        if let Ok(index) = PackageIndex::encode(subset, NOT_A_FILE, None, &self.origin) {
             self.index = Arc::new(index);
         }
     }

@@ -10,7 +10,7 @@ use super::attributes::{check_attributes, describe_attributes, AttributeCheck, R
 use crate::cuda::{self, CudaModule};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime};
-use crate::index::Index;
+use crate::index::PackageIndex;
 use crate::launch::{check_args, check_layout, KernelArgs, LaunchConfig};
 use crate::package::ObjectRef;
 
@@ -36,7 +36,7 @@ impl Drop for ModuleInner {
 
 /// A loaded code object; it keeps the package's load index alive for its record.
 pub struct LoadedModule {
-    pub(crate) index: Arc<Index>,
+    pub(crate) index: Arc<PackageIndex>,
     pub(crate) object: usize,
     pub(crate) origin: std::path::PathBuf,
     pub(crate) inner: ModuleInner,
