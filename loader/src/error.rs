@@ -222,6 +222,44 @@ pub enum LaunchError {
         expected: &'static str,
         param: String,
     },
+    /// An untyped value ([`crate::launch::LooseArg`]) whose kind or C type the parameter's
+    /// C type refuses (`given`, `expected`: `a float`, `an integer`).
+    #[error("{kernel}: argument {index} is {given}, the kernel takes {expected} ({param})")]
+    Type {
+        kernel: String,
+        index: usize,
+        given: String,
+        expected: &'static str,
+        param: String,
+    },
+    /// An untyped number for a parameter of a size no number of its kind has (`given`:
+    /// `an int`, `a float`).
+    #[error("{kernel}: argument {index} is {given}, the kernel takes {size} bytes ({param})")]
+    Width {
+        kernel: String,
+        index: usize,
+        given: &'static str,
+        size: u64,
+        param: String,
+    },
+    /// An integer outside the range of its parameter's size.
+    #[error("{kernel}: argument {index} is {value}, which does not fit in the kernel's {size} bytes ({param})")]
+    Range {
+        kernel: String,
+        index: usize,
+        value: i128,
+        size: u64,
+        param: String,
+    },
+    /// An integer for a pointer parameter that is no address of it.
+    #[error("{kernel}: argument {index} is {value}, not an address for the kernel's {size}-byte pointer ({param})")]
+    NotAnAddress {
+        kernel: String,
+        index: usize,
+        value: i128,
+        size: u64,
+        param: String,
+    },
     #[error("{kernel}: argument {index} ({size} bytes, {align}-byte aligned) would be at offset {at}, the kernel has it at {offset} ({param})")]
     Offset {
         kernel: String,

@@ -23,6 +23,21 @@ pub fn describe_param(p: &Param) -> String {
     }
 }
 
+/// The count of a launch's arguments against the entry's caller-visible parameters (hidden
+/// ones, which the runtime passes, are not counted).
+pub fn check_count(kernel: &str, params: &[Param], given: usize) -> Result<(), LaunchError> {
+    let expected = params.iter().filter(|p| !p.hidden).count();
+    if expected != given {
+        return Err(LaunchError::Count {
+            kernel: kernel.to_string(),
+            expected,
+            given,
+            hidden: u32::try_from(params.len() - expected).unwrap_or(u32::MAX),
+        });
+    }
+    Ok(())
+}
+
 /// Check a launch's argument sizes against the entry's parameters (hidden ones, which the
 /// runtime passes, are skipped): the count, then each size, first difference first. `kernel`
 /// names the entry in the error. What every checked launch runs before the driver is called.
@@ -31,16 +46,8 @@ pub fn check_args(
     params: &[Param],
     sizes: &[usize],
 ) -> std::result::Result<(), LaunchError> {
+    check_count(kernel, params, sizes.len())?;
     let visible = params.iter().filter(|p| !p.hidden);
-    let expected = visible.clone().count();
-    if expected != sizes.len() {
-        return Err(LaunchError::Count {
-            kernel: kernel.to_string(),
-            expected,
-            given: sizes.len(),
-            hidden: u32::try_from(params.len() - expected).unwrap_or(u32::MAX),
-        });
-    }
     for (index, (p, &given)) in visible.zip(sizes).enumerate() {
         if given as u64 != p.size {
             return Err(LaunchError::Size {
