@@ -4,13 +4,11 @@
 use super::*;
 use kbuild_manifest::load_index::{head_len, HEADER_LEN, LOAD_INDEX_FILE};
 
-#[cfg(test)]
 mod tests_support {
-    pub(super) use super::tests::{build_dir, cuda};
+    pub(super) use super::reading::{build_dir, cuda};
 }
 
-#[cfg(test)]
-mod tests {
+mod reading {
     use super::*;
     use kbuild_manifest::compat::Rule;
     use kbuild_manifest::resources::CudaResources;
@@ -187,7 +185,6 @@ mod tests {
     }
 }
 
-#[cfg(test)]
 mod load_index_tests {
     use super::*;
     use kbuild_manifest::load_index::{encode, ManifestStamp};
@@ -412,7 +409,6 @@ mod load_index_tests {
     }
 }
 
-#[cfg(test)]
 mod cache_tests {
     use super::*;
 
@@ -441,7 +437,6 @@ mod cache_tests {
 }
 
 #[cfg(feature = "registry")]
-#[cfg(test)]
 mod bundle_tests {
     use super::*;
     use kbuild_bundle::bundle::Bundle;
