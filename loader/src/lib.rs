@@ -25,6 +25,8 @@ pub mod cuda;
 pub mod detect;
 mod error;
 pub mod explain;
+#[cfg(test)]
+mod fixtures;
 pub mod hip;
 mod index;
 pub mod launch;

@@ -27,7 +27,7 @@ pub fn pick_targets(manifest: &Manifest, device: &Device) -> Result<Vec<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::select::tests::{manifest, object};
+    use crate::fixtures::{manifest, object};
     use kbuild_manifest::compat::NEWEST_DRIVER;
 
     fn device(target: &str) -> Device {

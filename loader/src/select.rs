@@ -354,9 +354,8 @@ pub(crate) fn choose(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::fixtures::{manifest, object};
     use kbuild_manifest::manifest::Manifest;
-    use kbuild_manifest::resources::PtxResources;
-    use std::collections::BTreeMap;
 
     /// The selection of `m` through the one entry point, after checking that the load path's
     /// [`choose`] picks the same object for every kernel and variant (and for no variant).
@@ -378,57 +377,6 @@ pub(crate) mod tests {
         }
         assert_eq!(choose(&ix, &mut verdicts, "no such kernel", None), None);
         s
-    }
-
-    pub(crate) fn object(
-        kernel: &str,
-        variant: Option<&str>,
-        target: &str,
-        isa: Option<&str>,
-    ) -> ObjectRecord {
-        let format = if target.starts_with("compute_") {
-            "ptx"
-        } else if target.starts_with("sm_") {
-            "cubin"
-        } else {
-            "hsaco"
-        };
-        let mut resources = BTreeMap::new();
-        if let Some(isa) = isa {
-            resources.insert(
-                kernel.to_string(),
-                Resources::Ptx(PtxResources {
-                    ptx_isa: isa.into(),
-                    target: target.replace("compute_", "sm_"),
-                }),
-            );
-        }
-        ObjectRecord {
-            kernel: kernel.into(),
-            variant: variant.map(str::to_string),
-            defines: BTreeMap::new(),
-            target: target.into(),
-            path: format!(
-                "{target}/{kernel}{}.{format}",
-                variant.map(|v| format!(".{v}")).unwrap_or_default()
-            ),
-            sha256: "0".repeat(64),
-            blake3: None,
-            size: 1,
-            format: format.into(),
-            entries: vec![kernel.into()],
-            demangled: Default::default(),
-            params: Default::default(),
-            resources,
-            cache_key: String::new(),
-            compile_args: Vec::new(),
-        }
-    }
-
-    pub(crate) fn manifest(objects: Vec<ObjectRecord>) -> Manifest {
-        let mut m = kbuild_manifest::fixtures::manifest("t", "0.1.0", objects);
-        m.targets.clear();
-        m
     }
 
     #[test]

@@ -10,7 +10,7 @@ use kbuild_manifest::resources::{CudaResources, Resources};
 use crate::launch::LaunchConfig;
 
 fn record(registers: u32, lds: u64, reserved: u64, scratch: u64) -> LoadFigures {
-    let mut o = crate::select::tests::object("k", None, "sm_90a", None);
+    let mut o = crate::fixtures::object("k", None, "sm_90a", None);
     o.resources.insert(
         "k".into(),
         Resources::Cuda(CudaResources {
@@ -83,11 +83,11 @@ fn a_difference_is_a_stale_artifact() {
 /// A manifest of one cubin `k` exporting `k(const float* x, int n)`, with or without
 /// its launch parameters.
 fn with_params(params: bool) -> kbuild_manifest::manifest::Manifest {
-    let mut o = crate::select::tests::object("k", None, "sm_90", None);
+    let mut o = crate::fixtures::object("k", None, "sm_90", None);
     if params {
         o.params = [("k".to_string(), kbuild_manifest::fixtures::params_x_n())].into();
     }
-    crate::select::tests::manifest(vec![o])
+    crate::fixtures::manifest(vec![o])
 }
 
 /// Function `k` of a module no driver loaded: its launches go to `cuLaunchKernel` (which,
@@ -216,9 +216,7 @@ fn simulated_devices_explain_but_do_not_load() {
     let dev = Device::parse("sm_90", None, None).unwrap();
     let gpu = Gpu::simulated(dev);
     let dir = tempfile::tempdir().unwrap();
-    let m = crate::select::tests::manifest(vec![crate::select::tests::object(
-        "k", None, "sm_90", None,
-    )]);
+    let m = crate::fixtures::manifest(vec![crate::fixtures::object("k", None, "sm_90", None)]);
     std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
     let l = Loader::open(dir.path(), &gpu).unwrap();
     assert_eq!(

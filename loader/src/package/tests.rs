@@ -33,9 +33,9 @@ mod reading {
     /// A build dir with one cubin-named object and one PTX object.
     pub(super) fn build_dir() -> (tempfile::TempDir, Manifest) {
         let dir = tempfile::tempdir().unwrap();
-        let mut m = crate::select::tests::manifest(vec![
-            crate::select::tests::object("k", None, "sm_90", None),
-            crate::select::tests::object("k", None, "compute_90", Some("9.5")),
+        let mut m = crate::fixtures::manifest(vec![
+            crate::fixtures::object("k", None, "sm_90", None),
+            crate::fixtures::object("k", None, "compute_90", Some("9.5")),
         ]);
         for o in &mut m.objects {
             let bytes = format!("object for {}", o.target).into_bytes();
@@ -415,16 +415,13 @@ mod cache_tests {
     #[test]
     fn the_index_cache_follows_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut m = crate::select::tests::manifest(vec![crate::select::tests::object(
-            "a", None, "sm_90", None,
-        )]);
+        let mut m =
+            crate::fixtures::manifest(vec![crate::fixtures::object("a", None, "sm_90", None)]);
         std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
         assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["a"]);
         assert_eq!(Package::open(dir.path()).unwrap().kernels(), ["a"]);
         // A new build (a rename over the manifest, as the build writes it) is seen at once.
-        m = crate::select::tests::manifest(vec![crate::select::tests::object(
-            "bb", None, "sm_90", None,
-        )]);
+        m = crate::fixtures::manifest(vec![crate::fixtures::object("bb", None, "sm_90", None)]);
         let tmp = dir.path().join("manifest.json.tmp");
         std::fs::write(&tmp, m.to_json()).unwrap();
         std::fs::rename(&tmp, dir.path().join("manifest.json")).unwrap();
@@ -444,9 +441,8 @@ mod bundle_tests {
 
     #[test]
     fn a_bundle_opens_from_memory_and_selects() {
-        let mut m = crate::select::tests::manifest(vec![crate::select::tests::object(
-            "k", None, "sm_90", None,
-        )]);
+        let mut m =
+            crate::fixtures::manifest(vec![crate::fixtures::object("k", None, "sm_90", None)]);
         m.targets = vec!["sm_90".into()];
         let mut objects = std::collections::BTreeMap::new();
         for o in &mut m.objects {
