@@ -58,3 +58,19 @@ pub(crate) fn manifest(objects: Vec<ObjectRecord>) -> Manifest {
     m.targets.clear();
     m
 }
+
+/// The objects of `rmsnorm` an H200 build has (sm_80, sm_89, sm_90, sm_90a, PTX 9.5).
+pub(crate) fn h200_bundle() -> Manifest {
+    manifest(
+        ["sm_80", "sm_89", "sm_90", "sm_90a"]
+            .iter()
+            .map(|t| object("rmsnorm", None, t, None))
+            .chain(std::iter::once(object(
+                "rmsnorm",
+                None,
+                "compute_90",
+                Some("9.5"),
+            )))
+            .collect(),
+    )
+}

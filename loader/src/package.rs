@@ -319,12 +319,6 @@ impl Package {
         self.index.file.is_some()
     }
 
-    /// The load index the package serves.
-    #[cfg(test)]
-    pub(crate) fn load_index(&self) -> kbuild_manifest::load_index::LoadIndex<'_> {
-        self.index.view()
-    }
-
     pub(crate) fn shared_index(&self) -> Arc<PackageIndex> {
         Arc::clone(&self.index)
     }

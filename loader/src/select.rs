@@ -354,15 +354,24 @@ pub(crate) fn choose(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::fixtures::{manifest, object};
+    use crate::fixtures::{h200_bundle, manifest, object};
     use kbuild_manifest::manifest::Manifest;
 
     /// The selection of `m` through the one entry point, after checking that the load path's
     /// [`choose`] picks the same object for every kernel and variant (and for no variant).
     pub(crate) fn select(m: &Manifest, device: &Device) -> Selection {
-        let p = crate::Package::from_manifest(m.clone()).unwrap();
-        let s = p.select(device);
-        let ix = p.load_index();
+        // The index a package makes of a manifest (not a file: a stamp that matches none).
+        let stamp = kbuild_manifest::load_index::ManifestStamp {
+            len: 0,
+            mtime_ns: -1,
+            ctime_ns: -1,
+            ino: 0,
+            blake3: [0; 32],
+        };
+        let bytes = kbuild_manifest::load_index::encode(m, stamp).unwrap();
+        let ix = LoadIndex::parse(&bytes).unwrap();
+        ix.validate().unwrap();
+        let s = trace(&ix, device);
         let mut verdicts = Verdicts::new(*device);
         for k in &s.kernels {
             let want = k.selected().map(|c| c.object);
@@ -377,70 +386,6 @@ pub(crate) mod tests {
         }
         assert_eq!(choose(&ix, &mut verdicts, "no such kernel", None), None);
         s
-    }
-
-    #[test]
-    fn choosing_and_recording_allocate_nothing() {
-        let mut m = h200_bundle();
-        m.objects
-            .push(object("softmax", Some("rows2"), "sm_90", None));
-        m.objects
-            .push(object("softmax", Some("rows10"), "sm_90a", None));
-        m.kernels.push("softmax".into());
-        for o in &mut m.objects {
-            o.blake3 = Some(blake3::hash(o.path.as_bytes()).to_hex().to_string());
-        }
-        let p = crate::Package::from_manifest(m).unwrap();
-        let device = dev("sm_90", Some(Version(13, 0)));
-        let mut verdicts = Verdicts::new(device);
-        // The first verdict of each target is the compat table's, with its reason.
-        let warm = p.choose(&mut verdicts, "rmsnorm", None);
-        assert!(warm.is_some());
-        p.choose(&mut verdicts, "softmax", Some("rows10"));
-        p.choose(&mut verdicts, "softmax", None);
-        let (n, ()) = crate::alloc_count::allocations(|| {
-            for (kernel, variant) in [
-                ("rmsnorm", None),
-                ("softmax", None),
-                ("softmax", Some("rows10")),
-            ] {
-                let i = p.choose(&mut verdicts, kernel, variant).unwrap();
-                let o = p.object(i).unwrap();
-                let entry = o.entry(kernel).unwrap();
-                std::hint::black_box((o.path, o.target, entry.figures.max_threads()));
-                crate::package::verify(&o, o.path.as_bytes()).unwrap();
-            }
-        });
-        assert_eq!(
-            n, 0,
-            "allocations on the load path's select + record + verify"
-        );
-        // The counter sees allocations (the trace makes many).
-        assert!(crate::alloc_count::allocations(|| p.select(&device)).0 > 0);
-        // And they agree with the trace.
-        let s = p.select(&device);
-        assert_eq!(
-            p.choose(&mut verdicts, "softmax", Some("rows10")),
-            s.kernel("softmax", Some("rows10"))
-                .unwrap()
-                .selected()
-                .map(|c| c.object)
-        );
-    }
-
-    fn h200_bundle() -> Manifest {
-        manifest(
-            ["sm_80", "sm_89", "sm_90", "sm_90a"]
-                .iter()
-                .map(|t| object("rmsnorm", None, t, None))
-                .chain(std::iter::once(object(
-                    "rmsnorm",
-                    None,
-                    "compute_90",
-                    Some("9.5"),
-                )))
-                .collect(),
-        )
     }
 
     fn dev(spec: &str, driver: Option<Version>) -> Device {

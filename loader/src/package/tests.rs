@@ -185,6 +185,62 @@ mod reading {
     }
 }
 
+/// The load path (choose, record, verify) allocates nothing.
+mod load_path {
+    use super::*;
+    use crate::fixtures::object;
+    use kbuild_manifest::target::Version;
+
+    #[test]
+    fn choosing_and_recording_allocate_nothing() {
+        let mut m = crate::fixtures::h200_bundle();
+        m.objects
+            .push(object("softmax", Some("rows2"), "sm_90", None));
+        m.objects
+            .push(object("softmax", Some("rows10"), "sm_90a", None));
+        m.kernels.push("softmax".into());
+        for o in &mut m.objects {
+            o.blake3 = Some(blake3::hash(o.path.as_bytes()).to_hex().to_string());
+        }
+        let p = Package::from_manifest(m).unwrap();
+        let device = Device::parse("sm_90", Some(Version(13, 0)), None).unwrap();
+        let mut verdicts = crate::select::Verdicts::new(device);
+        // The first verdict of each target is the compat table's, with its reason.
+        let warm = p.choose(&mut verdicts, "rmsnorm", None);
+        assert!(warm.is_some());
+        p.choose(&mut verdicts, "softmax", Some("rows10"));
+        p.choose(&mut verdicts, "softmax", None);
+        let (n, ()) = crate::alloc_count::allocations(|| {
+            for (kernel, variant) in [
+                ("rmsnorm", None),
+                ("softmax", None),
+                ("softmax", Some("rows10")),
+            ] {
+                let i = p.choose(&mut verdicts, kernel, variant).unwrap();
+                let o = p.object(i).unwrap();
+                let entry = o.entry(kernel).unwrap();
+                std::hint::black_box((o.path, o.target, entry.figures.max_threads()));
+                crate::package::verify(&o, o.path.as_bytes()).unwrap();
+            }
+        });
+        assert_eq!(
+            n, 0,
+            "allocations on the load path's select + record + verify"
+        );
+        // The counter sees allocations (the trace makes many).
+        assert!(crate::alloc_count::allocations(|| p.select(&device)).0 > 0);
+        // And they agree with the trace.
+        let s = p.select(&device);
+        assert_eq!(
+            p.choose(&mut verdicts, "softmax", Some("rows10")),
+            s.kernel("softmax", Some("rows10"))
+                .unwrap()
+                .selected()
+                .map(|c| c.object)
+        );
+    }
+}
+
 mod load_index_tests {
     use super::*;
     use kbuild_manifest::load_index::{encode, ManifestStamp};
