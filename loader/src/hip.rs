@@ -528,13 +528,7 @@ mod tests {
         assert_eq!(rt.device_count().unwrap(), 0);
         assert!(rt.properties(0).is_err());
         assert!(rt.error_string(100).contains("hipErrorNoDevice"));
-        let r = crate::detect::detect_hip(&HipSearch {
-            dirs: vec![],
-            system: true,
-        });
-        assert!(r.found && r.devices.is_empty(), "{r:?}");
-        assert_eq!(r.generic_supported, Some(false));
-        assert_eq!(r.message, "0 devices");
+        // Detection over it: detect's tests.
     }
 
     #[test]
