@@ -1,7 +1,6 @@
-//! Packages from the registry: a bundle file (`NAME-VERSION.kbundle`) or a pulled cache entry,
-//! both read and verified by `kbuild-registry`, then indexed like a build directory. A subset
-//! bundle (pulled for one device) holds only some targets' objects: the others are left out of
-//! the index, so selection never picks an object that is not there.
+//! What the loader takes from the registry's bundle crate: the signature policy ([`Trust`])
+//! and its [`Verdict`], the bundle source, and the one line a verdict is shown as. Opening a
+//! bundle or pulled entry is [`crate::Package::open_bundle`] / [`crate::Package::from_cache`].
 
 use std::path::Path;
 

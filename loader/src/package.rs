@@ -10,6 +10,12 @@
 //!
 //! Every object is checked before anyone sees its bytes: by the blake3 the manifest records,
 //! or, for a manifest written before objects recorded one, by its sha256.
+//!
+//! Bundles (feature `registry`): a bundle file (`NAME-VERSION.kbundle`) or a pulled cache
+//! entry, both read and verified by `kbuild-bundle`, then indexed like a build directory, with
+//! the signature policy's [`Verdict`](crate::bundle::Verdict) kept. A subset bundle (pulled for
+//! one device) holds only some targets' objects: the others are left out of the index, so
+//! selection never picks an object that is not there.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -25,9 +31,7 @@ use kbuild_manifest::resources::Resources;
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "registry")]
-use crate::bundle::trust_note;
-#[cfg(feature = "registry")]
-use crate::bundle::{untrusted, Trust};
+use crate::bundle::{trust_note, untrusted, Trust};
 use crate::error::{LoaderError, Result};
 pub use crate::index::ObjectRef;
 use crate::index::{index_cache, open_load_index, PackageIndex, NOT_A_FILE};

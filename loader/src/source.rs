@@ -1,5 +1,5 @@
 //! Where the bytes of a package's objects come from: a directory ([`DirSource`]), a verified
-//! bundle in memory ([`BundleSource`]), or nothing ([`EmptySource`], a package made from a
+//! bundle in memory ([`BundleSource`]), or nothing (`EmptySource`, a package made from a
 //! manifest alone). Sources hand out bytes unverified: the package checks them.
 
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use crate::error::{LoaderError, Result};
 /// Something that hands out the bytes of a manifest's objects.
 pub trait ObjectSource: Send + Sync {
     /// The bytes of the object at `path` (manifest-relative) with digest `sha256`,
-    /// unverified (the [`Package`] checks them).
+    /// unverified (the [`Package`](crate::Package) checks them).
     fn read(&self, path: &str, sha256: &str) -> Result<Vec<u8>>;
     /// [`ObjectSource::read`] of an object the manifest says is `size` bytes: a source may
     /// read exactly that many (what it returns is verified either way).

@@ -63,7 +63,7 @@ pub fn check_args(
 }
 
 /// [`check_args`] for typed arguments, which also know their alignment and kind: a `pointer`
-/// parameter refuses a value and a `value` parameter a [`DevicePtr`] (`unknown` ones take
+/// parameter refuses a value and a `value` parameter a [`DevicePtr`](crate::launch::DevicePtr) (`unknown` ones take
 /// either, and `u64`/`usize` fit both), and each argument must sit where the kernel has its
 /// parameter: at the end of the previous parameter rounded up to the argument's alignment,
 /// as a C compiler lays out the parameter list (an `i64` for an `int2` at offset 4 is
