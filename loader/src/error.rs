@@ -94,9 +94,9 @@ pub enum LoaderError {
     Launch { entry: String, what: String },
     /// Arguments that do not fit the entry's parameters (refused before the driver).
     #[error(transparent)]
-    Args(Box<crate::launch::LaunchError>),
+    Args(Box<LaunchError>),
     #[error(transparent)]
-    HipNotFound(#[from] crate::hip::HipNotFound),
+    HipNotFound(#[from] HipNotFound),
     /// A string handed to the driver (an entry name) or out through the C ABI.
     #[error("{what} has a NUL byte")]
     NulByte { what: String },
@@ -115,13 +115,10 @@ pub enum LoaderError {
         name: String,
         note: String,
     },
-    /// A package made while its index is being built has no objects to hand out yet.
-    #[error("{path}: no object source")]
-    NoSource { path: String },
 }
 
-impl From<crate::launch::LaunchError> for LoaderError {
-    fn from(e: crate::launch::LaunchError) -> LoaderError {
+impl From<LaunchError> for LoaderError {
+    fn from(e: LaunchError) -> LoaderError {
         LoaderError::Args(Box::new(e))
     }
 }
@@ -130,6 +127,17 @@ fn variant_text(v: &Option<String>) -> String {
     v.as_ref()
         .map(|v| format!(" (variant `{v}`)"))
         .unwrap_or_default()
+}
+
+/// Why a device's targets could not be picked from a manifest ([`crate::pick_targets`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PickError {
+    /// The manifest cannot be indexed.
+    #[error(transparent)]
+    Package(#[from] LoaderError),
+    /// Kernels nothing in the manifest runs on (never empty); the message is the first's.
+    #[error("{}", .0.first().map(ToString::to_string).unwrap_or_default())]
+    NoMatch(Vec<NoMatch>),
 }
 
 /// No object of a kernel runs on the device: who, what there is, and how to get one.
@@ -176,5 +184,117 @@ impl LoaderError {
             api: api.to_string(),
             message: message.into(),
         }
+    }
+}
+
+/// Why no HIP runtime could be opened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("HIP runtime not found (tried {})", .tried.join(", "))]
+pub struct HipNotFound {
+    pub tried: Vec<String>,
+}
+
+/// A launch whose arguments do not fit the entry's parameters; the driver never saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{kernel}: {given} argument{} given, the kernel takes {expected}{}", plural(*.given), hidden_note(*.hidden))]
+    Count {
+        kernel: String,
+        expected: usize,
+        given: usize,
+        /// Hidden parameters the runtime passes (not counted in `expected`).
+        hidden: u32,
+    },
+    #[error("{kernel}: argument {index} is {given} bytes, the kernel takes {expected} ({param})")]
+    Size {
+        kernel: String,
+        index: usize,
+        given: usize,
+        expected: u64,
+        /// The parameter: `int n`, `int`, or its kind (`value`).
+        param: String,
+    },
+    #[error("{kernel}: argument {index} is a {given}, the kernel takes a {expected} ({param})")]
+    Kind {
+        kernel: String,
+        index: usize,
+        given: &'static str,
+        expected: &'static str,
+        param: String,
+    },
+    /// An untyped value ([`crate::launch::LooseArg`]) whose kind or C type the parameter's
+    /// C type refuses (`given`, `expected`: `a float`, `an integer`).
+    #[error("{kernel}: argument {index} is {given}, the kernel takes {expected} ({param})")]
+    Type {
+        kernel: String,
+        index: usize,
+        given: String,
+        expected: &'static str,
+        param: String,
+    },
+    /// An untyped number for a parameter of a size no number of its kind has (`given`:
+    /// `an int`, `a float`).
+    #[error("{kernel}: argument {index} is {given}, the kernel takes {size} bytes ({param})")]
+    Width {
+        kernel: String,
+        index: usize,
+        given: &'static str,
+        size: u64,
+        param: String,
+    },
+    /// An integer outside the range of its parameter's size.
+    #[error("{kernel}: argument {index} is {value}, which does not fit in the kernel's {size} bytes ({param})")]
+    Range {
+        kernel: String,
+        index: usize,
+        value: i128,
+        size: u64,
+        param: String,
+    },
+    /// An integer for a pointer parameter that is no address of it.
+    #[error("{kernel}: argument {index} is {value}, not an address for the kernel's {size}-byte pointer ({param})")]
+    NotAnAddress {
+        kernel: String,
+        index: usize,
+        value: i128,
+        size: u64,
+        param: String,
+    },
+    #[error("{kernel}: argument {index} ({size} bytes, {align}-byte aligned) would be at offset {at}, the kernel has it at {offset} ({param})")]
+    Offset {
+        kernel: String,
+        index: usize,
+        size: usize,
+        align: usize,
+        at: u64,
+        offset: u64,
+        param: String,
+    },
+}
+
+impl LaunchError {
+    /// The error of a check given only the caller-visible parameters (as the load index
+    /// carries them), with the count of the hidden ones the entry also has.
+    pub fn with_hidden(mut self, n: u32) -> LaunchError {
+        if let LaunchError::Count { hidden, .. } = &mut self {
+            *hidden = hidden.saturating_add(n);
+        }
+        self
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn hidden_note(hidden: u32) -> String {
+    if hidden == 0 {
+        String::new()
+    } else {
+        format!(" (and {hidden} hidden the runtime passes)")
     }
 }

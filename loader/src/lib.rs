@@ -25,20 +25,26 @@ pub mod cuda;
 pub mod detect;
 mod error;
 pub mod explain;
+#[cfg(test)]
+mod fixtures;
 pub mod hip;
+mod index;
 pub mod launch;
 pub mod load;
 pub mod package;
+pub mod pick;
 pub mod select;
+pub mod source;
 
 pub use cudarc;
 pub use detect::{detect, DeviceOptions, ResolvedDevice};
-pub use error::{LoaderError, NoMatch, Result};
+pub use error::{LoaderError, NoMatch, PickError, Result};
 pub use launch::{
     ArgKind, ArgLayout, DevicePtr, KernelArg, KernelArgs, LaunchConfig, LaunchError, Stream,
 };
 pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
 pub use package::{ObjectRef, Package};
+pub use pick::pick_targets;
 pub use select::{Candidate, KernelChoice, Selection};
 
 /// Counts this thread's allocations, so that tests can check that a path makes none.

@@ -105,6 +105,21 @@ impl Selection {
         self.kernels.iter().all(|k| k.selected.is_some())
     }
 
+    /// The target of every kernel's selected object, each once, in kernel order (the
+    /// targets a device needs; [`crate::pick_targets`] puts them in the manifest's order and
+    /// refuses a selection with a kernel nothing runs on).
+    pub fn selected_targets(&self) -> Vec<String> {
+        let mut picked: Vec<String> = Vec::new();
+        for k in &self.kernels {
+            if let Some(c) = k.selected() {
+                if !picked.contains(&c.target) {
+                    picked.push(c.target.clone());
+                }
+            }
+        }
+        picked
+    }
+
     /// The no-match errors of every kernel without a selection.
     pub fn missing(&self) -> Vec<NoMatch> {
         self.kernels
@@ -339,16 +354,24 @@ pub(crate) fn choose(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::fixtures::{h200_bundle, manifest, object};
     use kbuild_manifest::manifest::Manifest;
-    use kbuild_manifest::resources::PtxResources;
-    use std::collections::BTreeMap;
 
     /// The selection of `m` through the one entry point, after checking that the load path's
     /// [`choose`] picks the same object for every kernel and variant (and for no variant).
     pub(crate) fn select(m: &Manifest, device: &Device) -> Selection {
-        let p = crate::Package::from_manifest(m.clone()).unwrap();
-        let s = p.select(device);
-        let ix = p.load_index();
+        // The index a package makes of a manifest (not a file: a stamp that matches none).
+        let stamp = kbuild_manifest::load_index::ManifestStamp {
+            len: 0,
+            mtime_ns: -1,
+            ctime_ns: -1,
+            ino: 0,
+            blake3: [0; 32],
+        };
+        let bytes = kbuild_manifest::load_index::encode(m, stamp).unwrap();
+        let ix = LoadIndex::parse(&bytes).unwrap();
+        ix.validate().unwrap();
+        let s = trace(&ix, device);
         let mut verdicts = Verdicts::new(*device);
         for k in &s.kernels {
             let want = k.selected().map(|c| c.object);
@@ -363,121 +386,6 @@ pub(crate) mod tests {
         }
         assert_eq!(choose(&ix, &mut verdicts, "no such kernel", None), None);
         s
-    }
-
-    pub(crate) fn object(
-        kernel: &str,
-        variant: Option<&str>,
-        target: &str,
-        isa: Option<&str>,
-    ) -> ObjectRecord {
-        let format = if target.starts_with("compute_") {
-            "ptx"
-        } else if target.starts_with("sm_") {
-            "cubin"
-        } else {
-            "hsaco"
-        };
-        let mut resources = BTreeMap::new();
-        if let Some(isa) = isa {
-            resources.insert(
-                kernel.to_string(),
-                Resources::Ptx(PtxResources {
-                    ptx_isa: isa.into(),
-                    target: target.replace("compute_", "sm_"),
-                }),
-            );
-        }
-        ObjectRecord {
-            kernel: kernel.into(),
-            variant: variant.map(str::to_string),
-            defines: BTreeMap::new(),
-            target: target.into(),
-            path: format!(
-                "{target}/{kernel}{}.{format}",
-                variant.map(|v| format!(".{v}")).unwrap_or_default()
-            ),
-            sha256: "0".repeat(64),
-            blake3: None,
-            size: 1,
-            format: format.into(),
-            entries: vec![kernel.into()],
-            demangled: Default::default(),
-            params: Default::default(),
-            resources,
-            cache_key: String::new(),
-            compile_args: Vec::new(),
-        }
-    }
-
-    pub(crate) fn manifest(objects: Vec<ObjectRecord>) -> Manifest {
-        let mut m = kbuild_manifest::fixtures::manifest("t", "0.1.0", objects);
-        m.targets.clear();
-        m
-    }
-
-    #[test]
-    fn choosing_and_recording_allocate_nothing() {
-        let mut m = h200_bundle();
-        m.objects
-            .push(object("softmax", Some("rows2"), "sm_90", None));
-        m.objects
-            .push(object("softmax", Some("rows10"), "sm_90a", None));
-        m.kernels.push("softmax".into());
-        for o in &mut m.objects {
-            o.blake3 = Some(blake3::hash(o.path.as_bytes()).to_hex().to_string());
-        }
-        let p = crate::Package::from_manifest(m).unwrap();
-        let device = dev("sm_90", Some(Version(13, 0)));
-        let mut verdicts = Verdicts::new(device);
-        // The first verdict of each target is the compat table's, with its reason.
-        let warm = p.choose(&mut verdicts, "rmsnorm", None);
-        assert!(warm.is_some());
-        p.choose(&mut verdicts, "softmax", Some("rows10"));
-        p.choose(&mut verdicts, "softmax", None);
-        let (n, ()) = crate::alloc_count::allocations(|| {
-            for (kernel, variant) in [
-                ("rmsnorm", None),
-                ("softmax", None),
-                ("softmax", Some("rows10")),
-            ] {
-                let i = p.choose(&mut verdicts, kernel, variant).unwrap();
-                let o = p.object(i).unwrap();
-                let entry = o.entry(kernel).unwrap();
-                std::hint::black_box((o.path, o.target, entry.figures.max_threads()));
-                crate::package::verify(&o, o.path.as_bytes()).unwrap();
-            }
-        });
-        assert_eq!(
-            n, 0,
-            "allocations on the load path's select + record + verify"
-        );
-        // The counter sees allocations (the trace makes many).
-        assert!(crate::alloc_count::allocations(|| p.select(&device)).0 > 0);
-        // And they agree with the trace.
-        let s = p.select(&device);
-        assert_eq!(
-            p.choose(&mut verdicts, "softmax", Some("rows10")),
-            s.kernel("softmax", Some("rows10"))
-                .unwrap()
-                .selected()
-                .map(|c| c.object)
-        );
-    }
-
-    fn h200_bundle() -> Manifest {
-        manifest(
-            ["sm_80", "sm_89", "sm_90", "sm_90a"]
-                .iter()
-                .map(|t| object("rmsnorm", None, t, None))
-                .chain(std::iter::once(object(
-                    "rmsnorm",
-                    None,
-                    "compute_90",
-                    Some("9.5"),
-                )))
-                .collect(),
-        )
     }
 
     fn dev(spec: &str, driver: Option<Version>) -> Device {

@@ -11,7 +11,8 @@
 
 use std::ffi::c_void;
 
-use kbuild_manifest::params::{Param, ParamKind};
+use kbuild_loader::launch::{check_count, pack_arg, LooseArg};
+use kbuild_manifest::params::Param;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyTuple};
@@ -210,75 +211,33 @@ pub(crate) fn visible(params: &[Param]) -> Vec<Param> {
     params.iter().filter(|p| !p.hidden).cloned().collect()
 }
 
-/// What a parameter's C type says: a floating-point type, an integer, or nothing known.
-#[derive(PartialEq, Eq)]
-enum TypeClass {
-    Float,
-    Integer,
-    Unknown,
-}
-
-fn type_class(p: &Param) -> TypeClass {
-    let Some(t) = p.type_name.as_deref() else {
-        return TypeClass::Unknown;
-    };
-    if t.contains('*') || t.contains('&') {
-        return TypeClass::Unknown;
+impl Scalar {
+    /// The argument as the loader's launch check takes it.
+    fn loose(&self) -> LooseArg {
+        LooseArg::Typed {
+            bits: self.bits,
+            size: self.size,
+            float: self.float,
+            ctype: self.ctype,
+        }
     }
-    let t = t.to_ascii_lowercase();
-    if ["float", "double", "half", "bf16", "bfloat"]
-        .iter()
-        .any(|w| t.contains(w))
-    {
-        TypeClass::Float
-    } else if [
-        "int", "long", "short", "char", "size_t", "bool", "unsigned", "ptrdiff",
-    ]
-    .iter()
-    .any(|w| t.contains(w))
-    {
-        TypeClass::Integer
-    } else {
-        TypeClass::Unknown
-    }
-}
-
-fn unsigned(p: &Param) -> bool {
-    p.type_name
-        .as_deref()
-        .is_some_and(|t| t.contains("unsigned") || t.starts_with('u') || t.contains("size_t"))
-}
-
-/// One Python argument, classified.
-enum Arg {
-    /// 8 bytes: a tensor's `data_ptr()` or a [`Pointer`].
-    Pointer(u64),
-    Int(i128),
-    Float(f64),
-    Scalar(Scalar),
 }
 
 /// Pack `args` for `entry`, whose parameters the manifest records as `params` (`None`: it
 /// records none), for a kernel on CUDA device `device` (`None`: a simulated device, whose
-/// tensors only need to be on a GPU). Every refusal is a [`LaunchError`] naming the argument.
+/// tensors only need to be on a GPU). Each value is packed by the loader's launch check
+/// ([`kbuild_loader::launch::pack_arg`]), whose messages name the argument and parameter;
+/// every refusal is a [`LaunchError`].
 pub(crate) fn pack(
     entry: &str,
     params: Option<&[Param]>,
     args: &Bound<'_, PyTuple>,
     device: Option<u32>,
 ) -> PyResult<Packed> {
-    let err = |what: String| LaunchError::new_err(format!("{entry}: {what}"));
+    let refused = |e: kbuild_loader::LaunchError| LaunchError::new_err(e.to_string());
     if let Some(params) = params {
-        if params.len() != args.len() {
-            // The loader's own message (the count of hidden AMD arguments is not kept here).
-            let count = kbuild_loader::LaunchError::Count {
-                kernel: entry.to_string(),
-                expected: params.len(),
-                given: args.len(),
-                hidden: 0,
-            };
-            return Err(LaunchError::new_err(count.to_string()));
-        }
+        // The loader's count (the hidden AMD arguments are not among `params` here).
+        check_count(entry, params, args.len()).map_err(refused)?;
     }
     let mut slots = Vec::with_capacity(args.len());
     let mut sizes = Vec::with_capacity(args.len());
@@ -287,165 +246,54 @@ pub(crate) fn pack(
         let Some(p) = params.and_then(|ps| ps.get(i)) else {
             // No record to size a Python number by: only self-sized arguments go.
             slots.push(match arg {
-                Arg::Pointer(v) => {
+                LooseArg::Pointer(v) => {
                     sizes.push(8);
                     v
                 }
-                Arg::Scalar(s) => {
-                    sizes.push(s.size as usize);
-                    s.bits
+                LooseArg::Typed { bits, size, .. } => {
+                    sizes.push(size as usize);
+                    bits
                 }
-                Arg::Int(_) | Arg::Float(_) => {
-                    let what = if matches!(arg, Arg::Int(_)) { "an int" } else { "a float" };
-                    return Err(err(format!(
-                        "argument {i} is {what}, and the manifest records no parameters of `{entry}` to size it by (an object built before kbuild recorded them); pass kbuild.int32(...), kbuild.int64(...), kbuild.float32(...) or kbuild.float64(...)"
+                LooseArg::Int(_) | LooseArg::Float(_) => {
+                    let what = if matches!(arg, LooseArg::Int(_)) { "an int" } else { "a float" };
+                    return Err(LaunchError::new_err(format!(
+                        "{entry}: argument {i} is {what}, and the manifest records no parameters of `{entry}` to size it by (an object built before kbuild recorded them); pass kbuild.int32(...), kbuild.int64(...), kbuild.float32(...) or kbuild.float64(...)"
                     )));
                 }
             });
             continue;
         };
-        slots.push(pack_one(i, arg, p).map_err(err)?);
+        slots.push(pack_arg(entry, i, arg, p).map_err(refused)?);
         sizes.push(p.size as usize);
     }
     Ok(Packed { slots, sizes })
 }
 
-/// The slot of argument `i` for parameter `p`, or what is wrong (without the entry's name).
-fn pack_one(i: usize, arg: Arg, p: &Param) -> Result<u64, String> {
-    let desc = kbuild_loader::launch::describe_param(p);
-    let size = p.size;
-    let class = type_class(p);
-    match arg {
-        Arg::Pointer(v) => {
-            if size != 8 {
-                return Err(format!(
-                    "argument {i} is 8 bytes, the kernel takes {size} ({desc})"
-                ));
-            }
-            if p.kind == ParamKind::Value && class != TypeClass::Unknown {
-                return Err(format!(
-                    "argument {i} is a pointer, the kernel takes a value ({desc})"
-                ));
-            }
-            Ok(v)
-        }
-        Arg::Scalar(s) => {
-            if s.size != size {
-                return Err(format!(
-                    "argument {i} is {} bytes, the kernel takes {size} ({desc})",
-                    s.size
-                ));
-            }
-            if s.float && (p.kind == ParamKind::Pointer || class == TypeClass::Integer) {
-                return Err(format!(
-                    "argument {i} is a {}, the kernel takes {} ({desc})",
-                    s.ctype,
-                    if p.kind == ParamKind::Pointer {
-                        "a pointer"
-                    } else {
-                        "an integer"
-                    }
-                ));
-            }
-            if !s.float && class == TypeClass::Float {
-                return Err(format!(
-                    "argument {i} is an {}, the kernel takes a floating-point value ({desc})",
-                    s.ctype
-                ));
-            }
-            Ok(s.bits)
-        }
-        Arg::Int(v) => {
-            if p.kind == ParamKind::Pointer {
-                if size != 8 || !(0..=i128::from(u64::MAX)).contains(&v) {
-                    return Err(format!(
-                        "argument {i} is {v}, not an address for the kernel's {size}-byte pointer ({desc})"
-                    ));
-                }
-                return Ok(v as u64);
-            }
-            if class == TypeClass::Float {
-                return match size {
-                    4 => Ok(u64::from((v as f32).to_bits())),
-                    8 => Ok((v as f64).to_bits()),
-                    _ => Err(format!(
-                        "argument {i} is an int, the kernel takes {size} bytes ({desc})"
-                    )),
-                };
-            }
-            let (lo, hi): (i128, i128) = match (size, unsigned(p)) {
-                (1, false) => (i8::MIN.into(), i8::MAX.into()),
-                (1, true) => (0, u8::MAX.into()),
-                (2, false) => (i16::MIN.into(), i16::MAX.into()),
-                (2, true) => (0, u16::MAX.into()),
-                (4, false) => (i32::MIN.into(), i32::MAX.into()),
-                (4, true) => (0, u32::MAX.into()),
-                // 8 bytes: an int64, or an address/uint64 when it is larger.
-                (8, _) => (i64::MIN.into(), u64::MAX.into()),
-                _ => {
-                    return Err(format!(
-                        "argument {i} is an int, the kernel takes {size} bytes ({desc})"
-                    ))
-                }
-            };
-            if v < lo || v > hi {
-                return Err(format!(
-                    "argument {i} is {v}, which does not fit in the kernel's {size} bytes ({desc})"
-                ));
-            }
-            // Two's complement in the low `size` bytes.
-            let bits = v as i64 as u64;
-            Ok(match size {
-                8 => {
-                    if v > i128::from(i64::MAX) {
-                        v as u64
-                    } else {
-                        bits
-                    }
-                }
-                n => bits & ((1u64 << (n * 8)) - 1),
-            })
-        }
-        Arg::Float(x) => {
-            if p.kind == ParamKind::Pointer {
-                return Err(format!(
-                    "argument {i} is a float, the kernel takes a pointer ({desc})"
-                ));
-            }
-            if class == TypeClass::Integer {
-                return Err(format!(
-                    "argument {i} is a float, the kernel takes an integer ({desc})"
-                ));
-            }
-            match size {
-                4 => Ok(u64::from((x as f32).to_bits())),
-                8 => Ok(x.to_bits()),
-                _ => Err(format!(
-                    "argument {i} is a float, the kernel takes {size} bytes ({desc})"
-                )),
-            }
-        }
-    }
-}
-
-fn classify(entry: &str, i: usize, obj: &Bound<'_, PyAny>, device: Option<u32>) -> PyResult<Arg> {
+/// One Python argument as the launch check takes it: a tensor or [`Pointer`] is an address, a
+/// [`Scalar`] a typed value, an `int` or `float` a number sized by its parameter.
+fn classify(
+    entry: &str,
+    i: usize,
+    obj: &Bound<'_, PyAny>,
+    device: Option<u32>,
+) -> PyResult<LooseArg> {
     let py = obj.py();
     let err = |what: String| LaunchError::new_err(format!("{entry}: argument {i} {what}"));
     if let Ok(p) = obj.cast::<Pointer>() {
-        return Ok(Arg::Pointer(p.get().value));
+        return Ok(LooseArg::Pointer(p.get().value));
     }
     if let Ok(s) = obj.cast::<Scalar>() {
-        return Ok(Arg::Scalar(*s.get()));
+        return Ok(s.get().loose());
     }
     if obj.is_instance_of::<PyFloat>() {
-        return Ok(Arg::Float(obj.extract::<f64>()?));
+        return Ok(LooseArg::Float(obj.extract::<f64>()?));
     }
     if obj.is_instance_of::<PyInt>() {
         if let Ok(v) = obj.extract::<i64>() {
-            return Ok(Arg::Int(v.into()));
+            return Ok(LooseArg::Int(v.into()));
         }
         if let Ok(v) = obj.extract::<u64>() {
-            return Ok(Arg::Int(v.into()));
+            return Ok(LooseArg::Int(v.into()));
         }
         return Err(err(format!("is {obj}, larger than any kernel parameter")));
     }
@@ -471,7 +319,7 @@ fn classify(entry: &str, i: usize, obj: &Bound<'_, PyAny>, device: Option<u32>) 
             )));
         }
         let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
-        return Ok(Arg::Pointer(ptr));
+        return Ok(LooseArg::Pointer(ptr));
     }
     Err(err(format!(
         "is a {}: pass a tensor, an int, a float, a kbuild.Pointer or a kbuild scalar (kbuild.int32(...))",

@@ -10,7 +10,8 @@ use pyo3::types::{PyDict, PyInt, PyTuple};
 
 use crate::{args, kbuild_err, loader_err, LaunchError};
 
-struct Loaded {
+/// A kernel loaded on a detected GPU: its function, the device and the device's index.
+struct LoadedOn {
     function: Function,
     gpu: Gpu,
     index: u32,
@@ -26,7 +27,7 @@ pub struct PyKernel {
     device: String,
     /// The caller's launch parameters as the manifest records them (`None`: not recorded).
     params: Option<Vec<Param>>,
-    loaded: Option<Loaded>,
+    loaded: Option<LoadedOn>,
 }
 
 impl PyKernel {
@@ -68,7 +69,7 @@ impl PyKernel {
             target,
             device,
             params,
-            loaded: Some(Loaded {
+            loaded: Some(LoadedOn {
                 function,
                 gpu,
                 index,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kbuild_base::env::Env;
-use kbuild_bundle::sign::{Trust, Verdict};
+use kbuild_bundle::sign::Trust;
 use kbuild_loader::detect::{self, DeviceOptions, ResolvedDevice};
 use kbuild_loader::explain::{explain_json, explain_text};
 use kbuild_loader::hip::HipSearch;
@@ -45,7 +45,6 @@ struct State {
 pub struct PyPackage {
     state: Mutex<State>,
     reopen: Reopen,
-    trust_note: Option<String>,
 }
 
 fn poisoned() -> PyErr {
@@ -65,14 +64,13 @@ pub(crate) fn resolve(device: Option<&str>, index: Option<usize>) -> PyResult<Re
 }
 
 impl PyPackage {
-    fn new(package: Package, reopen: Reopen, trust_note: Option<String>) -> PyPackage {
+    fn new(package: Package, reopen: Reopen) -> PyPackage {
         PyPackage {
             state: Mutex::new(State {
                 package: Some(package),
                 loaders: Vec::new(),
             }),
             reopen,
-            trust_note,
         }
     }
 
@@ -235,10 +233,7 @@ impl PyPackage {
     /// What the signature policy said (bundles and pulled versions; `None` for a build).
     #[getter]
     fn trust_note(&self) -> PyResult<Option<String>> {
-        Ok(self
-            .trust_note
-            .clone()
-            .or(self.with(|p| Ok(p.trust_note().map(String::from)))?))
+        self.with(|p| Ok(p.trust_note()))
     }
 
     /// `(kernel, entry, target, parameters JSON or None)` of what `device` selects for
@@ -348,7 +343,7 @@ pub fn open(py: Python<'_>, path: PathBuf) -> PyResult<PyPackage> {
     let package = py
         .detach(|| Package::open_trusted(&path, &trust))
         .map_err(loader_err)?;
-    Ok(PyPackage::new(package, Reopen::Path(path, trust), None))
+    Ok(PyPackage::new(package, Reopen::Path(path, trust)))
 }
 
 /// `kbuild pull NAME[@REQ] --registry REG [--device TARGET|auto] [--plain-http]`: resolve,
@@ -401,54 +396,23 @@ pub fn pull(
             |m: &kbuild_manifest::manifest::Manifest| -> Result<Vec<String>, pull::SelectError> {
                 match &device {
                     None => Ok(m.targets.clone()),
-                    Some(d) => device_targets(m, d).map_err(Into::into),
+                    Some(d) => {
+                        kbuild_loader::pick_targets(m, &d.device).map_err(|e| e.to_string().into())
+                    }
                 }
             };
         // The message now: the error itself is large, and the GIL is not held here.
         pull::pull(&req, &select).map_err(|e| crate::chain_text(&e))
     });
     let pulled = pulled.map_err(KbuildError::new_err)?;
-    let note = match &pulled.verdict {
-        Verdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
-        Verdict::Warning(w) => w.clone(),
-        Verdict::NotChecked => "signatures not checked (policy off)".into(),
-    };
     let origin = cache
         .root()
         .join(format!("{name}@{}", pulled.bundle.version()));
     let bundle = Box::new(pulled.bundle);
-    let package = Package::from_bundle((*bundle).clone(), origin.clone()).map_err(loader_err)?;
-    Ok(PyPackage::new(
-        package,
-        Reopen::Bundle(bundle, origin),
-        Some(note),
-    ))
-}
-
-/// The targets `device` selects across the manifest's kernels (as `kbuild pull --device`),
-/// or the error naming the kernels nothing runs on.
-#[cfg(feature = "pull")]
-fn device_targets(
-    manifest: &kbuild_manifest::manifest::Manifest,
-    device: &ResolvedDevice,
-) -> Result<Vec<String>, String> {
-    let sel = Package::from_manifest(manifest.clone())
-        .map_err(|e| e.to_string())?
-        .select(&device.device);
-    let mut picked: Vec<String> = Vec::new();
-    for k in &sel.kernels {
-        if let Some(c) = k.selected() {
-            if !picked.contains(&c.target) {
-                picked.push(c.target.clone());
-            }
-        }
-    }
-    let missing = sel.missing();
-    if let Some(first) = missing.first() {
-        return Err(first.to_string());
-    }
-    picked.sort_by_key(|t| manifest.targets.iter().position(|m| m == t));
-    Ok(picked)
+    let package = Package::from_bundle((*bundle).clone(), origin.clone())
+        .map_err(loader_err)?
+        .with_trust(pulled.verdict);
+    Ok(PyPackage::new(package, Reopen::Bundle(bundle, origin)))
 }
 
 #[cfg(not(feature = "pull"))]

@@ -4,74 +4,8 @@
 
 use kbuild_manifest::params::{Param, ParamKind};
 
-use super::{ArgKind, ArgLayout};
-
-/// A launch whose arguments do not fit the entry's parameters; the driver never saw it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LaunchError {
-    #[error("{kernel}: {given} argument{} given, the kernel takes {expected}{}", plural(*.given), hidden_note(*.hidden))]
-    Count {
-        kernel: String,
-        expected: usize,
-        given: usize,
-        /// Hidden parameters the runtime passes (not counted in `expected`).
-        hidden: u32,
-    },
-    #[error("{kernel}: argument {index} is {given} bytes, the kernel takes {expected} ({param})")]
-    Size {
-        kernel: String,
-        index: usize,
-        given: usize,
-        expected: u64,
-        /// The parameter: `int n`, `int`, or its kind (`value`).
-        param: String,
-    },
-    #[error("{kernel}: argument {index} is a {given}, the kernel takes a {expected} ({param})")]
-    Kind {
-        kernel: String,
-        index: usize,
-        given: &'static str,
-        expected: &'static str,
-        param: String,
-    },
-    #[error("{kernel}: argument {index} ({size} bytes, {align}-byte aligned) would be at offset {at}, the kernel has it at {offset} ({param})")]
-    Offset {
-        kernel: String,
-        index: usize,
-        size: usize,
-        align: usize,
-        at: u64,
-        offset: u64,
-        param: String,
-    },
-}
-
-impl LaunchError {
-    /// The error of a check given only the caller-visible parameters (as the load index
-    /// carries them), with the count of the hidden ones the entry also has.
-    pub fn with_hidden(mut self, n: u32) -> LaunchError {
-        if let LaunchError::Count { hidden, .. } = &mut self {
-            *hidden = hidden.saturating_add(n);
-        }
-        self
-    }
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
-}
-
-fn hidden_note(hidden: u32) -> String {
-    if hidden == 0 {
-        String::new()
-    } else {
-        format!(" (and {hidden} hidden the runtime passes)")
-    }
-}
+use super::args::{ArgKind, ArgLayout};
+use crate::error::LaunchError;
 
 /// How a message names a parameter: its C++ type then its name when both are known (`int n`),
 /// the type alone (`int`), else its kind (`value`, `pointer`, `pointer or value` for an
@@ -89,6 +23,21 @@ pub fn describe_param(p: &Param) -> String {
     }
 }
 
+/// The count of a launch's arguments against the entry's caller-visible parameters (hidden
+/// ones, which the runtime passes, are not counted).
+pub fn check_count(kernel: &str, params: &[Param], given: usize) -> Result<(), LaunchError> {
+    let expected = params.iter().filter(|p| !p.hidden).count();
+    if expected != given {
+        return Err(LaunchError::Count {
+            kernel: kernel.to_string(),
+            expected,
+            given,
+            hidden: u32::try_from(params.len() - expected).unwrap_or(u32::MAX),
+        });
+    }
+    Ok(())
+}
+
 /// Check a launch's argument sizes against the entry's parameters (hidden ones, which the
 /// runtime passes, are skipped): the count, then each size, first difference first. `kernel`
 /// names the entry in the error. What every checked launch runs before the driver is called.
@@ -97,16 +46,8 @@ pub fn check_args(
     params: &[Param],
     sizes: &[usize],
 ) -> std::result::Result<(), LaunchError> {
+    check_count(kernel, params, sizes.len())?;
     let visible = params.iter().filter(|p| !p.hidden);
-    let expected = visible.clone().count();
-    if expected != sizes.len() {
-        return Err(LaunchError::Count {
-            kernel: kernel.to_string(),
-            expected,
-            given: sizes.len(),
-            hidden: u32::try_from(params.len() - expected).unwrap_or(u32::MAX),
-        });
-    }
     for (index, (p, &given)) in visible.zip(sizes).enumerate() {
         if given as u64 != p.size {
             return Err(LaunchError::Size {
@@ -122,7 +63,7 @@ pub fn check_args(
 }
 
 /// [`check_args`] for typed arguments, which also know their alignment and kind: a `pointer`
-/// parameter refuses a value and a `value` parameter a [`DevicePtr`] (`unknown` ones take
+/// parameter refuses a value and a `value` parameter a [`DevicePtr`](crate::launch::DevicePtr) (`unknown` ones take
 /// either, and `u64`/`usize` fit both), and each argument must sit where the kernel has its
 /// parameter: at the end of the previous parameter rounded up to the argument's alignment,
 /// as a C compiler lays out the parameter list (an `i64` for an `int2` at offset 4 is
@@ -171,7 +112,7 @@ pub fn check_layout(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::{DevicePtr, KernelArg, KernelArgs};
+    use crate::launch::args::{DevicePtr, KernelArg, KernelArgs};
 
     use kbuild_manifest::fixtures::param;
 
