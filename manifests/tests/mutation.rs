@@ -3,7 +3,7 @@
 //! than a fixed bound. Deterministic (seeded PRNG); `KBUILD_MUTATIONS=N` sets the count per
 //! format (default: 100 000 in release builds, 4 000 in debug builds).
 
-mod common;
+use crate::common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -1,6 +1,6 @@
 //! AMDGPU readers against `llvm-readobj-19 --notes` and clang's resource-usage remarks.
 
-mod common;
+use crate::common;
 
 use common::*;
 use kbuild_manifest::read::amdgpu::read_hsaco;

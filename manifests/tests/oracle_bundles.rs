@@ -1,7 +1,7 @@
 //! Offload bundles and hip host objects against `clang-offload-bundler-19` and
 //! `llvm-readobj-19`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use kbuild_manifest::read::fatbin::Compression;

@@ -1,6 +1,6 @@
 //! Cubin, PTX and fatbin readers against `cuobjdump` and `ptxas -v`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use kbuild_manifest::read::cubin::{read_cubin, CudaObject, SM90_RESERVED_SHARED_BYTES};

@@ -39,8 +39,8 @@ run)
     ;;
 compare)
     file="$(realpath "${2:-docs/occupancy-sm90.jsonl}")"
-    KBUILD_OCC_SM90_JSON="$file" cargo test -p kbuild-manifest --test occupancy_cuda_device \
-        -- --ignored model_equals_device_output --nocapture
+    KBUILD_OCC_SM90_JSON="$file" cargo test -p kbuild-manifest --test readers \
+        -- --ignored occupancy_cuda_device::model_equals_device_output --nocapture
     ;;
 *)
     sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
