@@ -812,7 +812,7 @@ fn run_job(ctx: &Ctx, job: &Job) -> Done {
                 .into_iter()
                 .map(|k| {
                     if let Some(mut p) = k.params {
-                        if let Some(types) = kbuild_report::demangle::parameter_types(&k.name) {
+                        if let Some(types) = kbuild_manifest::demangle::parameter_types(&k.name) {
                             kbuild_manifest::params::apply_types(&mut p, &types);
                         }
                         params.insert(k.name.clone(), p);

@@ -763,7 +763,7 @@ fn display_entry(symbol: &str) -> (String, Option<String>) {
             // needs the function's own parameters too.
             let d = if name.contains('(') || EntryPattern::parse(&name).is_ok_and(|p| p.is_exact())
             {
-                kbuild_report::demangle::demangle_signature(symbol).unwrap_or(name)
+                kbuild_manifest::demangle::demangle_signature(symbol).unwrap_or(name)
             } else {
                 name
             };

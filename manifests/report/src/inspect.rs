@@ -1,12 +1,11 @@
-//! `kbuild inspect`: what it reads ([`inspect_path`]: code objects and containers, and
-//! everything kbuild writes — build output dirs, manifest.json, bundles) and the table it
-//! renders for people. (JSON is serde's.)
+//! `kbuild inspect`: what it reads ([`inspect_path`]: code objects and containers, build
+//! output dirs and manifest.json; [`inspect_objects`]: the objects of a bundle, which the
+//! caller opens — this crate never reads bundles) and the table it renders for people. (JSON
+//! is serde's.)
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use kbuild_bundle::archive::Limits;
-use kbuild_bundle::Bundle;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::params::{apply_types, Param, ParamKind};
 use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
@@ -20,7 +19,8 @@ pub struct Inspected {
 }
 
 impl Inspected {
-    fn fail(path: impl Into<String>, error: impl std::fmt::Display) -> Inspected {
+    /// One path that could not be read at all, and why.
+    pub fn fail(path: impl Into<String>, error: impl std::fmt::Display) -> Inspected {
         Inspected {
             objects: Vec::new(),
             errors: vec![InspectFailure {
@@ -54,9 +54,10 @@ impl Inspected {
 /// does for the manifest).
 fn with_demangled_types(o: &mut InspectedObject) {
     for k in &mut o.kernels {
-        if let (Some(p), Some(types)) =
-            (k.params.as_mut(), crate::demangle::parameter_types(&k.name))
-        {
+        if let (Some(p), Some(types)) = (
+            k.params.as_mut(),
+            kbuild_manifest::demangle::parameter_types(&k.name),
+        ) {
             apply_types(p, &types);
         }
     }
@@ -97,10 +98,10 @@ fn build_log(path: &Path) -> Option<String> {
 }
 
 /// Inspect one path: a code object or container (cubin, hsaco, PTX, fatbin, offload bundle,
-/// host ELF), a kbuild build output directory or its `manifest.json` (every object it lists,
-/// read from the build), or a bundle (every object in it, named `BUNDLE#OBJECT PATH`).
-/// `limits` bound what a bundle may unpack to; `block_size` is `--block-size` for occupancy.
-pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) -> Inspected {
+/// host ELF), or a kbuild build output directory or its `manifest.json` (every object it
+/// lists, read from the build). A kbuild bundle is the caller's to open ([`inspect_objects`]).
+/// `block_size` is `--block-size` for occupancy.
+pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
     let label = path.display().to_string();
     if path.is_dir() {
         let m = path.join("manifest.json");
@@ -111,10 +112,6 @@ pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) 
             );
         }
         return inspect_manifest_file(&m, block_size);
-    }
-    // A bundle is read streaming from its file (its compressed bytes never all in memory).
-    if starts_like_bundle(path) {
-        return inspect_bundle(&label, Bundle::open(path, limits), block_size);
     }
     let data = match std::fs::read(path) {
         Ok(d) => d,
@@ -165,38 +162,17 @@ fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> 
     out
 }
 
-/// Whether the file at `path` starts with a bundle's magic bytes.
-fn starts_like_bundle(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 16];
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut n = 0;
-    let mut f = f.take(head.len() as u64);
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    kbuild_base::looks_like_bundle(&head[..n])
-}
-
-/// A bundle: each object its manifest lists, from the bundle (verified as it is read).
-fn inspect_bundle(
+/// The objects of a bundle `label` (its manifest's `(path, bytes)`, bytes `None` when the
+/// manifest lists an object the bundle lacks), each named `LABEL#OBJECT PATH`.
+pub fn inspect_objects<'a>(
     label: &str,
-    bundle: Result<Bundle, kbuild_bundle::BundleError>,
+    objects: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
     block_size: Option<BlockSize>,
 ) -> Inspected {
-    let bundle = match bundle {
-        Ok(b) => b,
-        Err(e) => return Inspected::fail(label, format!("not a readable kbuild bundle: {e}")),
-    };
     let mut out = Inspected::default();
-    for o in &bundle.manifest().objects {
-        let name = format!("{label}#{}", o.path);
-        let found = match bundle.object(&o.sha256) {
+    for (path, bytes) in objects {
+        let name = format!("{label}#{path}");
+        let found = match bytes {
             Some(bytes) => inspect(&name, bytes, None, block_size).map_err(|e| e.to_string()),
             None => Err("listed in the bundle's manifest but not in the bundle".into()),
         };
