@@ -1,0 +1,417 @@
+//! `kbuild toolchain install`: the pinned CUDA wheels through pip, the HIP packages through
+//! apt, and the ISA-version bitcode Debian's device libraries lack.
+
+use super::*;
+
+/// `kbuild toolchain install cuda`: NVIDIA's pinned PyPI wheels into the data dir.
+///
+/// pip runs isolated (`python3 -I -m pip`, so neither the current directory nor `PYTHON*`
+/// variables reach its `sys.path`), from a fresh empty directory, with `--require-hashes`
+/// and [`CUDA_WHEELS`]'s hashes, wheels only. It installs into a temp dir beside the managed
+/// one, which is renamed into place only when [`verify_cuda_install`] accepts it.
+/// Idempotent: an existing install that verifies is kept; one that does not is replaced.
+/// Returns a line saying what happened.
+pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
+    let dest = managed_cuda_dir(env)?;
+    let already = || {
+        Ok(format!(
+            "CUDA {CUDA_VERSION} already installed at {}",
+            dest.display()
+        ))
+    };
+    let replacing = match dest.try_exists() {
+        Ok(false) => None,
+        _ => {
+            let stamp = verified_stamp(&dest);
+            let recorded = std::fs::read_to_string(dest.join(VERIFIED_STAMP)).ok();
+            if stamp.is_some() && recorded.as_deref().map(str::trim) == stamp.as_deref() {
+                return already();
+            }
+            match verify_cuda_install(&dest) {
+                Ok(()) => {
+                    record_verified(&dest);
+                    return already();
+                }
+                Err(why) => Some(why),
+            }
+        }
+    };
+    let parent = managed_dir(env)?;
+    let tmp = fsutil::tempdir_in(&parent, "cuda")
+        .map_err(|e| ToolchainError::Install(format!("creating {}: {e}", parent.display())))?;
+    // pip's working directory: empty, ours, and the home of the requirements file.
+    let cwd = match fsutil::tempdir_in(&parent, "pip-cwd") {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(ToolchainError::Install(format!(
+                "creating a working directory in {}: {e}",
+                parent.display()
+            )));
+        }
+    };
+    let result = pip_install_verified(env, &tmp, &cwd);
+    let _ = std::fs::remove_dir_all(&cwd);
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // The old (unverified) install goes aside first, so `dest` is always absent or whole.
+    let old = match replacing {
+        Some(_) => {
+            let aside = fsutil::temp_path(&parent, "cuda-old");
+            if let Err(e) = std::fs::rename(&dest, &aside) {
+                let _ = std::fs::remove_dir_all(&tmp);
+                return Err(ToolchainError::Install(format!(
+                    "moving the old install {} aside: {e}",
+                    dest.display()
+                )));
+            }
+            Some(aside)
+        }
+        None => None,
+    };
+    if let Err(e) = std::fs::rename(&tmp, &dest) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(ToolchainError::Install(format!(
+            "moving into {}: {e}",
+            dest.display()
+        )));
+    }
+    if let Some(aside) = old {
+        let _ = std::fs::remove_dir_all(aside);
+    }
+    record_verified(&dest);
+    Ok(match replacing {
+        Some(why) => format!(
+            "reinstalled CUDA {CUDA_VERSION} into {} (the previous install was refused: {why})",
+            dest.display()
+        ),
+        None => format!("installed CUDA {CUDA_VERSION} into {}", dest.display()),
+    })
+}
+
+/// The file in a verified CUDA install that records [`verified_stamp`] of its binaries, so a
+/// later `install` need not hash 190 MB again. Any change to a binary (content, inode, size,
+/// times) changes the stamp and the install is verified in full again.
+pub(super) const VERIFIED_STAMP: &str = ".kbuild-verified";
+
+/// blake3 over the pinned hashes and the metadata (inode, size, mtime, ctime) of the pinned
+/// binaries in `dir`; `None` when one is not a regular file.
+pub(super) fn verified_stamp(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = blake3::Hasher::new();
+    h.update(CUDA_VERSION.as_bytes());
+    for (rel, pin) in CUDA_BINARIES {
+        let m = std::fs::symlink_metadata(dir.join(rel)).ok()?;
+        if !m.file_type().is_file() {
+            return None;
+        }
+        h.update(rel.as_bytes());
+        h.update(pin.as_bytes());
+        for v in [m.dev(), m.ino(), m.len()] {
+            h.update(&v.to_le_bytes());
+        }
+        for v in [m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    Some(h.finalize().to_hex().to_string())
+}
+
+/// Remember that `dir` was just verified (best effort: without it the next run verifies).
+pub(super) fn record_verified(dir: &Path) {
+    if let Some(s) = verified_stamp(dir) {
+        let _ = fsutil::write_atomic(&dir.join(VERIFIED_STAMP), s.as_bytes());
+    }
+}
+
+/// The argument list of the isolated, hash-checked pip run (after the interpreter).
+pub fn pip_args(target: &Path, requirements: &Path) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = [
+        "-I",
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--no-compile",
+        "--only-binary=:all:",
+        "--require-hashes",
+        "--target",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    v.push(target.into());
+    v.push("-r".into());
+    v.push(requirements.into());
+    v
+}
+
+pub(super) fn pip_install_verified(
+    env: &Env,
+    target: &Path,
+    cwd: &Path,
+) -> Result<(), ToolchainError> {
+    let requirements = cwd.join("requirements.txt");
+    let text: String = CUDA_WHEELS.iter().map(|w| w.requirement() + "\n").collect();
+    std::fs::write(&requirements, text)
+        .map_err(|e| ToolchainError::Install(format!("writing {}: {e}", requirements.display())))?;
+    let python = which("python3", env).ok_or_else(|| {
+        ToolchainError::Install(
+            "python3 is not on PATH (absolute PATH entries only); `kbuild toolchain install cuda` runs `python3 -I -m pip`".into(),
+        )
+    })?;
+    let status = Command::new(&python)
+        .args(pip_args(target, &requirements))
+        .current_dir(cwd)
+        .status()
+        .map_err(|err| ToolchainError::Run {
+            cmd: format!("{} -I -m pip", python.display()),
+            err,
+        })?;
+    if !status.success() {
+        let names: Vec<String> = CUDA_WHEELS
+            .iter()
+            .map(|w| format!("{}=={}", w.name, w.version))
+            .collect();
+        return Err(ToolchainError::Install(format!(
+            "pip install of {} failed ({status}); is PyPI reachable, and do the wheels match the pinned sha256 hashes?",
+            names.join(" ")
+        )));
+    }
+    verify_cuda_install(target).map_err(|why| {
+        ToolchainError::Install(format!(
+            "pip reported success, but the result in {} is not the pinned CUDA {CUDA_VERSION}: {why}; nothing was installed",
+            target.display()
+        ))
+    })
+}
+
+/// Whether `dir` holds the pinned CUDA install: every wheel's `.dist-info`, every binary of
+/// [`CUDA_BINARIES`] a regular file with its pinned sha256 (checked before anything runs),
+/// then `nvcc --version` and `ptxas --version` naming the pinned release. The error says
+/// what differs.
+pub fn verify_cuda_install(dir: &Path) -> Result<(), String> {
+    for w in CUDA_WHEELS {
+        let d = dir.join(w.dist_info());
+        if !d.join("RECORD").is_file() {
+            return Err(format!("{} is missing", d.display()));
+        }
+    }
+    for (rel, want) in CUDA_BINARIES {
+        let p = dir.join(rel);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_file() => {}
+            Ok(_) => return Err(format!("{} is not a regular file", p.display())),
+            Err(e) => return Err(format!("{}: {e}", p.display())),
+        }
+        let got = kbuild_base::digest::sha256_file(&p)
+            .map_err(|e| format!("reading {}: {e}", p.display()))?;
+        if got != *want {
+            return Err(format!(
+                "{} has sha256 {got}, the pinned wheel's is {want}",
+                p.display()
+            ));
+        }
+    }
+    for exe in ["nvidia/cu13/bin/nvcc", "nvidia/cu13/bin/ptxas"] {
+        let p = dir.join(exe);
+        let out = Command::new(&p)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("running {} --version: {e}", p.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.lines().any(|l| l.trim() == CUDA_VERSION_LINE) {
+            return Err(format!(
+                "{} --version does not say `{CUDA_VERSION_LINE}`",
+                p.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `kbuild toolchain install hip`: Debian's clang-19 + device libs (apt, when missing), then
+/// the ISA-version bitcode Debian's ROCm 5.2 device libs lack, generated with llvm-as into a
+/// kbuild-managed device-library directory. Idempotent.
+pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
+    let mut said = Vec::new();
+    let llvm = Path::new("/usr/lib/llvm-19/bin");
+    let have_packages = llvm.join("clang++").is_file()
+        && llvm.join("llvm-as").is_file()
+        && llvm.join("ld.lld").is_file()
+        && llvm.join("clang-offload-bundler").is_file()
+        && Path::new(DEBIAN_DEVICE_LIBS).join("ocml.bc").is_file()
+        && Path::new("/usr/include/hip/hip_runtime.h").is_file();
+    if have_packages {
+        said.push("Debian HIP packages already installed".to_string());
+    } else {
+        apt_install(HIP_PACKAGES, env)?;
+        said.push(format!("installed {}", HIP_PACKAGES.join(" ")));
+    }
+    let dest = managed_devlibs_dir(env, 19)?;
+    let mut wanted: Vec<(String, String)> = Vec::new(); // (file, IR)
+    let layout = datalayout(&llvm.join("clang++"))?;
+    for p in PROCESSORS
+        .iter()
+        .filter(|p| p.vendor() == Vendor::Amd && p.min_toolchain <= Version(19, 99))
+    {
+        let Some(version) = isa_version(p.name) else {
+            continue;
+        };
+        let t = Target {
+            processor: p,
+            ptx: false,
+            xnack: Default::default(),
+            sramecc: Default::default(),
+        };
+        let file = device_lib_files(&t).remove(0);
+        wanted.push((
+            file,
+            constant_module(&layout, "__oclc_ISA_version", version),
+        ));
+        if matches!(p.kind, ProcessorKind::AmdGeneric { .. }) {
+            wanted.push((
+                "oclc_abi_version_600.bc".into(),
+                constant_module(&layout, "__oclc_ABI_version", 600),
+            ));
+        }
+    }
+    wanted.sort();
+    wanted.dedup();
+    let complete =
+        dest.join("ocml.bc").is_file() && wanted.iter().all(|(f, _)| dest.join(f).is_file());
+    if complete {
+        said.push(format!(
+            "HIP device libraries already complete at {}",
+            dest.display()
+        ));
+        return Ok(said);
+    }
+    let parent = managed_dir(env)?;
+    let tmp = fsutil::tempdir_in(&parent, "devlibs")
+        .map_err(|e| ToolchainError::Install(e.to_string()))?;
+    let fail = |msg: String| {
+        let _ = std::fs::remove_dir_all(&tmp);
+        ToolchainError::Install(msg)
+    };
+    for src in bitcode_files(Path::new(DEBIAN_DEVICE_LIBS)) {
+        let name = src.file_name().unwrap_or_default();
+        std::fs::copy(&src, tmp.join(name))
+            .map_err(|e| fail(format!("copying {}: {e}", src.display())))?;
+    }
+    let mut generated = 0;
+    for (file, ir) in &wanted {
+        if tmp.join(file).exists() {
+            continue;
+        }
+        let ll = tmp.join(format!("{file}.ll"));
+        std::fs::write(&ll, ir).map_err(|e| fail(e.to_string()))?;
+        let status = Command::new(llvm.join("llvm-as"))
+            .arg(&ll)
+            .arg("-o")
+            .arg(tmp.join(file))
+            .status()
+            .map_err(|e| fail(format!("running llvm-as: {e}")))?;
+        let _ = std::fs::remove_file(&ll);
+        if !status.success() {
+            return Err(fail(format!("llvm-as failed for {file}")));
+        }
+        generated += 1;
+    }
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest)
+        .map_err(|e| ToolchainError::Install(format!("moving into {}: {e}", dest.display())))?;
+    said.push(format!(
+        "generated {generated} ISA/ABI bitcode modules into {}",
+        dest.display()
+    ));
+    Ok(said)
+}
+
+pub(super) fn constant_module(layout: &str, symbol: &str, value: u32) -> String {
+    format!(
+        "target datalayout = \"{layout}\"\ntarget triple = \"amdgcn-amd-amdhsa\"\n@{symbol} = linkonce_odr protected local_unnamed_addr addrspace(4) constant i32 {value}, align 4\n"
+    )
+}
+
+/// The amdgcn data layout of this clang, so generated bitcode links without warnings.
+pub(super) fn datalayout(clang: &Path) -> Result<String, ToolchainError> {
+    let out = Command::new(clang)
+        .args([
+            "-x",
+            "hip",
+            "--offload-arch=gfx1100",
+            "--offload-device-only",
+            "-nogpulib",
+            "-nogpuinc",
+            "-S",
+            "-emit-llvm",
+            "-o",
+            "-",
+            "/dev/null",
+        ])
+        .output()
+        .map_err(|err| ToolchainError::Run {
+            cmd: clang.display().to_string(),
+            err,
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("target datalayout = \"")
+                .and_then(|r| r.strip_suffix('"'))
+        })
+        .map(str::to_string)
+        .ok_or_else(|| {
+            ToolchainError::Install(format!("{} printed no amdgcn datalayout", clang.display()))
+        })
+}
+
+pub(super) fn apt_install(packages: &[&str], env: &Env) -> Result<(), ToolchainError> {
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false);
+    let mut prefix: Vec<String> = Vec::new();
+    if !is_root {
+        if which("sudo", env).is_none() {
+            return Err(ToolchainError::Install(format!(
+                "HIP needs Debian packages; run as root: apt-get install -y {}",
+                packages.join(" ")
+            )));
+        }
+        prefix.push("sudo".into());
+    }
+    let run = |args: &[&str]| -> Result<(), ToolchainError> {
+        let mut all: Vec<String> = prefix.clone();
+        all.extend(args.iter().map(|s| s.to_string()));
+        let status = Command::new(&all[0])
+            .args(&all[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|err| ToolchainError::Run {
+                cmd: all.join(" "),
+                err,
+            })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(ToolchainError::Install(format!(
+                "`{}` failed ({status})",
+                all.join(" ")
+            )))
+        }
+    };
+    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    install.extend_from_slice(packages);
+    if run(&install).is_err() {
+        run(&["apt-get", "update", "-qq"])?;
+        run(&install)?;
+    }
+    Ok(())
+}
