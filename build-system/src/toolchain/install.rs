@@ -3,6 +3,89 @@
 
 use super::*;
 
+use std::process::{ExitStatus, Stdio};
+use std::time::Instant;
+
+/// Where the package managers' (pip's, apt's) own output goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolOutput {
+    /// Captured: shown only when the install fails ([`ToolchainError::tool_output`]).
+    #[default]
+    Captured,
+    /// Shown as it runs (`kbuild -v toolchain install`).
+    Shown,
+}
+
+/// What an install did to one toolchain.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstallAction {
+    Installed,
+    /// The install there was refused (`why`) and replaced.
+    Reinstalled {
+        why: String,
+    },
+    AlreadyInstalled,
+}
+
+/// One toolchain's install: what, which version, where, how long. Its [`Display`] is the
+/// one line `kbuild toolchain install` prints for it.
+///
+/// [`Display`]: std::fmt::Display
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// `CUDA`, `HIP`.
+    pub what: &'static str,
+    /// The pinned CUDA release; for HIP the LLVM of Debian's clang packages (`LLVM 19`).
+    pub version: String,
+    pub action: InstallAction,
+    /// The managed directory it is in.
+    pub path: PathBuf,
+    /// What else was done, for the line (HIP: the packages and the generated bitcode).
+    pub detail: Option<String>,
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, version, path) = (self.what, &self.version, self.path.display());
+        match &self.action {
+            InstallAction::Installed => write!(f, "installed {what} {version} into {path}")?,
+            InstallAction::Reinstalled { why } => write!(
+                f,
+                "reinstalled {what} {version} into {path} (the previous install was refused: {why})"
+            )?,
+            InstallAction::AlreadyInstalled => {
+                write!(f, "{what} {version} already installed at {path}")?
+            }
+        }
+        if let Some(d) = &self.detail {
+            write!(f, ": {d}")?;
+        }
+        write!(f, " ({:.1} s)", self.seconds)
+    }
+}
+
+/// Run a package manager or tool, its output shown or captured; the exit status and the
+/// captured output (stdout, then stderr).
+fn run_tool(
+    cmd: &mut Command,
+    shown_as: &str,
+    output: ToolOutput,
+) -> Result<(ExitStatus, String), ToolchainError> {
+    let run = match output {
+        ToolOutput::Shown => cmd.status().map(|s| (s, String::new())),
+        ToolOutput::Captured => cmd.stdin(Stdio::null()).output().map(|o| {
+            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&o.stderr));
+            (o.status, text)
+        }),
+    };
+    run.map_err(|err| ToolchainError::Run {
+        cmd: shown_as.to_string(),
+        err,
+    })
+}
+
 /// `kbuild toolchain install cuda`: NVIDIA's pinned PyPI wheels into the data dir.
 ///
 /// pip runs isolated (`python3 -I -m pip`, so neither the current directory nor `PYTHON*`
@@ -10,15 +93,19 @@ use super::*;
 /// and [`CUDA_WHEELS`]'s hashes, wheels only. It installs into a temp dir beside the managed
 /// one, which is renamed into place only when [`verify_cuda_install`] accepts it.
 /// Idempotent: an existing install that verifies is kept; one that does not is replaced.
-/// Returns a line saying what happened.
-pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
+/// pip's own output goes where `output` says.
+pub fn install_cuda(env: &Env, output: ToolOutput) -> Result<Installed, ToolchainError> {
+    let start = Instant::now();
     let dest = managed_cuda_dir(env)?;
-    let already = || {
-        Ok(format!(
-            "CUDA {CUDA_VERSION} already installed at {}",
-            dest.display()
-        ))
+    let done = |action: InstallAction| Installed {
+        what: "CUDA",
+        version: CUDA_VERSION.to_string(),
+        action,
+        path: dest.clone(),
+        detail: None,
+        seconds: start.elapsed().as_secs_f64(),
     };
+    let already = || Ok(done(InstallAction::AlreadyInstalled));
     let replacing = match dest.try_exists() {
         Ok(false) => None,
         _ => {
@@ -50,7 +137,7 @@ pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
             )));
         }
     };
-    let result = pip_install_verified(env, &tmp, &cwd);
+    let result = pip_install_verified(env, &tmp, &cwd, output);
     let _ = std::fs::remove_dir_all(&cwd);
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -82,13 +169,10 @@ pub fn install_cuda(env: &Env) -> Result<String, ToolchainError> {
         let _ = std::fs::remove_dir_all(aside);
     }
     record_verified(&dest);
-    Ok(match replacing {
-        Some(why) => format!(
-            "reinstalled CUDA {CUDA_VERSION} into {} (the previous install was refused: {why})",
-            dest.display()
-        ),
-        None => format!("installed CUDA {CUDA_VERSION} into {}", dest.display()),
-    })
+    Ok(done(match replacing {
+        Some(why) => InstallAction::Reinstalled { why },
+        None => InstallAction::Installed,
+    }))
 }
 
 /// The file in a verified CUDA install that records [`verified_stamp`] of its binaries, so a
@@ -154,6 +238,7 @@ pub(super) fn pip_install_verified(
     env: &Env,
     target: &Path,
     cwd: &Path,
+    output: ToolOutput,
 ) -> Result<(), ToolchainError> {
     let requirements = cwd.join("requirements.txt");
     let text: String = CUDA_WHEELS.iter().map(|w| w.requirement() + "\n").collect();
@@ -164,23 +249,27 @@ pub(super) fn pip_install_verified(
             "python3 is not on PATH (absolute PATH entries only); `kbuild toolchain install cuda` runs `python3 -I -m pip`".into(),
         )
     })?;
-    let status = Command::new(&python)
-        .args(pip_args(target, &requirements))
-        .current_dir(cwd)
-        .status()
-        .map_err(|err| ToolchainError::Run {
-            cmd: format!("{} -I -m pip", python.display()),
-            err,
-        })?;
+    let (status, printed) = run_tool(
+        Command::new(&python)
+            .args(pip_args(target, &requirements))
+            .current_dir(cwd)
+            // No "Running pip as the 'root' user" warning: the target is our own directory.
+            .env("PIP_ROOT_USER_ACTION", "ignore"),
+        &format!("{} -I -m pip", python.display()),
+        output,
+    )?;
     if !status.success() {
         let names: Vec<String> = CUDA_WHEELS
             .iter()
             .map(|w| format!("{}=={}", w.name, w.version))
             .collect();
-        return Err(ToolchainError::Install(format!(
-            "pip install of {} failed ({status}); is PyPI reachable, and do the wheels match the pinned sha256 hashes?",
-            names.join(" ")
-        )));
+        return Err(ToolchainError::Tool {
+            message: format!(
+                "pip install of {} failed ({status}); is PyPI reachable, and do the wheels match the pinned sha256 hashes?",
+                names.join(" ")
+            ),
+            output: printed,
+        });
     }
     verify_cuda_install(target).map_err(|why| {
         ToolchainError::Install(format!(
@@ -236,8 +325,10 @@ pub fn verify_cuda_install(dir: &Path) -> Result<(), String> {
 
 /// `kbuild toolchain install hip`: Debian's clang-19 + device libs (apt, when missing), then
 /// the ISA-version bitcode Debian's ROCm 5.2 device libs lack, generated with llvm-as into a
-/// kbuild-managed device-library directory. Idempotent.
-pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
+/// kbuild-managed device-library directory. Idempotent. apt's and llvm-as's own output goes
+/// where `output` says.
+pub fn install_hip(env: &Env, output: ToolOutput) -> Result<Installed, ToolchainError> {
+    let start = Instant::now();
     let mut said = Vec::new();
     let llvm = Path::new("/usr/lib/llvm-19/bin");
     let have_packages = llvm.join("clang++").is_file()
@@ -246,13 +337,19 @@ pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
         && llvm.join("clang-offload-bundler").is_file()
         && Path::new(DEBIAN_DEVICE_LIBS).join("ocml.bc").is_file()
         && Path::new("/usr/include/hip/hip_runtime.h").is_file();
-    if have_packages {
-        said.push("Debian HIP packages already installed".to_string());
-    } else {
-        apt_install(HIP_PACKAGES, env)?;
-        said.push(format!("installed {}", HIP_PACKAGES.join(" ")));
+    if !have_packages {
+        apt_install(HIP_PACKAGES, env, output)?;
+        said.push(format!("apt installed {}", HIP_PACKAGES.join(" ")));
     }
-    let dest = managed_devlibs_dir(env, 19)?;
+    let dest = managed_devlibs_dir(env, DEBIAN_LLVM_MAJOR)?;
+    let done = |action: InstallAction, said: Vec<String>| Installed {
+        what: "HIP",
+        version: format!("LLVM {DEBIAN_LLVM_MAJOR}"),
+        action,
+        path: dest.clone(),
+        detail: (!said.is_empty()).then(|| said.join(", ")),
+        seconds: start.elapsed().as_secs_f64(),
+    };
     let mut wanted: Vec<(String, String)> = Vec::new(); // (file, IR)
     let layout = datalayout(&llvm.join("clang++"))?;
     for p in PROCESSORS
@@ -285,11 +382,12 @@ pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
     let complete =
         dest.join("ocml.bc").is_file() && wanted.iter().all(|(f, _)| dest.join(f).is_file());
     if complete {
-        said.push(format!(
-            "HIP device libraries already complete at {}",
-            dest.display()
-        ));
-        return Ok(said);
+        let action = if have_packages {
+            InstallAction::AlreadyInstalled
+        } else {
+            InstallAction::Installed
+        };
+        return Ok(done(action, said));
     }
     let parent = managed_dir(env)?;
     let tmp = fsutil::tempdir_in(&parent, "devlibs")
@@ -310,26 +408,33 @@ pub fn install_hip(env: &Env) -> Result<Vec<String>, ToolchainError> {
         }
         let ll = tmp.join(format!("{file}.ll"));
         std::fs::write(&ll, ir).map_err(|e| fail(e.to_string()))?;
-        let status = Command::new(llvm.join("llvm-as"))
-            .arg(&ll)
-            .arg("-o")
-            .arg(tmp.join(file))
-            .status()
-            .map_err(|e| fail(format!("running llvm-as: {e}")))?;
+        let (status, printed) = run_tool(
+            Command::new(llvm.join("llvm-as"))
+                .arg(&ll)
+                .arg("-o")
+                .arg(tmp.join(file)),
+            "llvm-as",
+            output,
+        )
+        .map_err(|e| match e {
+            ToolchainError::Run { err, .. } => fail(format!("running llvm-as: {err}")),
+            other => other,
+        })?;
         let _ = std::fs::remove_file(&ll);
         if !status.success() {
-            return Err(fail(format!("llvm-as failed for {file}")));
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(ToolchainError::Tool {
+                message: format!("llvm-as failed for {file}"),
+                output: printed,
+            });
         }
         generated += 1;
     }
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest)
         .map_err(|e| ToolchainError::Install(format!("moving into {}: {e}", dest.display())))?;
-    said.push(format!(
-        "generated {generated} ISA/ABI bitcode modules into {}",
-        dest.display()
-    ));
-    Ok(said)
+    said.push(format!("generated {generated} ISA/ABI bitcode modules"));
+    Ok(done(InstallAction::Installed, said))
 }
 
 pub(super) fn constant_module(layout: &str, symbol: &str, value: u32) -> String {
@@ -371,7 +476,11 @@ pub(super) fn datalayout(clang: &Path) -> Result<String, ToolchainError> {
         })
 }
 
-pub(super) fn apt_install(packages: &[&str], env: &Env) -> Result<(), ToolchainError> {
+pub(super) fn apt_install(
+    packages: &[&str],
+    env: &Env,
+    output: ToolOutput,
+) -> Result<(), ToolchainError> {
     let is_root = Command::new("id")
         .arg("-u")
         .output()
@@ -387,24 +496,26 @@ pub(super) fn apt_install(packages: &[&str], env: &Env) -> Result<(), ToolchainE
         }
         prefix.push("sudo".into());
     }
+    // Everything apt printed, for the error when the install fails in the end.
+    let printed = std::cell::RefCell::new(String::new());
     let run = |args: &[&str]| -> Result<(), ToolchainError> {
         let mut all: Vec<String> = prefix.clone();
         all.extend(args.iter().map(|s| s.to_string()));
-        let status = Command::new(&all[0])
-            .args(&all[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|err| ToolchainError::Run {
-                cmd: all.join(" "),
-                err,
-            })?;
+        let (status, text) = run_tool(
+            Command::new(&all[0])
+                .args(&all[1..])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+            &all.join(" "),
+            output,
+        )?;
+        printed.borrow_mut().push_str(&text);
         if status.success() {
             Ok(())
         } else {
-            Err(ToolchainError::Install(format!(
-                "`{}` failed ({status})",
-                all.join(" ")
-            )))
+            Err(ToolchainError::Tool {
+                message: format!("`{}` failed ({status})", all.join(" ")),
+                output: printed.borrow().clone(),
+            })
         }
     };
     let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
@@ -414,4 +525,71 @@ pub(super) fn apt_install(packages: &[&str], env: &Env) -> Result<(), ToolchainE
         run(&install)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn installed(action: InstallAction, detail: Option<&str>) -> Installed {
+        Installed {
+            what: "CUDA",
+            version: CUDA_VERSION.to_string(),
+            action,
+            path: PathBuf::from("/data/toolchains/cuda"),
+            detail: detail.map(str::to_string),
+            seconds: 41.26,
+        }
+    }
+
+    #[test]
+    fn one_line_per_toolchain_says_what_version_and_seconds() {
+        assert_eq!(
+            installed(InstallAction::Installed, None).to_string(),
+            format!("installed CUDA {CUDA_VERSION} into /data/toolchains/cuda (41.3 s)")
+        );
+        assert_eq!(
+            installed(InstallAction::AlreadyInstalled, None).to_string(),
+            format!("CUDA {CUDA_VERSION} already installed at /data/toolchains/cuda (41.3 s)")
+        );
+        assert_eq!(
+            installed(
+                InstallAction::Reinstalled { why: "nvcc differs".into() },
+                Some("generated 3 ISA/ABI bitcode modules")
+            )
+            .to_string(),
+            format!("reinstalled CUDA {CUDA_VERSION} into /data/toolchains/cuda (the previous install was refused: nvcc differs): generated 3 ISA/ABI bitcode modules (41.3 s)")
+        );
+    }
+
+    #[test]
+    fn captured_tool_output_comes_back_for_a_failure() {
+        let (status, text) = run_tool(
+            Command::new("/bin/sh")
+                .args(["-c", "echo Reading database; echo E: broken >&2; exit 3"]),
+            "sh",
+            ToolOutput::Captured,
+        )
+        .expect("sh runs");
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(text, "Reading database\nE: broken\n");
+        let e = ToolchainError::Tool {
+            message: "`apt-get install` failed (exit status: 3)".into(),
+            output: text,
+        };
+        assert_eq!(e.to_string(), "`apt-get install` failed (exit status: 3)");
+        assert_eq!(e.tool_output(), Some("Reading database\nE: broken\n"));
+        let quiet = ToolchainError::Tool {
+            message: "x".into(),
+            output: " \n".into(),
+        };
+        assert_eq!(quiet.tool_output(), None);
+        let e = run_tool(
+            &mut Command::new("/nonexistent/tool"),
+            "tool",
+            ToolOutput::Captured,
+        )
+        .expect_err("no such program");
+        assert!(e.to_string().starts_with("running tool: "), "{e}");
+    }
 }

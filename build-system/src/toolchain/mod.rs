@@ -136,11 +136,25 @@ pub enum ToolchainError {
     },
     #[error("{0}")]
     Install(String),
+    /// A package manager (pip, apt) or tool failed; `output` is what it printed, captured
+    /// unless it was shown as it ran ([`ToolOutput`]), for the caller to show now.
+    #[error("{message}")]
+    Tool { message: String, output: String },
     /// No data directory to install into (HOME and the XDG variables unset).
     #[error(transparent)]
     Dirs(#[from] kbuild_base::dirs::DirsError),
     #[error("running {cmd}: {err}")]
     Run { cmd: String, err: std::io::Error },
+}
+
+impl ToolchainError {
+    /// The captured output of the tool that failed, when there is any.
+    pub fn tool_output(&self) -> Option<&str> {
+        match self {
+            ToolchainError::Tool { output, .. } if !output.trim().is_empty() => Some(output),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
