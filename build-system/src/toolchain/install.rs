@@ -119,7 +119,7 @@ pub fn install_cuda(env: &Env, output: ToolOutput) -> Result<Installed, Toolchai
                     record_verified(&dest);
                     return already();
                 }
-                Err(why) => Some(why),
+                Err(why) => Some(why.to_string()),
             }
         }
     };
@@ -279,45 +279,64 @@ pub(super) fn pip_install_verified(
     })
 }
 
+/// Why a CUDA install is not the pinned one; each names the file that differs.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaInstallError {
+    #[error("{} is missing", .0.display())]
+    Missing(PathBuf),
+    #[error("{} is not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("{}: {err}", .path.display())]
+    Stat { path: PathBuf, err: std::io::Error },
+    #[error("reading {}: {err}", .path.display())]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{} has sha256 {got}, the pinned wheel's is {want}", .path.display())]
+    Hash {
+        path: PathBuf,
+        got: String,
+        want: &'static str,
+    },
+    #[error("running {} --version: {err}", .path.display())]
+    Run { path: PathBuf, err: std::io::Error },
+    #[error("{} --version does not say `{CUDA_VERSION_LINE}`", .0.display())]
+    Version(PathBuf),
+}
+
 /// Whether `dir` holds the pinned CUDA install: every wheel's `.dist-info`, every binary of
 /// [`CUDA_BINARIES`] a regular file with its pinned sha256 (checked before anything runs),
 /// then `nvcc --version` and `ptxas --version` naming the pinned release. The error says
 /// what differs.
-pub fn verify_cuda_install(dir: &Path) -> Result<(), String> {
+pub fn verify_cuda_install(dir: &Path) -> Result<(), CudaInstallError> {
     for w in CUDA_WHEELS {
         let d = dir.join(w.dist_info());
         if !d.join("RECORD").is_file() {
-            return Err(format!("{} is missing", d.display()));
+            return Err(CudaInstallError::Missing(d));
         }
     }
     for (rel, want) in CUDA_BINARIES {
         let p = dir.join(rel);
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_file() => {}
-            Ok(_) => return Err(format!("{} is not a regular file", p.display())),
-            Err(e) => return Err(format!("{}: {e}", p.display())),
+            Ok(_) => return Err(CudaInstallError::NotAFile(p)),
+            Err(err) => return Err(CudaInstallError::Stat { path: p, err }),
         }
-        let got = kbuild_base::digest::sha256_file(&p)
-            .map_err(|e| format!("reading {}: {e}", p.display()))?;
+        let got = match kbuild_base::digest::sha256_file(&p) {
+            Ok(got) => got,
+            Err(err) => return Err(CudaInstallError::Read { path: p, err }),
+        };
         if got != *want {
-            return Err(format!(
-                "{} has sha256 {got}, the pinned wheel's is {want}",
-                p.display()
-            ));
+            return Err(CudaInstallError::Hash { path: p, got, want });
         }
     }
     for exe in ["nvidia/cu13/bin/nvcc", "nvidia/cu13/bin/ptxas"] {
         let p = dir.join(exe);
-        let out = Command::new(&p)
-            .arg("--version")
-            .output()
-            .map_err(|e| format!("running {} --version: {e}", p.display()))?;
+        let out = match Command::new(&p).arg("--version").output() {
+            Ok(out) => out,
+            Err(err) => return Err(CudaInstallError::Run { path: p, err }),
+        };
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() || !text.lines().any(|l| l.trim() == CUDA_VERSION_LINE) {
-            return Err(format!(
-                "{} --version does not say `{CUDA_VERSION_LINE}`",
-                p.display()
-            ));
+            return Err(CudaInstallError::Version(p));
         }
     }
     Ok(())

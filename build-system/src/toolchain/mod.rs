@@ -210,9 +210,11 @@ mod tests {
             )
             .unwrap();
         }
-        let e = verify_cuda_install(d.path()).unwrap_err();
+        let e = verify_cuda_install(d.path()).unwrap_err().to_string();
         assert!(e.contains("nvidia/cu13/bin/nvcc has sha256"), "{e}");
-        let e = verify_cuda_install(&d.path().join("none")).unwrap_err();
+        let e = verify_cuda_install(&d.path().join("none"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(".dist-info is missing"), "{e}");
     }
 

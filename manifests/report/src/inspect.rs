@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::params::{apply_types, Param, ParamKind};
+use kbuild_manifest::read::ReadError;
 use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
 
 /// What [`inspect_path`] found in one path: the objects it read and what it could not read
@@ -16,6 +17,20 @@ use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedOb
 pub struct Inspected {
     pub objects: Vec<InspectedObject>,
     pub errors: Vec<InspectFailure>,
+}
+
+/// Why one object of a build or bundle could not be inspected.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("listed in {manifest} but not readable: {err}")]
+    Listed {
+        manifest: String,
+        err: std::io::Error,
+    },
+    #[error("listed in the bundle's manifest but not in the bundle")]
+    NotInBundle,
 }
 
 impl Inspected {
@@ -30,7 +45,7 @@ impl Inspected {
         }
     }
 
-    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, String>) {
+    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, Unreadable>) {
         match found {
             Ok(found) if found.is_empty() => self.errors.push(InspectFailure {
                 path: label.to_string(),
@@ -44,7 +59,7 @@ impl Inspected {
             }
             Err(error) => self.errors.push(InspectFailure {
                 path: label.to_string(),
-                error,
+                error: error.to_string(),
             }),
         }
     }
@@ -124,7 +139,7 @@ pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
     let log = build_log(path);
     out.add(
         &label,
-        inspect(&label, &data, log.as_deref(), block_size).map_err(|e| e.to_string()),
+        inspect(&label, &data, log.as_deref(), block_size).map_err(Unreadable::from),
     );
     out
 }
@@ -150,12 +165,12 @@ fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> 
         let found = match std::fs::read(&file) {
             Ok(bytes) => {
                 let log = build_log(&file);
-                inspect(&label, &bytes, log.as_deref(), block_size).map_err(|e| e.to_string())
+                inspect(&label, &bytes, log.as_deref(), block_size).map_err(Unreadable::from)
             }
-            Err(e) => Err(format!(
-                "listed in {} but not readable: {e}",
-                path.display()
-            )),
+            Err(err) => Err(Unreadable::Listed {
+                manifest: path.display().to_string(),
+                err,
+            }),
         };
         out.add(&label, found);
     }
@@ -173,8 +188,8 @@ pub fn inspect_objects<'a>(
     for (path, bytes) in objects {
         let name = format!("{label}#{path}");
         let found = match bytes {
-            Some(bytes) => inspect(&name, bytes, None, block_size).map_err(|e| e.to_string()),
-            None => Err("listed in the bundle's manifest but not in the bundle".into()),
+            Some(bytes) => inspect(&name, bytes, None, block_size).map_err(Unreadable::from),
+            None => Err(Unreadable::NotInBundle),
         };
         out.add(&name, found);
     }
