@@ -1,7 +1,17 @@
 //! The discovery build: every unit once per discovery target with `entries = ["*"]`, into a
 //! scratch directory, to learn what each exports (and why a unit does not compile).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{package_name, CompileSettings, InitError, InitOptions, Unit};
+use crate::build::{build, BuildOptions, Failure};
+use crate::config::{Kernel, Language, Project, ToolchainConfig, VendorFlags, FILE_NAME};
+use crate::entries::EntryPattern;
+use crate::events::Observer;
+use crate::toolchain::Toolchains;
+use kbuild_manifest::manifest::Manifest;
+use kbuild_manifest::target::{Target, Vendor};
 
 /// The default targets per vendor, when `--targets` is not given (each kept only when the
 /// found toolchain builds it).

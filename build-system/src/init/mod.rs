@@ -17,14 +17,12 @@ mod strip;
 mod tests;
 mod toml_out;
 
-use compile_commands::*;
-use discover::*;
 pub use scan::defines_kernel;
-use scan::*;
-use shell::*;
-use strip::*;
-pub use toml_out::package_name;
-use toml_out::*;
+
+use compile_commands::compile_settings;
+use discover::{discover, discovery_targets, vendor_of, DEFAULT_AMD, DEFAULT_NVIDIA};
+use scan::scan;
+use toml_out::{define_value, header, kernel_section, package_section, toml_array};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -32,13 +30,11 @@ use std::path::{Component, Path, PathBuf};
 
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
-use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::target::{parse_target_spec, Target, TargetError, Vendor};
 use serde::Serialize;
 
-use crate::build::{build, BuildError, BuildOptions, Failure};
-use crate::config::{self, Kernel, Language, Project, ToolchainConfig, VendorFlags, FILE_NAME};
-use crate::entries::{EntryPattern, Exported};
+use crate::build::BuildError;
+use crate::config::{self, Language, ToolchainConfig, VendorFlags, FILE_NAME};
 use crate::events::Observer;
 use crate::toolchain::Toolchains;
 
@@ -410,4 +406,34 @@ pub(super) fn slash(p: &Path) -> String {
 
 pub(super) fn rel_display(dir: &Path, p: &Path) -> Option<String> {
     p.strip_prefix(dir).ok().map(slash)
+}
+
+/// The directory's name under the package-name rule (lowercase letters, digits, `._-`,
+/// starting with a letter or digit, at most 128 characters); `kernels` if nothing is left.
+pub fn package_name(dir: &Path) -> String {
+    let base = std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let mut out = String::new();
+    for c in base.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out: String = out
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .trim_end_matches('-')
+        .chars()
+        .take(kbuild_base::ident::MAX_LEN)
+        .collect();
+    if kbuild_base::ident::check_package_name("name", &out).is_ok() {
+        out
+    } else {
+        "kernels".into()
+    }
 }

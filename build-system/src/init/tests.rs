@@ -1,3 +1,11 @@
+use crate::entries::{EntryPattern, Exported};
+
+use super::compile_commands::compile_settings;
+use super::discover::Discovered;
+use super::scan::unique_name;
+use super::shell::split_command;
+use super::toml_out::{display_entry, kernel_section};
+
 use super::*;
 
 #[test]

@@ -2,7 +2,16 @@
 //! package, one `[kernels.NAME]` per unit (entries by name, demangled patterns), commented-out
 //! units that do not compile.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::discover::{vendor_of, Discovered};
+use super::{package_name, slash, Unit, UnitReport, MAX_LISTED};
+use crate::config::Language;
+use crate::entries::{EntryPattern, Exported};
+use kbuild_manifest::target::{Target, Vendor};
+
+use std::fmt::Write;
 
 /// Write one `[kernels.NAME]` (or its commented-out form) and say what it is.
 pub(super) fn kernel_section(
@@ -251,36 +260,6 @@ pub(super) fn package_section(dir: &Path) -> String {
         "\n[package]\nname = {}\nversion = \"0.1.0\"\n",
         toml_str(&package_name(dir))
     )
-}
-
-/// The directory's name under the package-name rule (lowercase letters, digits, `._-`,
-/// starting with a letter or digit, at most 128 characters); `kernels` if nothing is left.
-pub fn package_name(dir: &Path) -> String {
-    let base = std::fs::canonicalize(dir)
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
-    let mut out = String::new();
-    for c in base.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
-            out.push(c);
-        } else if !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    let out: String = out
-        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
-        .trim_end_matches('-')
-        .chars()
-        .take(kbuild_base::ident::MAX_LEN)
-        .collect();
-    if kbuild_base::ident::check_package_name("name", &out).is_ok() {
-        out
-    } else {
-        "kernels".into()
-    }
 }
 
 pub(super) fn toml_str(s: &str) -> String {
