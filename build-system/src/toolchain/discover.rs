@@ -1,7 +1,15 @@
 //! Finding the toolchains: explicit config, the vendors' environment variables and install
 //! paths, kbuild's managed installs, PATH; their versions and identities (for the cache key).
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{ToolchainError, CUDA_VERSION, DEBIAN_DEVICE_LIBS, DEBIAN_LLVM_MAJOR};
+use crate::config::ToolchainConfig;
+use kbuild_base::dirs::Dirs;
+use kbuild_base::env::{names, Env};
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::target::{Target, Vendor, Version, PROCESSORS};
 
 /// A CUDA toolkit (nvcc, ptxas, fatbinary).
 #[derive(Debug, Clone)]

@@ -9,16 +9,6 @@ mod install;
 pub use discover::*;
 pub use install::*;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use kbuild_manifest::target::{ProcessorKind, Target, Vendor, Version, PROCESSORS};
-
-use crate::config::ToolchainConfig;
-use kbuild_base::dirs::Dirs;
-use kbuild_base::env::{names, Env};
-use kbuild_base::fs as fsutil;
-
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.
 pub const CUDA_VERSION: &str = "13.5.37";
 
@@ -160,6 +150,8 @@ impl ToolchainError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kbuild_manifest::target::Version;
+    use std::path::Path;
 
     #[test]
     fn isa_versions_match_rocm_device_libs() {
