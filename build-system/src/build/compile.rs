@@ -1,7 +1,16 @@
 //! A cache miss compiled in a scratch directory, its output checked to be the target's
 //! object, its dependencies hashed, and the result stored in the local cache.
 
-use super::*;
+use std::path::PathBuf;
+
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::target::Target;
+
+use crate::cache::Dep;
+use crate::driver;
+use crate::driver::{CompileCommand, CompileError};
+
+use super::Ctx;
 
 /// Why a cache miss did not become a cache entry.
 #[derive(Debug, thiserror::Error)]

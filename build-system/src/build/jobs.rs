@@ -2,7 +2,22 @@
 //! ([`super::compile`]); then its audit, resources and parameters, its object and log
 //! written, its manifest record made. Jobs run in parallel; the order is longest first.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::manifest::ObjectRecord;
+use kbuild_manifest::resources::{object_resources, BlockSize};
+use kbuild_manifest::target::ObjectKind;
+
+use crate::driver;
+use crate::events::{Event, JobStatus};
+use crate::plan::Job;
+use crate::remote_cache::Fetch;
+
+use super::compile::compile;
+use super::{failure_text, round3, Ctx, Failure};
 
 pub(super) struct Done {
     pub(super) status: JobStatus,
@@ -10,22 +25,6 @@ pub(super) struct Done {
     pub(super) failure: Option<Failure>,
     pub(super) seconds: f64,
 }
-
-pub(super) struct Ctx<'a> {
-    pub(super) project: &'a Project,
-    pub(super) tcs: &'a Toolchains,
-    pub(super) cache: &'a Cache,
-    pub(super) out_dir: &'a Path,
-    pub(super) timeout: Option<Duration>,
-    pub(super) reporter: &'a dyn Observer,
-    pub(super) remote: Option<&'a RemoteCache>,
-    /// Where a remote cache entry's dependency paths may point.
-    pub(super) dep_roots: DepRoots,
-    pub(super) env: &'a Env,
-    /// The written compat header's include dir (absolute); `None`: the project opted out.
-    pub(super) compat_dir: Option<PathBuf>,
-}
-
 /// What the job runner did: the records and failures of the jobs that ran, which jobs failed
 /// (indices into the job list, in the order they finished), which ran at all, and the
 /// compile times of this build (for the next build's order).

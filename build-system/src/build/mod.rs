@@ -1,7 +1,7 @@
 //! `kbuild build`: plan, compile through the cache in parallel, audit, write objects and the
-//! manifest. [`build`] runs the phases: [`prepare`] (targets, toolchains, jobs), the job
-//! runner ([`jobs`]: cache, remote cache, [`compile`], audit per job, in parallel), then the
-//! outputs ([`outputs`]: the cross-target audit, containers, manifest and load index).
+//! manifest. [`build`] runs the phases: `prepare` (targets, toolchains, jobs), the job
+//! runner (`jobs`: cache, remote cache, `compile`, audit per job, in parallel), then the
+//! outputs (`outputs`: the cross-target audit, containers, manifest and load index).
 
 mod compile;
 mod jobs;
@@ -11,36 +11,28 @@ mod remote;
 #[cfg(test)]
 mod tests;
 
-use compile::*;
-use jobs::*;
-use outputs::*;
-use prepare::*;
-use remote::*;
+use jobs::{order_longest_first, run_jobs, save_timings, JobsRun};
+use outputs::{
+    cross_target_audit, provenance, unbuilt_objects, write_compat_header, write_manifest,
+};
+use prepare::{prepare, resolve, Prepared};
+use remote::open_remote;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kbuild_manifest::load_index;
-use kbuild_manifest::manifest::{
-    self, Manifest, ObjectRecord, Package, Provenance, ToolchainIdentity, UnbuiltObject,
-};
-use kbuild_manifest::resources::{object_resources, BlockSize};
-use kbuild_manifest::target::{ObjectKind, Target, Vendor};
+use kbuild_manifest::manifest::{self, Manifest, Package};
+use kbuild_manifest::target::Target;
 
-use crate::cache::{Cache, Dep};
+use crate::cache::Cache;
 use crate::config::Project;
-use crate::driver::{self, CompileCommand, CompileError};
-use crate::events::{Event, JobStatus, Observer};
-use crate::plan::{plan, Job};
-use crate::remote_cache::{
-    DepRoots, Fetch, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats,
-};
+use crate::driver::{self, CompileCommand};
+use crate::events::{Event, Observer};
+use crate::plan::Job;
+use crate::remote_cache::{DepRoots, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats};
 use crate::shard::{self, ShardSpec};
 use crate::toolchain::{ToolchainError, Toolchains};
-use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
-use kbuild_base::fs as fsutil;
 
 /// What the user asked for beyond the project file.
 #[derive(Debug, Clone, Default)]
@@ -122,6 +114,22 @@ pub struct BuildReport {
     pub seconds: f64,
     /// What the remote cache did, when there was one.
     pub remote: Option<RemoteStats>,
+}
+
+/// What every job of one build shares (the job runner's and a compile's context).
+pub(super) struct Ctx<'a> {
+    pub(super) project: &'a Project,
+    pub(super) tcs: &'a Toolchains,
+    pub(super) cache: &'a Cache,
+    pub(super) out_dir: &'a Path,
+    pub(super) timeout: Option<Duration>,
+    pub(super) reporter: &'a dyn Observer,
+    pub(super) remote: Option<&'a RemoteCache>,
+    /// Where a remote cache entry's dependency paths may point.
+    pub(super) dep_roots: DepRoots,
+    pub(super) env: &'a Env,
+    /// The written compat header's include dir (absolute); `None`: the project opted out.
+    pub(super) compat_dir: Option<PathBuf>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);

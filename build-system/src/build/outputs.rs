@@ -1,7 +1,21 @@
 //! What a build writes besides the objects: the compat header, the cross-target audit's
 //! verdicts, the unbuilt objects, the manifest's provenance, the manifest and its load index.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::load_index;
+use kbuild_manifest::manifest::{
+    Manifest, ObjectRecord, Provenance, ToolchainIdentity, UnbuiltObject,
+};
+use kbuild_manifest::target::Vendor;
+
+use crate::config::Project;
+use crate::plan::Job;
+use crate::toolchain::Toolchains;
+
+use super::{BuildError, Failure};
 
 /// kbuild's compat header under `<out_dir>/include` (absolute: compilers run in the project
 /// root, `--out-dir` is relative to the current directory); `None` when the project opted out.

@@ -2,7 +2,19 @@
 //! found toolchains, a `--shard`'s part), the jobs, and every planned target's toolchain
 //! checked (all problems at once).
 
-use super::*;
+use std::path::PathBuf;
+
+use kbuild_base::dirs::Dirs;
+use kbuild_manifest::target::{Target, Vendor};
+
+use crate::config::Project;
+use crate::events::Observer;
+use crate::plan::{plan, Job};
+use crate::shard;
+use crate::shard::ShardSpec;
+use crate::toolchain::{ToolchainError, Toolchains};
+
+use super::{BuildError, BuildOptions};
 
 /// What a build runs: its targets, jobs, cache directory and toolchains.
 pub(super) struct Prepared {

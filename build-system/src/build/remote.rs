@@ -1,7 +1,11 @@
 //! The remote build cache of a build: `--remote-cache` or Kbuild.toml `[build] remote-cache`,
 //! and the note a build without the `remote-cache` feature gives instead.
 
-use super::*;
+use crate::config::Project;
+use crate::events::Observer;
+use crate::remote_cache::{RemoteCache, RemoteMode};
+
+use super::{BuildError, BuildOptions};
 
 /// The remote cache of this build: `--remote-cache` or Kbuild.toml `[build] remote-cache`.
 pub(super) fn open_remote(

@@ -2,10 +2,23 @@
 //! answers `--version`, writes PTX for `-arch=compute_XY` and a depfile, and fails on a source
 //! that says `BROKEN`. No GPU toolchain needed.
 
+use super::jobs::run_jobs;
+use super::outputs::unbuilt_objects;
+use super::prepare::prepare;
+
 use std::sync::Mutex;
 
 use super::*;
-use crate::config::{parse, FILE_NAME};
+use std::path::Path;
+
+use kbuild_base::env::Env;
+use kbuild_manifest::load_index;
+use kbuild_manifest::manifest::Manifest;
+
+use crate::cache::Cache;
+use crate::config::{parse, Project, FILE_NAME};
+use crate::events::{Event, JobStatus, Observer};
+use crate::remote_cache::DepRoots;
 
 /// Only shell builtins: the compiler may run with a bare environment.
 const FAKE_NVCC: &str = r#"#!/bin/sh

@@ -1,8 +1,9 @@
 //! Include dirs, defines and `-std` from a `compile_commands.json`.
 
+use std::path::{Component, Path, PathBuf};
+
 use super::shell::split_command;
 use super::{slash, CompileSettings, InitError};
-use std::path::{Component, Path, PathBuf};
 
 /// Include dirs, defines and `-std` from `DIR/compile_commands.json` or
 /// `DIR/build/compile_commands.json` (the union over its entries; paths relative to DIR).

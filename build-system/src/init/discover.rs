@@ -4,14 +4,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{package_name, CompileSettings, InitError, InitOptions, Unit};
+use kbuild_manifest::manifest::Manifest;
+use kbuild_manifest::target::{Target, Vendor};
+
 use crate::build::{build, BuildOptions, Failure};
 use crate::config::{Kernel, Language, Project, ToolchainConfig, VendorFlags, FILE_NAME};
 use crate::entries::EntryPattern;
 use crate::events::Observer;
 use crate::toolchain::Toolchains;
-use kbuild_manifest::manifest::Manifest;
-use kbuild_manifest::target::{Target, Vendor};
+
+use super::{package_name, CompileSettings, InitError, InitOptions, Unit};
 
 /// The default targets per vendor, when `--targets` is not given (each kept only when the
 /// found toolchain builds it).

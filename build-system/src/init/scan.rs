@@ -1,11 +1,13 @@
 //! The tree scan: the translation units (`*.cu`, `*.hip`) under the project directory, each
 //! with a unique kernel name, and whether a unit's own text defines a kernel.
 
-use super::strip::strip_comments;
-use super::{slash, InitError, Unit};
-use crate::config::Language;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+use crate::config::Language;
+
+use super::strip::strip_comments;
+use super::{slash, InitError, Unit};
 
 /// Directories the scan never enters (besides hidden ones).
 pub(super) const SKIPPED_DIRS: &[&str] = &[

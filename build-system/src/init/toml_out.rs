@@ -3,15 +3,16 @@
 //! units that do not compile.
 
 use std::collections::BTreeSet;
+use std::fmt::Write;
 use std::path::Path;
+
+use kbuild_manifest::target::{Target, Vendor};
+
+use crate::config::Language;
+use crate::entries::{EntryPattern, Exported};
 
 use super::discover::{vendor_of, Discovered};
 use super::{package_name, slash, Unit, UnitReport, MAX_LISTED};
-use crate::config::Language;
-use crate::entries::{EntryPattern, Exported};
-use kbuild_manifest::target::{Target, Vendor};
-
-use std::fmt::Write;
 
 /// Write one `[kernels.NAME]` (or its commented-out form) and say what it is.
 pub(super) fn kernel_section(

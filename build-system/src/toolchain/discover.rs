@@ -4,12 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{ToolchainError, CUDA_VERSION, DEBIAN_DEVICE_LIBS, DEBIAN_LLVM_MAJOR};
-use crate::config::ToolchainConfig;
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::{names, Env};
 use kbuild_base::fs as fsutil;
 use kbuild_manifest::target::{Target, Vendor, Version, PROCESSORS};
+
+use crate::config::ToolchainConfig;
+
+use super::{ToolchainError, CUDA_VERSION, DEBIAN_DEVICE_LIBS, DEBIAN_LLVM_MAJOR};
 
 /// A CUDA toolkit (nvcc, ptxas, fatbinary).
 #[derive(Debug, Clone)]

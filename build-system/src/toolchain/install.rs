@@ -5,14 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
+use kbuild_base::env::Env;
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::target::{ProcessorKind, Target, Vendor, Version, PROCESSORS};
+
 use super::{
     bitcode_files, device_lib_files, isa_version, managed_cuda_dir, managed_devlibs_dir,
     managed_dir, which, ToolchainError, CUDA_BINARIES, CUDA_VERSION, CUDA_VERSION_LINE,
     CUDA_WHEELS, DEBIAN_DEVICE_LIBS, DEBIAN_LLVM_MAJOR, HIP_PACKAGES,
 };
-use kbuild_base::env::Env;
-use kbuild_base::fs as fsutil;
-use kbuild_manifest::target::{ProcessorKind, Target, Vendor, Version, PROCESSORS};
 
 /// Where the package managers' (pip's, apt's) own output goes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
