@@ -5,9 +5,11 @@
 
 mod discover;
 mod install;
+mod tools;
 
 pub use discover::*;
 pub use install::*;
+pub use tools::ToolOutput;
 
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.
 pub const CUDA_VERSION: &str = "13.5.37";
