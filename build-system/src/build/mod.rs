@@ -117,19 +117,19 @@ pub struct BuildReport {
 }
 
 /// What every job of one build shares (the job runner's and a compile's context).
-pub(super) struct Ctx<'a> {
-    pub(super) project: &'a Project,
-    pub(super) tcs: &'a Toolchains,
-    pub(super) cache: &'a Cache,
-    pub(super) out_dir: &'a Path,
-    pub(super) timeout: Option<Duration>,
-    pub(super) reporter: &'a dyn Observer,
-    pub(super) remote: Option<&'a RemoteCache>,
+struct Ctx<'a> {
+    project: &'a Project,
+    tcs: &'a Toolchains,
+    cache: &'a Cache,
+    out_dir: &'a Path,
+    timeout: Option<Duration>,
+    reporter: &'a dyn Observer,
+    remote: Option<&'a RemoteCache>,
     /// Where a remote cache entry's dependency paths may point.
-    pub(super) dep_roots: DepRoots,
-    pub(super) env: &'a Env,
+    dep_roots: DepRoots,
+    env: &'a Env,
     /// The written compat header's include dir (absolute); `None`: the project opted out.
-    pub(super) compat_dir: Option<PathBuf>,
+    compat_dir: Option<PathBuf>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);

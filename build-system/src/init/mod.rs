@@ -151,23 +151,23 @@ pub struct InitReport {
 }
 /// A unit found by the scan.
 #[derive(Debug, Clone)]
-pub(super) struct Unit {
-    pub(super) rel: PathBuf,
-    pub(super) language: Language,
-    pub(super) kernel: String,
+struct Unit {
+    rel: PathBuf,
+    language: Language,
+    kernel: String,
     /// Whether its own text defines a kernel; one that does not may still instantiate
     /// kernels from headers (template instances), which only its object shows.
-    pub(super) defines_kernel: bool,
+    defines_kernel: bool,
 }
 
 /// Settings taken from `compile_commands.json`.
 #[derive(Debug, Default)]
-pub(super) struct CompileSettings {
-    pub(super) file: Option<PathBuf>,
-    pub(super) include_dirs: Vec<String>,
-    pub(super) defines: BTreeMap<String, String>,
-    pub(super) std: Option<String>,
-    pub(super) skipped: Vec<String>,
+struct CompileSettings {
+    file: Option<PathBuf>,
+    include_dirs: Vec<String>,
+    defines: BTreeMap<String, String>,
+    std: Option<String>,
+    skipped: Vec<String>,
 }
 
 /// Scan, discover, write `DIR/Kbuild.toml`. `observer` sees the discovery build's notes.
@@ -394,7 +394,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     })
 }
 
-pub(super) fn slash(p: &Path) -> String {
+fn slash(p: &Path) -> String {
     p.components()
         .filter_map(|c| match c {
             Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
@@ -404,7 +404,7 @@ pub(super) fn slash(p: &Path) -> String {
         .join("/")
 }
 
-pub(super) fn rel_display(dir: &Path, p: &Path) -> Option<String> {
+fn rel_display(dir: &Path, p: &Path) -> Option<String> {
     p.strip_prefix(dir).ok().map(slash)
 }
 

@@ -95,7 +95,7 @@ pub const CUDA_BINARIES: &[(&str, &str)] = &[
     ),
 ];
 /// What `nvcc --version` and `ptxas --version` of the pinned install print.
-pub(super) const CUDA_VERSION_LINE: &str = "Cuda compilation tools, release 13.5, V13.5.37";
+const CUDA_VERSION_LINE: &str = "Cuda compilation tools, release 13.5, V13.5.37";
 /// Debian packages that make a HIP device-code toolchain.
 pub const HIP_PACKAGES: &[&str] = &[
     "clang-19",
