@@ -119,7 +119,7 @@ pub fn cross_target(
     let what: Vec<String> = differ
         .iter()
         .map(|(sym, has, lacks)| {
-            let shown = match kbuild_report::demangle::demangle_symbol(sym) {
+            let shown = match kbuild_manifest::demangle::demangle_symbol(sym) {
                 Some(d) => format!("`{sym}` ({d})"),
                 None => format!("`{sym}`"),
             };

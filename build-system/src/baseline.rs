@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 
 use kbuild_bundle::archive::Limits;
 use kbuild_report::demangle::demangle_snapshots;
-use kbuild_report::diff::{load_side, Diff, SideError, Snapshot, SnapshotError};
+use kbuild_report::diff::{Diff, Snapshot, SnapshotError};
 
 use crate::build::{build, BuildError, BuildOptions};
 use crate::config::Project;
 use crate::events::Observer;
+use crate::sides::{load_side, SideError};
 use kbuild_base::fs as fsutil;
 
 /// Why a baseline could not be checked or written.

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use kbuild_report::demangle;
+use kbuild_manifest::demangle;
 
 /// Why an `entries` item is not a pattern.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -22,6 +22,7 @@ pub mod interrupt;
 pub mod plan;
 pub mod remote_cache;
 pub mod shard;
+pub mod sides;
 pub mod toolchain;
 pub mod worktree;
 

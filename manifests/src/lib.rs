@@ -2,6 +2,7 @@
 //! schema, and pure readers of GPU code objects (`&[u8]` in, typed records out, never I/O).
 
 pub mod compat;
+pub mod demangle;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod load_index;

@@ -252,7 +252,9 @@ mod tests {
             ..Default::default()
         };
         let mut gap_read = gap.clone();
-        gap_read.kparams_unusable = crate::read::cubin::check_kparams(&mut gap_read).err();
+        gap_read.kparams_unusable = crate::read::cubin::check_kparams(&mut gap_read)
+            .err()
+            .map(|e| e.to_string());
         assert!(gap_read.kparams_unusable.unwrap().contains("not 0..2"));
         let mut past = CudaKernel {
             kparams: vec![kp(0, 0, 8, 0)],
@@ -261,6 +263,7 @@ mod tests {
         };
         assert!(crate::read::cubin::check_kparams(&mut past)
             .unwrap_err()
+            .to_string()
             .contains("past the 4-byte parameter block"));
         let unusable = CudaKernel {
             kparams_unusable: Some("x".into()),

@@ -1,14 +1,14 @@
-//! `kbuild inspect`: what it reads ([`inspect_path`]: code objects and containers, and
-//! everything kbuild writes — build output dirs, manifest.json, bundles) and the table it
-//! renders for people. (JSON is serde's.)
+//! `kbuild inspect`: what it reads ([`inspect_path`]: code objects and containers, build
+//! output dirs and manifest.json; [`inspect_objects`]: the objects of a bundle, which the
+//! caller opens — this crate never reads bundles) and the table it renders for people. (JSON
+//! is serde's.)
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use kbuild_bundle::archive::Limits;
-use kbuild_bundle::Bundle;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::params::{apply_types, Param, ParamKind};
+use kbuild_manifest::read::ReadError;
 use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
 
 /// What [`inspect_path`] found in one path: the objects it read and what it could not read
@@ -19,8 +19,23 @@ pub struct Inspected {
     pub errors: Vec<InspectFailure>,
 }
 
+/// Why one object of a build or bundle could not be inspected.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("listed in {manifest} but not readable: {err}")]
+    Listed {
+        manifest: String,
+        err: std::io::Error,
+    },
+    #[error("listed in the bundle's manifest but not in the bundle")]
+    NotInBundle,
+}
+
 impl Inspected {
-    fn fail(path: impl Into<String>, error: impl std::fmt::Display) -> Inspected {
+    /// One path that could not be read at all, and why.
+    pub fn fail(path: impl Into<String>, error: impl std::fmt::Display) -> Inspected {
         Inspected {
             objects: Vec::new(),
             errors: vec![InspectFailure {
@@ -30,7 +45,7 @@ impl Inspected {
         }
     }
 
-    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, String>) {
+    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, Unreadable>) {
         match found {
             Ok(found) if found.is_empty() => self.errors.push(InspectFailure {
                 path: label.to_string(),
@@ -44,7 +59,7 @@ impl Inspected {
             }
             Err(error) => self.errors.push(InspectFailure {
                 path: label.to_string(),
-                error,
+                error: error.to_string(),
             }),
         }
     }
@@ -54,9 +69,10 @@ impl Inspected {
 /// does for the manifest).
 fn with_demangled_types(o: &mut InspectedObject) {
     for k in &mut o.kernels {
-        if let (Some(p), Some(types)) =
-            (k.params.as_mut(), crate::demangle::parameter_types(&k.name))
-        {
+        if let (Some(p), Some(types)) = (
+            k.params.as_mut(),
+            kbuild_manifest::demangle::parameter_types(&k.name),
+        ) {
             apply_types(p, &types);
         }
     }
@@ -97,10 +113,10 @@ fn build_log(path: &Path) -> Option<String> {
 }
 
 /// Inspect one path: a code object or container (cubin, hsaco, PTX, fatbin, offload bundle,
-/// host ELF), a kbuild build output directory or its `manifest.json` (every object it lists,
-/// read from the build), or a bundle (every object in it, named `BUNDLE#OBJECT PATH`).
-/// `limits` bound what a bundle may unpack to; `block_size` is `--block-size` for occupancy.
-pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) -> Inspected {
+/// host ELF), or a kbuild build output directory or its `manifest.json` (every object it
+/// lists, read from the build). A kbuild bundle is the caller's to open ([`inspect_objects`]).
+/// `block_size` is `--block-size` for occupancy.
+pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
     let label = path.display().to_string();
     if path.is_dir() {
         let m = path.join("manifest.json");
@@ -111,10 +127,6 @@ pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) 
             );
         }
         return inspect_manifest_file(&m, block_size);
-    }
-    // A bundle is read streaming from its file (its compressed bytes never all in memory).
-    if starts_like_bundle(path) {
-        return inspect_bundle(&label, Bundle::open(path, limits), block_size);
     }
     let data = match std::fs::read(path) {
         Ok(d) => d,
@@ -127,7 +139,7 @@ pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) 
     let log = build_log(path);
     out.add(
         &label,
-        inspect(&label, &data, log.as_deref(), block_size).map_err(|e| e.to_string()),
+        inspect(&label, &data, log.as_deref(), block_size).map_err(Unreadable::from),
     );
     out
 }
@@ -153,52 +165,31 @@ fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> 
         let found = match std::fs::read(&file) {
             Ok(bytes) => {
                 let log = build_log(&file);
-                inspect(&label, &bytes, log.as_deref(), block_size).map_err(|e| e.to_string())
+                inspect(&label, &bytes, log.as_deref(), block_size).map_err(Unreadable::from)
             }
-            Err(e) => Err(format!(
-                "listed in {} but not readable: {e}",
-                path.display()
-            )),
+            Err(err) => Err(Unreadable::Listed {
+                manifest: path.display().to_string(),
+                err,
+            }),
         };
         out.add(&label, found);
     }
     out
 }
 
-/// Whether the file at `path` starts with a bundle's magic bytes.
-fn starts_like_bundle(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 16];
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut n = 0;
-    let mut f = f.take(head.len() as u64);
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    kbuild_base::looks_like_bundle(&head[..n])
-}
-
-/// A bundle: each object its manifest lists, from the bundle (verified as it is read).
-fn inspect_bundle(
+/// The objects of a bundle `label` (its manifest's `(path, bytes)`, bytes `None` when the
+/// manifest lists an object the bundle lacks), each named `LABEL#OBJECT PATH`.
+pub fn inspect_objects<'a>(
     label: &str,
-    bundle: Result<Bundle, kbuild_bundle::BundleError>,
+    objects: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
     block_size: Option<BlockSize>,
 ) -> Inspected {
-    let bundle = match bundle {
-        Ok(b) => b,
-        Err(e) => return Inspected::fail(label, format!("not a readable kbuild bundle: {e}")),
-    };
     let mut out = Inspected::default();
-    for o in &bundle.manifest().objects {
-        let name = format!("{label}#{}", o.path);
-        let found = match bundle.object(&o.sha256) {
-            Some(bytes) => inspect(&name, bytes, None, block_size).map_err(|e| e.to_string()),
-            None => Err("listed in the bundle's manifest but not in the bundle".into()),
+    for (path, bytes) in objects {
+        let name = format!("{label}#{path}");
+        let found = match bytes {
+            Some(bytes) => inspect(&name, bytes, None, block_size).map_err(Unreadable::from),
+            None => Err(Unreadable::NotInBundle),
         };
         out.add(&name, found);
     }

@@ -261,10 +261,10 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
         let base = elf.sh_offset(s);
         for r in nvinfo::NvInfoIter::at(name, base, body) {
             apply_kernel_record(kernel, &r?).map_err(|detail| {
-                ReadError::in_section("nv.info record", name, Some(base), detail)
+                ReadError::in_section("nv.info record", name, Some(base), detail.to_string())
             })?;
         }
-        kernel.kparams_unusable = check_kparams(kernel).err();
+        kernel.kparams_unusable = check_kparams(kernel).err().map(|e| e.to_string());
     }
 
     Ok(CudaObject {
@@ -281,20 +281,40 @@ pub(crate) fn read_cubin_elf(elf: &Elf<'_>) -> Result<CudaObject, ReadError> {
     })
 }
 
-fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) -> Result<(), String> {
+/// Why a kernel's parameter records cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum KParamError {
+    #[error("EIATTR_KPARAM_INFO at +{offset:#x} is not a {size}-byte record")]
+    Record { offset: usize, size: usize },
+    #[error("kernel `{kernel}`: parameter ordinals are not 0..{count} (ordinal {ordinal} at position {position})")]
+    Ordinals {
+        kernel: String,
+        count: usize,
+        ordinal: u16,
+        position: usize,
+    },
+    #[error("kernel `{kernel}`: parameter {index} ends at byte {end}, past the {total}-byte parameter block")]
+    PastBlock {
+        kernel: String,
+        index: usize,
+        end: u32,
+        total: u32,
+    },
+}
+
+fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) -> Result<(), KParamError> {
     let payload = match r.value {
         NvInfoValue::Bytes(b) => Some(b),
         _ => None,
     };
     match r.attribute {
         nvinfo::EIATTR_KPARAM_INFO => {
-            let p = payload.and_then(KParamInfo::parse).ok_or_else(|| {
-                format!(
-                    "EIATTR_KPARAM_INFO at +{:#x} is not a {}-byte record",
-                    r.offset,
-                    nvinfo::KPARAM_INFO_SIZE
-                )
-            })?;
+            let p = payload
+                .and_then(KParamInfo::parse)
+                .ok_or(KParamError::Record {
+                    offset: r.offset,
+                    size: nvinfo::KPARAM_INFO_SIZE,
+                })?;
             k.kparams.push(p);
         }
         nvinfo::EIATTR_PARAM_CBANK => {
@@ -317,23 +337,25 @@ fn apply_kernel_record(k: &mut CudaKernel, r: &NvInfoRecord<'_>) -> Result<(), S
 
 /// Sorts the parameter records by ordinal and checks that they are ordinals 0..n, each once,
 /// and end within the parameter block (CBANK_PARAM_SIZE) when it is known.
-pub(crate) fn check_kparams(k: &mut CudaKernel) -> Result<(), String> {
+pub(crate) fn check_kparams(k: &mut CudaKernel) -> Result<(), KParamError> {
     k.kparams.sort_by_key(|p| p.ordinal);
     for (i, p) in k.kparams.iter().enumerate() {
         if usize::from(p.ordinal) != i {
-            return Err(format!(
-                "kernel `{}`: parameter ordinals are not 0..{} (ordinal {} at position {i})",
-                k.name,
-                k.kparams.len(),
-                p.ordinal
-            ));
+            return Err(KParamError::Ordinals {
+                kernel: k.name.clone(),
+                count: k.kparams.len(),
+                ordinal: p.ordinal,
+                position: i,
+            });
         }
         let end = u32::from(p.offset) + u32::from(p.size);
         if let Some(total) = k.param_bytes.filter(|t| end > *t) {
-            return Err(format!(
-                "kernel `{}`: parameter {i} ends at byte {end}, past the {total}-byte parameter block",
-                k.name
-            ));
+            return Err(KParamError::PastBlock {
+                kernel: k.name.clone(),
+                index: i,
+                end,
+                total,
+            });
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ pub mod bundle;
 #[cfg(feature = "signatures")]
 pub mod cache;
 pub mod merge;
+pub mod side;
 #[cfg(feature = "signatures")]
 pub mod sign;
 

@@ -13,11 +13,12 @@ use std::process::ExitCode;
 use kbuild_base::env::{names, Env};
 use kbuild_base::time::Date;
 use kbuild_build::build::BuildOptions;
+use kbuild_build::sides::load_side;
 use kbuild_build::worktree::build_base_and_head;
 use kbuild_bundle::archive::Limits;
 use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::gate::{self, GateReport};
-use kbuild_report::diff::{self, load_allowlist, load_side, Diff};
+use kbuild_report::diff::{self, load_allowlist, Diff};
 
 use kbuild_registry::pull;
 use kbuild_report::diff::Snapshot;

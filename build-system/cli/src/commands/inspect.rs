@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kbuild_base::env::Env;
+use kbuild_build::sides::inspect_path;
 use kbuild_bundle::archive::Limits;
 use kbuild_manifest::resources::{BlockSize, InspectReport, INSPECT_SCHEMA};
-use kbuild_report::inspect::{inspect_path, inspect_table};
+use kbuild_report::inspect::inspect_table;
 
 /// Inspect `files`; exit 1 when any could not be read. `block_size`: `--block-size`.
 pub fn run(files: &[PathBuf], json: bool, block_size: Option<u32>, env: &Env) -> ExitCode {

@@ -7,20 +7,36 @@ use anyhow::Result;
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_build::config;
-use kbuild_build::toolchain::{self, Toolchains};
+use kbuild_build::toolchain::{self, Installed, ToolOutput, ToolchainError, Toolchains};
 use kbuild_manifest::target::Vendor;
 
-/// Install a toolchain (both when none is named). Idempotent.
+/// Install a toolchain (both when none is named). Idempotent. One line per toolchain; pip's
+/// and apt's own output only with `-v`, or on stderr when the install fails.
 pub fn install(which: Option<&str>, env: &Env) -> Result<ExitCode> {
+    let output = match crate::progress::verbosity() {
+        crate::progress::Verbosity::Verbose => ToolOutput::Shown,
+        _ => ToolOutput::Captured,
+    };
     if which != Some("hip") {
-        println!("{}", toolchain::install_cuda(env)?);
+        println!("{}", shown(toolchain::install_cuda(env, output))?);
     }
     if which != Some("cuda") {
-        for line in toolchain::install_hip(env)? {
-            println!("{line}");
-        }
+        println!("{}", shown(toolchain::install_hip(env, output))?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A failed install's captured tool output goes to stderr before its error.
+fn shown(r: Result<Installed, ToolchainError>) -> Result<Installed, ToolchainError> {
+    if let Err(e) = &r {
+        if let Some(out) = e.tool_output() {
+            eprint!("{out}");
+            if !out.ends_with('\n') {
+                eprintln!();
+            }
+        }
+    }
+    r
 }
 
 /// Each toolchain's path, version and the catalogue targets it can build.

@@ -18,7 +18,6 @@ pub mod gate;
 mod json;
 pub mod notes;
 mod render;
-pub mod sides;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,7 +26,6 @@ pub use abi::{kind_label, param_changes, ParamChange, ParamChangeKind};
 pub use allow::{load_allowlist, parse_allowlist, AllowError};
 pub use json::to_json;
 pub use render::{markdown, text};
-pub use sides::{load_side, SideError};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
 use fields::{Better, Column, Field, Value};

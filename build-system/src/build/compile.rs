@@ -1,0 +1,130 @@
+//! A cache miss compiled in a scratch directory, its output checked to be the target's
+//! object, its dependencies hashed, and the result stored in the local cache.
+
+use std::path::PathBuf;
+
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::target::Target;
+
+use crate::cache::Dep;
+use crate::driver;
+use crate::driver::{CompileCommand, CompileError};
+
+use super::Ctx;
+
+/// Why a cache miss did not become a cache entry.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CompileCause {
+    #[error("creating scratch dir in {}: {source}", .dir.display())]
+    Scratch {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Compiler(CompileError),
+    /// The compiler wrote something that is not the target's object.
+    #[error("compiler output rejected: {0}")]
+    Rejected(crate::audit::AuditError),
+    #[error("dependency {0} vanished during the compile")]
+    DependencyVanished(String),
+    #[error("storing in the cache {}: {source}", .root.display())]
+    Store {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A failed compile: why, the command line shown to the user, and the compiler's output.
+#[derive(Debug)]
+pub(super) struct CompileFailure {
+    pub(super) cause: CompileCause,
+    pub(super) command: String,
+    pub(super) log: String,
+}
+
+impl CompileFailure {
+    fn new(cause: CompileCause, command: String, log: String) -> Self {
+        CompileFailure {
+            cause,
+            command,
+            log,
+        }
+    }
+}
+
+/// Compile a cache miss and store it.
+pub(super) fn compile(
+    ctx: &Ctx,
+    cmd: &CompileCommand,
+    action: &str,
+    target: &Target,
+) -> Result<crate::cache::Entry, CompileFailure> {
+    let scratch = ctx.cache.scratch();
+    let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|source| {
+        let cause = CompileCause::Scratch {
+            dir: scratch.clone(),
+            source,
+        };
+        CompileFailure::new(cause, String::new(), String::new())
+    })?;
+    let shown = cmd.display(&tmp);
+    let result = driver::run(cmd, &ctx.project.root, &tmp, ctx.timeout);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let out = result.map_err(|e: CompileError| {
+        let log = e.log().to_string();
+        CompileFailure::new(CompileCause::Compiler(e), shown.clone(), log)
+    })?;
+    if let Err(e) = crate::audit::check_target(target, &out.object) {
+        return Err(CompileFailure::new(
+            CompileCause::Rejected(e),
+            shown,
+            out.log,
+        ));
+    }
+    let root = &ctx.project.root;
+    let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+    let mut deps: Vec<Dep> = Vec::new();
+    // The compat header's files are keyed by their bytes (in the action key), not by a path
+    // that names this build's out-dir: a clone elsewhere, or another --out-dir, still hits.
+    let compat = ctx.compat_dir.as_ref().map(|d| {
+        let canon = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        (d.clone(), canon)
+    });
+    for p in &out.deps {
+        if let Some((dir, canon)) = &compat {
+            let abs = root.join(p);
+            if abs.starts_with(dir) || abs.starts_with(canon) {
+                continue;
+            }
+        }
+        // Project files are recorded relative to the project root, so a clone elsewhere hits.
+        let recorded = match p.strip_prefix(&canon_root) {
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => p.display().to_string(),
+        };
+        let Some(h) = ctx.cache.hash_dep(root, &recorded) else {
+            return Err(CompileFailure::new(
+                CompileCause::DependencyVanished(recorded),
+                shown,
+                out.log,
+            ));
+        };
+        deps.push((recorded, h));
+    }
+    ctx.cache
+        .store(
+            action,
+            deps,
+            out.object,
+            out.log,
+            shown.clone(),
+            out.seconds,
+        )
+        .map_err(|source| {
+            let cause = CompileCause::Store {
+                root: ctx.cache.root().to_path_buf(),
+                source,
+            };
+            CompileFailure::new(cause, shown, String::new())
+        })
+}

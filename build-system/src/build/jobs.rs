@@ -1,0 +1,294 @@
+//! The job runner: each job from the local cache, else the remote cache, else a compile
+//! ([`super::compile`]); then its audit, resources and parameters, its object and log
+//! written, its manifest record made. Jobs run in parallel; the order is longest first.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use kbuild_base::fs as fsutil;
+use kbuild_manifest::manifest::ObjectRecord;
+use kbuild_manifest::resources::{object_resources, BlockSize};
+use kbuild_manifest::target::ObjectKind;
+
+use crate::driver;
+use crate::events::{Event, JobStatus};
+use crate::plan::Job;
+use crate::remote_cache::Fetch;
+
+use super::compile::compile;
+use super::{failure_text, round3, Ctx, Failure};
+
+pub(super) struct Done {
+    pub(super) status: JobStatus,
+    pub(super) record: Option<ObjectRecord>,
+    pub(super) failure: Option<Failure>,
+    pub(super) seconds: f64,
+}
+/// What the job runner did: the records and failures of the jobs that ran, which jobs failed
+/// (indices into the job list, in the order they finished), which ran at all, and the
+/// compile times of this build (for the next build's order).
+pub(super) struct JobsRun {
+    pub(super) records: Vec<ObjectRecord>,
+    pub(super) failures: Vec<Failure>,
+    pub(super) failed_jobs: Vec<usize>,
+    pub(super) ran: Vec<bool>,
+    pub(super) compiled: usize,
+    pub(super) cached: usize,
+    pub(super) timings: BTreeMap<String, f64>,
+}
+
+/// Run `jobs` on `workers` threads (under an inherited jobserver, if any), each through
+/// [`run_job`]; the first failure stops the rest unless `keep_going`. Each finished job is
+/// reported as it finishes (a failure also as a note with its command and output). After an
+/// interrupt nothing more is reported or recorded.
+pub(super) fn run_jobs(ctx: &Ctx, jobs: &[Job], workers: usize, keep_going: bool) -> JobsRun {
+    let reporter = ctx.reporter;
+    let jobserver = crate::exec::inherited_jobserver();
+    let mut out = JobsRun {
+        records: Vec::new(),
+        failures: Vec::new(),
+        failed_jobs: Vec::new(),
+        ran: vec![false; jobs.len()],
+        compiled: 0,
+        cached: 0,
+        timings: BTreeMap::new(),
+    };
+    let stops = |d: &Done| d.failure.is_some() && !keep_going;
+    crate::exec::run(
+        jobs,
+        workers,
+        jobserver.as_ref(),
+        |job| run_job(ctx, job),
+        stops,
+        |i, done| {
+            if crate::interrupt::interrupted() {
+                // A killed compiler is no failure of the job: nothing to report or record.
+                return;
+            }
+            let job = &jobs[i];
+            if let Some(r) = out.ran.get_mut(i) {
+                *r = true;
+            }
+            reporter.event(&Event::Job {
+                kernel: job.kernel_name.clone(),
+                variant: job.variant_name().map(str::to_string),
+                target: job.target.to_string(),
+                status: done.status,
+                seconds: round3(done.seconds),
+                path: done.record.as_ref().map(|r| r.path.clone()),
+                error: done.failure.as_ref().map(|f| f.cause.clone()),
+            });
+            match done.status {
+                JobStatus::Compiled => {
+                    out.compiled += 1;
+                    out.timings.insert(job.label(), done.seconds);
+                }
+                JobStatus::Cached => out.cached += 1,
+                JobStatus::Failed => {}
+            }
+            if let Some(r) = done.record {
+                out.records.push(r);
+            }
+            if let Some(f) = done.failure {
+                reporter.note(&failure_text(&f));
+                out.failures.push(f);
+                out.failed_jobs.push(i);
+            }
+        },
+    );
+    out
+}
+
+pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
+    let start = Instant::now();
+    let fail = |cause: String, command: Option<String>, log: String| Done {
+        status: JobStatus::Failed,
+        record: None,
+        failure: Some(Failure {
+            label: job.label(),
+            cause,
+            command,
+            log,
+        }),
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    let Some(cmd) = driver::command(
+        ctx.project,
+        job,
+        ctx.tcs,
+        ctx.env,
+        ctx.compat_dir.as_deref(),
+    ) else {
+        return fail(
+            format!("no {} toolchain", job.target.vendor().toolchain()),
+            None,
+            String::new(),
+        );
+    };
+    let target_name = job.target.to_string();
+    let action = cmd.action_key(&target_name);
+    let remote_hit = || {
+        let remote = ctx.remote?;
+        match remote.fetch(ctx.cache, &action, &ctx.dep_roots) {
+            Fetch::Hit(e) => return Some(e),
+            Fetch::Miss => {}
+            Fetch::Refused(why) => ctx.reporter.note(&format!(
+                "kbuild: remote cache entry for {} refused ({why}); compiling locally",
+                job.label()
+            )),
+            Fetch::Unavailable(why) => ctx.reporter.note(&format!(
+                "kbuild: remote cache {} unavailable ({why}); compiling locally",
+                remote.url()
+            )),
+        }
+        None
+    };
+    let (entry, status) = match ctx.cache.lookup(&action, &ctx.project.root) {
+        Some(hit) => (hit, JobStatus::Cached),
+        None => match remote_hit() {
+            Some(hit) => (hit, JobStatus::Cached),
+            None => {
+                ctx.reporter.started(&job.label());
+                match compile(ctx, &cmd, &action, &job.target) {
+                    Ok(e) => {
+                        if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &e)) {
+                            ctx.reporter.note(&format!(
+                                "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
+                            ));
+                        }
+                        (e, JobStatus::Compiled)
+                    }
+                    Err(f) => return fail(f.cause.to_string(), Some(f.command), f.log),
+                }
+            }
+        },
+    };
+    let kernel = &ctx.project.kernels[job.kernel];
+    let audited =
+        match crate::audit::audit(&kernel.name, &job.target, &kernel.entries, &entry.object) {
+            Ok(a) => a,
+            Err(e) => {
+                return fail(
+                    format!("coverage audit: {e}"),
+                    Some(entry.meta.command.clone()),
+                    String::new(),
+                )
+            }
+        };
+    let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
+    let mut params: BTreeMap<String, Vec<kbuild_manifest::params::Param>> = BTreeMap::new();
+    let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
+        match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
+            Ok(r) => r
+                .kernels
+                .into_iter()
+                .map(|k| {
+                    if let Some(mut p) = k.params {
+                        if let Some(types) = kbuild_manifest::demangle::parameter_types(&k.name) {
+                            kbuild_manifest::params::apply_types(&mut p, &types);
+                        }
+                        params.insert(k.name.clone(), p);
+                    }
+                    (k.name, k.resources)
+                })
+                .collect(),
+            Err(e) => {
+                return fail(
+                    format!("reading resources: {e}"),
+                    Some(entry.meta.command.clone()),
+                    String::new(),
+                )
+            }
+        };
+    // A kernel with patterns records what its entries name (concrete symbols); one with
+    // exact names only records every symbol the object exports, as it always has.
+    let (entries, resources, demangled) = if kernel.has_patterns() {
+        let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
+        let keep = |k: &String| named.contains(k);
+        params.retain(|k, _| keep(k));
+        (
+            named.clone(),
+            resources.into_iter().filter(|(k, _)| keep(k)).collect(),
+            audited
+                .demangled
+                .into_iter()
+                .filter(|(k, _)| keep(k))
+                .collect(),
+        )
+    } else {
+        (audited.ident.entries, resources, audited.demangled)
+    };
+    let dest = ctx.out_dir.join(&job.out_rel);
+    if let Err(e) = fsutil::write_if_changed(&dest, &entry.object) {
+        return fail(
+            format!("writing {}: {e}", dest.display()),
+            None,
+            String::new(),
+        );
+    }
+    if let Err(e) = fsutil::write_if_changed(
+        &dest.with_extension(format!("{}.log", job.target.object_kind().extension())),
+        entry.log.as_bytes(),
+    ) {
+        return fail(
+            format!("writing the compiler log next to {}: {e}", dest.display()),
+            None,
+            String::new(),
+        );
+    }
+    let record = ObjectRecord {
+        kernel: job.kernel_name.clone(),
+        variant: job.variant_name().map(str::to_string),
+        defines: job
+            .variant
+            .as_ref()
+            .map(|v| v.defines.clone())
+            .unwrap_or_default(),
+        target: target_name,
+        path: job.out_rel.display().to_string(),
+        sha256: kbuild_base::digest::sha256_hex(&entry.object),
+        // What the loader checks before load: several times sha256's speed.
+        blake3: Some(kbuild_base::digest::blake3_hex(&entry.object)),
+        size: entry.object.len() as u64,
+        format: job.target.object_kind().extension().to_string(),
+        entries,
+        demangled,
+        resources,
+        params,
+        cache_key: entry.key,
+        compile_args: cmd.recorded_args(),
+    };
+    Done {
+        status,
+        record: Some(record),
+        failure: None,
+        seconds: match status {
+            JobStatus::Compiled => entry.meta.seconds,
+            _ => start.elapsed().as_secs_f64(),
+        },
+    }
+}
+
+/// Longest-processing-time-first from the durations of earlier builds (unknown jobs first:
+/// they are the ones we know least about), so the last job to finish is a short one.
+pub(super) fn order_longest_first(jobs: &mut [Job], cache_dir: &Path) {
+    let timings: BTreeMap<String, f64> = std::fs::read(cache_dir.join("timings.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let estimate = |j: &Job| timings.get(&j.label()).copied().unwrap_or(f64::MAX);
+    jobs.sort_by(|a, b| estimate(b).total_cmp(&estimate(a)));
+}
+
+pub(super) fn save_timings(cache_dir: &Path, new: BTreeMap<String, f64>) {
+    let path = cache_dir.join("timings.json");
+    let mut all: BTreeMap<String, f64> = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    all.extend(new);
+    if let Ok(bytes) = serde_json::to_vec(&all) {
+        let _ = fsutil::write_atomic(&path, &bytes);
+    }
+}

@@ -1,0 +1,332 @@
+//! `kbuild build`: plan, compile through the cache in parallel, audit, write objects and the
+//! manifest. [`build`] runs the phases: `prepare` (targets, toolchains, jobs), the job
+//! runner (`jobs`: cache, remote cache, `compile`, audit per job, in parallel), then the
+//! outputs (`outputs`: the cross-target audit, containers, manifest and load index).
+
+mod compile;
+mod jobs;
+mod outputs;
+mod prepare;
+mod remote;
+#[cfg(test)]
+mod tests;
+
+use jobs::{order_longest_first, run_jobs, save_timings, JobsRun};
+use outputs::{
+    cross_target_audit, provenance, unbuilt_objects, write_compat_header, write_manifest,
+};
+use prepare::{prepare, resolve, Prepared};
+use remote::open_remote;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kbuild_manifest::manifest::{self, Manifest, Package};
+use kbuild_manifest::target::Target;
+
+use crate::cache::Cache;
+use crate::config::Project;
+use crate::driver::{self, CompileCommand};
+use crate::events::{Event, Observer};
+use crate::plan::Job;
+use crate::remote_cache::{DepRoots, RemoteCache, RemoteCacheError, RemoteMode, RemoteStats};
+use crate::shard::{self, ShardSpec};
+use crate::toolchain::{ToolchainError, Toolchains};
+use kbuild_base::env::Env;
+
+/// What the user asked for beyond the project file.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// Overrides the project's default targets.
+    pub targets: Option<Vec<Target>>,
+    /// `targets` came from a list naming `all`: targets that no found toolchain can build are
+    /// dropped with a warning (the build fails only when none is left).
+    pub targets_all: bool,
+    pub out_dir: Option<PathBuf>,
+    pub jobs: Option<usize>,
+    pub keep_going: bool,
+    pub fat: bool,
+    /// Per-compile timeout in seconds (overrides Kbuild.toml `job-timeout`).
+    pub job_timeout: Option<u64>,
+    pub cache_dir: Option<PathBuf>,
+    /// `oci://HOST[:PORT]/REPO` of a remote build cache (overrides Kbuild.toml `remote-cache`).
+    pub remote_cache: Option<String>,
+    /// Overrides Kbuild.toml `remote-cache-mode` (default read).
+    pub remote_cache_mode: Option<RemoteMode>,
+    /// Talk to the remote cache over http://.
+    pub plain_http: bool,
+    /// `--shard I/N`: build only shard I of the resolved target list split N ways
+    /// ([`crate::shard`]); the manifest records it.
+    pub shard: Option<ShardSpec>,
+    /// The environment the build sees: toolchain variables (CUDA_HOME, ROCM_PATH, PATH),
+    /// kbuild's directories, `KBUILD_LAUNCHER`, registry credentials for the remote cache.
+    pub env: Env,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("no targets: pass --targets or set [build] targets in {0}")]
+    NoTargets(String),
+    /// Every (kernel, target) pair was excluded: the build would produce an empty manifest.
+    #[error("nothing to build for {targets}: {why}")]
+    NothingToBuild { targets: String, why: String },
+    /// Targets `all` (flag or Kbuild.toml) and no found toolchain builds any of them.
+    #[error("targets `all`: the found toolchains build none of them:\n{0}")]
+    NoBuildableTargets(String),
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Toolchain(Vec<ToolchainError>),
+    #[error("writing {path}: {err}")]
+    Write { path: String, err: std::io::Error },
+    #[error(transparent)]
+    RemoteCache(#[from] RemoteCacheError),
+    /// SIGINT/SIGTERM: the compilers were killed, their scratch dirs removed, no manifest
+    /// written.
+    #[error("interrupted: compilers stopped, scratch directories removed, no manifest written")]
+    Interrupted,
+    /// No cache directory: HOME and the XDG variables are unset.
+    #[error(transparent)]
+    Dirs(#[from] kbuild_base::dirs::DirsError),
+    /// Kbuild.toml `[build] remote-cache-mode` is not a mode.
+    #[error("{file}: [build] {source}")]
+    RemoteCacheMode {
+        file: String,
+        #[source]
+        source: RemoteCacheError,
+    },
+}
+
+/// A job that failed, with everything needed to reproduce it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub label: String,
+    pub cause: String,
+    pub command: Option<String>,
+    pub log: String,
+}
+
+#[derive(Debug)]
+pub struct BuildReport {
+    pub compiled: usize,
+    pub cached: usize,
+    pub failures: Vec<Failure>,
+    pub manifest_path: PathBuf,
+    pub out_dir: PathBuf,
+    pub seconds: f64,
+    /// What the remote cache did, when there was one.
+    pub remote: Option<RemoteStats>,
+}
+
+/// What every job of one build shares (the job runner's and a compile's context).
+struct Ctx<'a> {
+    project: &'a Project,
+    tcs: &'a Toolchains,
+    cache: &'a Cache,
+    out_dir: &'a Path,
+    timeout: Option<Duration>,
+    reporter: &'a dyn Observer,
+    remote: Option<&'a RemoteCache>,
+    /// Where a remote cache entry's dependency paths may point.
+    dep_roots: DepRoots,
+    env: &'a Env,
+    /// The written compat header's include dir (absolute); `None`: the project opted out.
+    compat_dir: Option<PathBuf>,
+}
+
+/// The whole resolved target list and its split into `count` shards (`--print-shards N`);
+/// `observer` gets the notes (targets `all` skips).
+pub fn shards(
+    project: &Project,
+    opts: &BuildOptions,
+    count: u32,
+    observer: &dyn Observer,
+) -> Result<(Vec<Target>, Vec<shard::Shard>), BuildError> {
+    let r = resolve(project, opts, observer)?;
+    let split = shard::split(project, &r.targets, count);
+    Ok((r.targets, split))
+}
+
+/// The compile command of every job (what `build` would run on a cold cache), for
+/// `--print-commands` and for benchmarks against other build tools.
+/// `observer` gets the notes (targets `all` skips).
+pub fn commands(
+    project: &Project,
+    opts: &BuildOptions,
+    observer: &dyn Observer,
+) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
+    let Prepared { jobs, tcs, .. } = prepare(project, opts, observer)?;
+    // Written here too: the printed commands are meant to be run.
+    let compat_dir = write_compat_header(project, &out_dir_of(project, opts))?;
+    Ok(jobs
+        .into_iter()
+        .filter_map(|j| {
+            driver::command(project, &j, &tcs, &opts.env, compat_dir.as_deref()).map(|c| (j, c))
+        })
+        .collect())
+}
+
+/// Run a build. Job failures are in the report (the caller exits 1); setup problems (no
+/// targets, missing toolchains) are errors before anything runs.
+pub fn build(
+    project: &Project,
+    opts: &BuildOptions,
+    reporter: &dyn Observer,
+) -> Result<BuildReport, BuildError> {
+    let start = Instant::now();
+    let _scope = crate::interrupt::BuildScope::enter();
+    let Prepared {
+        targets,
+        mut jobs,
+        cache_dir,
+        tcs,
+        shard: shard_of,
+    } = prepare(project, opts, reporter)?;
+    if let Some((spec, all)) = &shard_of {
+        reporter.event(&shard_event(project, *spec, all, &targets));
+    }
+    let cache = Cache::open(&cache_dir);
+    let remote = open_remote(project, opts, reporter)?;
+    let out_dir = out_dir_of(project, opts);
+    let compat_dir = write_compat_header(project, &out_dir)?;
+    order_longest_first(&mut jobs, &cache_dir);
+
+    reporter.planned(jobs.len());
+    let ctx = Ctx {
+        project,
+        tcs: &tcs,
+        cache: &cache,
+        out_dir: &out_dir,
+        timeout: opts
+            .job_timeout
+            .or(project.job_timeout)
+            .map(Duration::from_secs),
+        reporter,
+        remote: remote.as_ref(),
+        dep_roots: DepRoots::for_build(&project.root, &tcs),
+        env: &opts.env,
+        compat_dir,
+    };
+    let workers = opts.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let ran = run_jobs(&ctx, &jobs, workers, opts.keep_going);
+    if crate::interrupt::interrupted() {
+        return Err(BuildError::Interrupted);
+    }
+    let JobsRun {
+        mut records,
+        mut failures,
+        failed_jobs,
+        ran,
+        compiled,
+        cached,
+        timings,
+    } = ran;
+    let (mut failed, missing) = unbuilt_objects(&jobs, &failed_jobs, &ran, &failures, &out_dir);
+    if !timings.is_empty() {
+        save_timings(&cache_dir, timings);
+    }
+
+    records.sort_by(|a, b| {
+        (&a.target, &a.kernel, &a.variant).cmp(&(&b.target, &b.kernel, &b.variant))
+    });
+    for f in cross_target_audit(project, &mut records, &out_dir, &mut failed) {
+        reporter.note(&failure_text(&f));
+        failures.push(f);
+    }
+    let containers = if opts.fat && failures.is_empty() {
+        crate::fat::write_containers(&tcs, &cache, &out_dir, &records)
+            .map_err(|(path, err)| BuildError::Write { path, err })?
+    } else {
+        Vec::new()
+    };
+    let manifest = Manifest {
+        schema: manifest::SCHEMA.to_string(),
+        package: Package {
+            name: project.name.clone(),
+            version: project.version.clone(),
+        },
+        provenance: provenance(project, &tcs),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        kernels: project.kernels.iter().map(|k| k.name.clone()).collect(),
+        objects: records,
+        containers,
+        failed,
+        missing,
+        partial: false,
+        shard: shard_of.map(|(spec, all)| manifest::Shard {
+            index: spec.index,
+            count: spec.count,
+            targets: all.iter().map(Target::to_string).collect(),
+            sources: shard::sources_digest(project),
+            kbuild: env!("CARGO_PKG_VERSION").to_string(),
+        }),
+    };
+    let manifest_path = write_manifest(&manifest, &out_dir)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let remote = remote.map(|r| r.stats());
+    reporter.event(&Event::Summary {
+        compiled,
+        cached,
+        failed: failures.len(),
+        seconds: round3(seconds),
+        manifest: Some(manifest_path.display().to_string()),
+        remote_cache: remote.clone(),
+    });
+    Ok(BuildReport {
+        compiled,
+        cached,
+        failures,
+        manifest_path,
+        out_dir,
+        seconds,
+        remote,
+    })
+}
+
+/// The event a shard's build starts with: its targets and their share of the estimated cost.
+fn shard_event(project: &Project, spec: ShardSpec, all: &[Target], targets: &[Target]) -> Event {
+    let costs = shard::estimate(project, all);
+    let cost: u64 = all
+        .iter()
+        .zip(&costs)
+        .filter(|(t, _)| targets.contains(t))
+        .map(|(_, c)| c)
+        .sum();
+    Event::Shard {
+        index: spec.index,
+        count: spec.count,
+        targets: targets.iter().map(Target::to_string).collect(),
+        all_targets: all.iter().map(Target::to_string).collect(),
+        cost,
+        total_cost: costs.iter().sum(),
+    }
+}
+
+fn out_dir_of(project: &Project, opts: &BuildOptions) -> PathBuf {
+    opts.out_dir
+        .clone()
+        .unwrap_or_else(|| project.out_dir.clone())
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn failure_text(f: &Failure) -> String {
+    let mut s = format!("error: {}: {}", f.label, f.cause);
+    if let Some(c) = &f.command {
+        s.push_str(&format!("\n  command: {c}"));
+    }
+    let log = f.log.trim();
+    if !log.is_empty() {
+        s.push_str("\n  compiler output:\n");
+        for line in log.lines() {
+            s.push_str("    ");
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    s
+}

@@ -1,0 +1,251 @@
+//! `build()` and the job runner against a fake CUDA toolkit: a shell script as `nvcc` that
+//! answers `--version`, writes PTX for `-arch=compute_XY` and a depfile, and fails on a source
+//! that says `BROKEN`. No GPU toolchain needed.
+
+use super::jobs::run_jobs;
+use super::outputs::unbuilt_objects;
+use super::prepare::prepare;
+
+use std::sync::Mutex;
+
+use super::*;
+use std::path::Path;
+
+use kbuild_base::env::Env;
+use kbuild_manifest::load_index;
+use kbuild_manifest::manifest::Manifest;
+
+use crate::cache::Cache;
+use crate::config::{parse, Project, FILE_NAME};
+use crate::events::{Event, JobStatus, Observer};
+use crate::remote_cache::DepRoots;
+
+/// Only shell builtins: the compiler may run with a bare environment.
+const FAKE_NVCC: &str = r#"#!/bin/sh
+if [ "$1" = "--version" ]; then
+  echo "nvcc: NVIDIA (R) Cuda compiler driver"
+  echo "Cuda compilation tools, release 13.5, V13.5.37"
+  exit 0
+fi
+out=; dep=; arch=; src=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) out="$2"; shift ;;
+    -MF) dep="$2"; shift ;;
+    -arch=compute_*) arch="${1#-arch=compute_}" ;;
+    -*) ;;
+    *) src="$1" ;;
+  esac
+  shift
+done
+while IFS= read -r line; do
+  case "$line" in
+    *BROKEN*) echo "$src(1): error: this kernel is broken" >&2; exit 2 ;;
+  esac
+done < "$src"
+printf '.version 8.0\n.target sm_%s\n.address_size 64\n\n.visible .entry scale(\n\t.param .u64 scale_param_0\n)\n{\n\tret;\n}\n' "$arch" > "$out"
+printf '%s: %s\n' "$out" "$src" > "$dep"
+"#;
+
+/// A project in `dir` with one kernel per `(name, source text)`, each exporting `scale`, for
+/// compute_89, built with the fake toolkit; its cache and output under `dir`.
+fn project(dir: &Path, kernels: &[(&str, &str)]) -> (Project, BuildOptions) {
+    use std::os::unix::fs::PermissionsExt;
+    let cuda = dir.join("cuda");
+    std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
+    let nvcc = cuda.join("bin/nvcc");
+    std::fs::write(&nvcc, FAKE_NVCC).expect("write nvcc");
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut toml = format!(
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"compute_89\"]\n\n[toolchain]\ncuda = {:?}\n",
+        cuda.display().to_string()
+    );
+    for (name, text) in kernels {
+        std::fs::write(dir.join(format!("{name}.cu")), text).expect("write source");
+        toml.push_str(&format!(
+            "\n[kernels.{name}]\nsource = \"{name}.cu\"\nentries = [\"scale\"]\n"
+        ));
+    }
+    let project = parse(&dir.join(FILE_NAME), &toml).expect("project parses");
+    let opts = BuildOptions {
+        out_dir: Some(dir.join("out")),
+        cache_dir: Some(dir.join("cache")),
+        jobs: Some(1),
+        env: Env::empty(),
+        ..BuildOptions::default()
+    };
+    (project, opts)
+}
+
+/// What a build told its observer.
+#[derive(Default)]
+struct Seen {
+    events: Mutex<Vec<Event>>,
+    notes: Mutex<Vec<String>>,
+}
+
+impl Observer for Seen {
+    fn event(&self, e: &Event) {
+        self.events.lock().expect("lock").push(e.clone());
+    }
+    fn note(&self, text: &str) {
+        self.notes.lock().expect("lock").push(text.to_string());
+    }
+}
+
+impl Seen {
+    fn job_statuses(&self) -> Vec<(String, JobStatus)> {
+        let events = self.events.lock().expect("lock");
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Job { kernel, status, .. } => Some((kernel.clone(), *status)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+const GOOD: &str = "__global__ void scale(float* x) {}\n";
+const BROKEN: &str = "BROKEN\n";
+
+#[test]
+fn build_compiles_writes_the_manifest_then_hits_the_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, opts) = project(dir.path(), &[("scale", GOOD)]);
+
+    let seen = Seen::default();
+    let report = build(&project, &opts, &seen).expect("builds");
+    assert_eq!((report.compiled, report.cached), (1, 0));
+    assert!(report.failures.is_empty());
+    assert_eq!(seen.job_statuses(), [("scale".into(), JobStatus::Compiled)]);
+    let manifest =
+        Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest written"))
+            .expect("manifest parses");
+    assert_eq!(manifest.targets, ["compute_89"]);
+    assert_eq!(manifest.objects.len(), 1);
+    let o = &manifest.objects[0];
+    assert_eq!(
+        (o.kernel.as_str(), o.target.as_str()),
+        ("scale", "compute_89")
+    );
+    assert_eq!(o.entries, ["scale"]);
+    let object = std::fs::read(report.out_dir.join(&o.path)).expect("object written");
+    assert_eq!(kbuild_base::digest::sha256_hex(&object), o.sha256);
+    assert!(report.out_dir.join(load_index::LOAD_INDEX_FILE).is_file());
+    let events = seen.events.lock().expect("lock");
+    assert!(matches!(
+        events.last(),
+        Some(Event::Summary {
+            compiled: 1,
+            cached: 0,
+            failed: 0,
+            ..
+        })
+    ));
+    drop(events);
+
+    let again = Seen::default();
+    let report = build(&project, &opts, &again).expect("builds again");
+    assert_eq!((report.compiled, report.cached), (0, 1));
+    assert_eq!(again.job_statuses(), [("scale".into(), JobStatus::Cached)]);
+}
+
+#[test]
+fn build_keeps_going_past_a_failed_job_and_lists_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, mut opts) = project(dir.path(), &[("bad", BROKEN), ("good", GOOD)]);
+    opts.keep_going = true;
+    let seen = Seen::default();
+    let report = build(&project, &opts, &seen).expect("a job failure is no setup error");
+    assert_eq!(report.compiled, 1);
+    assert_eq!(report.failures.len(), 1);
+    let f = &report.failures[0];
+    assert!(f.label.starts_with("bad"), "{}", f.label);
+    assert!(f.log.contains("this kernel is broken"), "{}", f.log);
+    assert!(f.command.as_deref().is_some_and(|c| c.contains("nvcc")));
+    let notes = seen.notes.lock().expect("lock");
+    assert!(
+        notes.iter().any(|n| n.starts_with("error: bad")),
+        "{notes:?}"
+    );
+    let manifest = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+        .expect("parses");
+    assert_eq!(manifest.objects.len(), 1);
+    assert_eq!(manifest.failed.len(), 1);
+    assert_eq!(manifest.failed[0].kernel, "bad");
+    assert!(manifest.failed[0].error.is_some());
+    assert!(manifest.missing.is_empty());
+}
+
+#[test]
+fn build_without_a_toolchain_fails_before_running_anything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut project, opts) = project(dir.path(), &[("scale", GOOD)]);
+    project.toolchain.cuda = Some(dir.path().join("no-cuda-here"));
+    let seen = Seen::default();
+    match build(&project, &opts, &seen) {
+        Err(BuildError::Toolchain(problems)) => assert_eq!(problems.len(), 1),
+        other => panic!("expected a toolchain error, got {other:?}"),
+    }
+    assert!(seen.job_statuses().is_empty());
+    assert!(!dir.path().join("out/manifest.json").exists());
+}
+
+#[test]
+fn the_runner_stops_at_the_first_failure_without_keep_going() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, opts) = project(dir.path(), &[("bad", BROKEN), ("good", GOOD)]);
+    let seen = Seen::default();
+    let prepared = prepare(&project, &opts, &seen).expect("prepares");
+    let cache = Cache::open(&prepared.cache_dir);
+    let out_dir = out_dir_of(&project, &opts);
+    // The broken job first: one worker runs the list in order.
+    let mut jobs = prepared.jobs.clone();
+    jobs.sort_by_key(|j| j.kernel_name != "bad");
+    let ctx = Ctx {
+        project: &project,
+        tcs: &prepared.tcs,
+        cache: &cache,
+        out_dir: &out_dir,
+        timeout: None,
+        reporter: &seen,
+        remote: None,
+        dep_roots: DepRoots::for_build(&project.root, &prepared.tcs),
+        env: &opts.env,
+        compat_dir: None,
+    };
+    let ran = run_jobs(&ctx, &jobs, 1, false);
+    assert_eq!(ran.ran, [true, false]);
+    assert_eq!(ran.failed_jobs, [0]);
+    assert_eq!(ran.failures.len(), 1);
+    assert!(ran.records.is_empty());
+    assert_eq!((ran.compiled, ran.cached), (0, 0));
+    let (failed, missing) =
+        unbuilt_objects(&jobs, &ran.failed_jobs, &ran.ran, &ran.failures, &out_dir);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].kernel, "bad");
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].kernel, "good");
+    assert!(missing[0].error.is_none());
+
+    // With keep_going both run; the good one is compiled and timed.
+    let ran = run_jobs(&ctx, &jobs, 1, true);
+    assert_eq!(ran.ran, [true, true]);
+    assert_eq!(ran.compiled, 1);
+    assert!(ran.timings.keys().any(|k| k.starts_with("good")));
+}
+
+#[test]
+fn failure_text_shows_the_command_and_the_indented_output() {
+    let f = Failure {
+        label: "k for sm_89".into(),
+        cause: "compiler exited with 2".into(),
+        command: Some("nvcc k.cu".into()),
+        log: "k.cu(1): error: x\n".into(),
+    };
+    assert_eq!(
+        failure_text(&f),
+        "error: k for sm_89: compiler exited with 2\n  command: nvcc k.cu\n  compiler output:\n    k.cu(1): error: x\n"
+    );
+}

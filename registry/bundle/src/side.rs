@@ -1,0 +1,121 @@
+//! One path handed to a report (`kbuild diff`, `kbuild baseline --from`, `kbuild inspect`),
+//! opened: a bundle (read and verified here, the one crate that reads bundles) or the JSON a
+//! build writes (a build output directory's `manifest.json`, a manifest, a resource
+//! baseline), which the report parses. Reports never read bundles themselves: the caller
+//! hands them the bundle's manifest.
+
+use std::path::{Path, PathBuf};
+
+use crate::archive::Limits;
+use crate::{Bundle, BundleError};
+
+/// What one side holds.
+#[derive(Debug)]
+pub enum Side {
+    /// A bundle, verified (every object's sha256, nothing missing, nothing extra).
+    Bundle(Box<Bundle>),
+    /// JSON read from `path` (a manifest or a resource baseline), not yet parsed.
+    Json { path: PathBuf, data: Vec<u8> },
+}
+
+/// Why a side could not be opened. `which` names the argument (`OLD`, `NEW`, `the baseline`).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{which} `{path}` does not exist")]
+    Missing { which: String, path: String },
+    #[error("{path}: a directory without manifest.json; pass a build output directory (`kbuild build --out DIR`), a manifest, a bundle or a baseline")]
+    NoManifest { path: String },
+    #[error("reading {path}: {err}")]
+    Io { path: String, err: std::io::Error },
+    #[error("{path}: not a readable kbuild bundle: {err}")]
+    Bundle { path: String, err: BundleError },
+}
+
+impl OpenError {
+    /// Whether the user named something that is not there (a usage error, exit 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, OpenError::Missing { .. })
+    }
+}
+
+/// Open one side: a directory's `manifest.json`, a bundle (by its magic bytes; `limits` bound
+/// its unpacked size), else the file's bytes as JSON.
+pub fn open_side(path: &Path, which: &str, limits: Limits) -> Result<Side, OpenError> {
+    if !path.exists() {
+        return Err(OpenError::Missing {
+            which: which.to_string(),
+            path: path.display().to_string(),
+        });
+    }
+    if path.is_dir() {
+        let m = path.join("manifest.json");
+        let data = std::fs::read(&m).map_err(|_| OpenError::NoManifest {
+            path: path.display().to_string(),
+        })?;
+        return Ok(Side::Json { path: m, data });
+    }
+    let data = std::fs::read(path).map_err(|err| OpenError::Io {
+        path: path.display().to_string(),
+        err,
+    })?;
+    if kbuild_base::looks_like_bundle(&data) {
+        let bundle = Bundle::from_bytes(&data, limits).map_err(|err| OpenError::Bundle {
+            path: path.display().to_string(),
+            err,
+        })?;
+        return Ok(Side::Bundle(Box::new(bundle)));
+    }
+    Ok(Side::Json {
+        path: path.to_path_buf(),
+        data,
+    })
+}
+
+/// Whether the file at `path` starts with a bundle's magic bytes (reads 16 bytes; false for
+/// what cannot be read).
+pub fn starts_like_bundle(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 16];
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut n = 0;
+    let mut f = f.take(head.len() as u64);
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    kbuild_base::looks_like_bundle(&head[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_side_is_a_usage_error_and_a_dir_needs_a_manifest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("nope");
+        let e = open_side(&missing, "OLD", Limits::default()).expect_err("missing");
+        assert!(e.is_usage());
+        assert!(e.to_string().starts_with("OLD `"), "{e}");
+        let e = open_side(dir.path(), "NEW", Limits::default()).expect_err("no manifest");
+        assert!(!e.is_usage());
+        assert!(
+            e.to_string().contains("a directory without manifest.json"),
+            "{e}"
+        );
+        std::fs::write(dir.path().join("manifest.json"), b"{}").expect("write");
+        match open_side(dir.path(), "NEW", Limits::default()).expect("opens") {
+            Side::Json { path, data } => {
+                assert_eq!(path, dir.path().join("manifest.json"));
+                assert_eq!(data, b"{}");
+            }
+            Side::Bundle(_) => panic!("not a bundle"),
+        }
+        assert!(!starts_like_bundle(&dir.path().join("manifest.json")));
+        assert!(!starts_like_bundle(&missing));
+    }
+}
