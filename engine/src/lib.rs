@@ -21,6 +21,7 @@ pub mod inputs;
 pub mod parity;
 pub mod plan;
 pub mod reference;
+pub mod report;
 
 pub use engine::{CommitMode, GdnEngine, Path};
 pub use error::{EngineError, Result};

@@ -176,20 +176,42 @@ pub fn is_explicit(want: &Want) -> bool {
     }
 }
 
-/// A plain pull's check of what it resolved against the lock ([`lock::check_keep`]).
-fn check_kept(req: &PullRequest, got: &LockedPackage) -> Result<(), PullError> {
-    let Some(l) = req.locked.as_ref().filter(|l| l.mode == LockMode::Keep) else {
-        return Ok(());
-    };
-    let Some(e) = l.entry else {
+impl Locked<'_> {
+    /// The lock's rules for a pull that resolved `got` (from a registry or a split release's
+    /// index): `--locked` wants the entry and every digest as locked ([`lock::check`]); a
+    /// plain pull keeps a locked version's digests and refuses a rollback
+    /// ([`lock::check_keep`]; `req` is the requirement asked for, `explicit` whether it named
+    /// one version); `--update` accepts what was resolved.
+    pub fn check(
+        &self,
+        name: &str,
+        got: &LockedPackage,
+        req: Option<&semver::VersionReq>,
+        explicit: bool,
+    ) -> Result<(), LockError> {
+        match (self.mode, self.entry) {
+            (LockMode::Exact, None) => Err(LockError::Drift {
+                path: self.path.display().to_string(),
+                name: name.into(),
+                what: "not in the lockfile".into(),
+            }),
+            (LockMode::Exact, Some(e)) => lock::check(e, got, self.path),
+            (LockMode::Keep, Some(e)) => lock::check_keep(e, got, self.path, req, explicit),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// [`Locked::check`] of what `req` resolved.
+fn check_lock(req: &PullRequest, got: &LockedPackage) -> Result<(), LockError> {
+    let Some(l) = &req.locked else {
         return Ok(());
     };
     let r = match req.want {
         Want::Req(r) => Some(r),
         Want::Digest(_) => None,
     };
-    lock::check_keep(e, got, l.path, r, is_explicit(req.want))?;
-    Ok(())
+    l.check(req.name, got, r, is_explicit(req.want))
 }
 
 pub struct PullRequest<'a> {
@@ -271,10 +293,7 @@ pub fn pull(
         manifest: resolved.manifest_digest.clone(),
         layers: resolved.layer_digests(&targets)?,
     };
-    if let (Some(l), Some(e)) = (exact, locked_entry) {
-        lock::check(e, &entry, l.path)?;
-    }
-    check_kept(req, &entry)?;
+    check_lock(req, &entry)?;
     // Signatures before any object is fetched or cached: a refused bundle leaves nothing.
     let sigs = if req.trust.policy == kbuild_bundle::sign::Policy::Off {
         None
@@ -407,10 +426,7 @@ fn pull_offline(
         manifest: pick.manifest.clone(),
         layers,
     };
-    if let (Some(l), Some(e)) = (&req.locked, locked) {
-        lock::check(e, &entry, l.path)?;
-    }
-    check_kept(req, &entry)?;
+    check_lock(req, &entry)?;
     let sigs = req.cache.signatures(pick)?;
     let verdict = req
         .trust

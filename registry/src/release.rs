@@ -18,7 +18,7 @@ use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{AssetError, AssetIndex};
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::cache::Cache;
-use kbuild_bundle::sign::{SignatureFile, Trust};
+use kbuild_bundle::sign::Trust;
 use kbuild_manifest::manifest::Manifest;
 
 use crate::lock::LockedPackage;
@@ -65,21 +65,8 @@ pub fn pull_release(
     let registry = describe(req.index);
     let artifact = digest::oci_digest(&index_bytes);
     let targets = select(index.manifest()).map_err(PullError::Select)?;
-    let sig_path = kbuild_bundle::signature_path(req.index);
-    let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(
-            SignatureFile::from_json(&b)
-                .map_err(|e| StoreError::Invalid(format!("{}: {e}", sig_path.display())))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => {
-            return Err(AssetError::Io {
-                path: sig_path.display().to_string(),
-                err,
-            }
-            .into())
-        }
-    };
+    let sigs = kbuild_bundle::sign::read_signatures(req.index)
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
     // Signatures before any part is read or cached: a refused release leaves nothing.
     let verdict = req.trust.check(
         index.name(),

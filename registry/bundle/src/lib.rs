@@ -14,6 +14,8 @@ pub mod bundle;
 pub mod cache;
 pub mod merge;
 #[cfg(feature = "signatures")]
+pub mod output;
+#[cfg(feature = "signatures")]
 pub mod sign;
 
 pub use bundle::{Bundle, BundleError};
@@ -50,11 +52,7 @@ pub fn verify_bundle_file(
         path: path.display().to_string(),
         err,
     })?;
-    let sig_path = signature_path(path);
-    let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(sign::SignatureFile::from_json(&b)?),
-        Err(_) => None,
-    };
+    let sigs = sign::read_signatures(path).map_err(sign::SignError::from)?;
     let verdict = trust.check(
         bundle.name(),
         bundle.version(),

@@ -24,6 +24,11 @@ pub const FILE_SCHEMA: &str = "kbuild.signatures/v1";
 const PUBLIC_TAG: &str = "kbuild-ed25519";
 const SECRET_TAG: &str = "kbuild-ed25519-secret";
 
+mod files;
+#[cfg(feature = "keygen")]
+pub use files::{write_key_pair, KeyFileError, KeyPair};
+pub use files::{default_key_dir, read_signatures, write_signatures, SigFileError};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("{path}: {err}")]
