@@ -137,17 +137,21 @@ pub enum Command {
     #[command(subcommand)]
     Toolchain(ToolchainCommand),
     /// Remove the build output (and with --cache, the compile cache).
-    Clean {
-        /// Path to Kbuild.toml (default: found from the current directory).
-        #[arg(long)]
-        manifest_path: Option<PathBuf>,
-        /// The output directory to remove (default: the project's out-dir).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Also empty the content-addressed compile cache.
-        #[arg(long)]
-        cache: bool,
-    },
+    Clean(CleanArgs),
+}
+
+/// Arguments of `kbuild clean`.
+#[derive(Args)]
+#[command(mut_arg("manifest_path", |a| a.value_name("MANIFEST_PATH")))]
+pub struct CleanArgs {
+    #[command(flatten)]
+    pub project: ManifestPath,
+    /// The output directory to remove (default: the project's out-dir).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also empty the content-addressed compile cache.
+    #[arg(long)]
+    pub cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -159,15 +163,7 @@ pub enum BaselineCommand {
 #[derive(Subcommand)]
 pub enum ToolchainCommand {
     /// Show each toolchain's path, version and the catalogue targets it can build.
-    List {
-        /// `kbuild.toolchains/v1` JSON on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Path to Kbuild.toml, for its [toolchain] settings (default: found from the current
-        /// directory, if any).
-        #[arg(long)]
-        manifest_path: Option<PathBuf>,
-    },
+    List(ToolchainListArgs),
     /// Install a toolchain (both when none is named). Idempotent.
     Install {
         /// `cuda` or `hip` (default: both).
@@ -176,17 +172,58 @@ pub enum ToolchainCommand {
     },
 }
 
-#[derive(Args, Default)]
-pub struct BuildArgs {
+/// Arguments of `kbuild toolchain list`.
+#[derive(Args)]
+#[command(mut_arg("manifest_path", |a| a.value_name("MANIFEST_PATH").help(
+    "Path to Kbuild.toml, for its [toolchain] settings (default: found from the current directory, if any)"
+)))]
+pub struct ToolchainListArgs {
+    /// `kbuild.toolchains/v1` JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub project: ManifestPath,
+}
+
+/// `--targets`, declared once; commands that read it otherwise say so with `mut_arg`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct Targets {
     /// Targets: names (sm_89, gfx1100, gfx90a:xnack-, compute_90), groups (ampere, rdna3, all),
     /// or TORCH_CUDA_ARCH_LIST syntax (8.0;8.9;9.0+PTX); `-TARGET` excludes one (all,-gfx950).
     /// `all` is every target the found toolchains can build. Repeatable. Default: the
     /// project's list.
     #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
     pub targets: Vec<TargetList>,
+}
+
+/// `--manifest-path`, declared once; commands that use it otherwise say so with `mut_arg`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ManifestPath {
     /// Path to Kbuild.toml (default: found from the current directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+}
+
+/// The help of `--manifest-path` where it only finds the default out-dir.
+const OUT_DIR_MANIFEST: &str = "Manifest path used to find the default out-dir";
+
+/// `--driver` and `--no-generic`: what a simulated device's runtime loads.
+#[derive(Args, Debug, Default, Clone)]
+pub struct SimulatedDevice {
+    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
+    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
+    pub driver: Option<Version>,
+    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
+    #[arg(long)]
+    pub no_generic: bool,
+}
+
+#[derive(Args, Default)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub targets: Targets,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// Output directory (default: the project's out-dir).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -243,15 +280,15 @@ fn parse_shard(s: &str) -> Result<ShardSpec, String> {
 
 /// Arguments of `kbuild init`.
 #[derive(Args, Debug, Default)]
+#[command(mut_arg("targets", |a| a.help(
+    "`[build] targets` of the new file (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes); discovery builds one of them per vendor. Default: common targets of each vendor whose toolchain was found"
+)))]
 pub struct InitArgs {
     /// The directory to scan and to write Kbuild.toml into (default: the current directory).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// `[build] targets` of the new file (names, groups, TORCH_CUDA_ARCH_LIST syntax,
-    /// `-TARGET` excludes); discovery builds one of them per vendor. Default: common targets
-    /// of each vendor whose toolchain was found.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
+    #[command(flatten)]
+    pub targets: Targets,
     /// Replace an existing Kbuild.toml (refused otherwise).
     #[arg(long)]
     pub force: bool,
@@ -275,6 +312,7 @@ pub struct InitArgs {
 
 /// Arguments of `kbuild explain`.
 #[derive(Args, Debug, Default)]
+#[command(mut_arg("manifest_path", |a| a.help(OUT_DIR_MANIFEST)))]
 pub struct ExplainArgs {
     /// A build directory (holding manifest.json) or a manifest file. Default: the project's
     /// out-dir.
@@ -283,21 +321,16 @@ pub struct ExplainArgs {
     /// `auto` (detect) or a target to simulate: sm_90, 9.0, gfx1151, gfx90a:sramecc+:xnack-.
     #[arg(long, value_name = "auto|TARGET", env = "KBUILD_DEVICE", value_parser = parse_device)]
     pub device: Option<String>,
-    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
-    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
-    pub driver: Option<Version>,
-    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
-    #[arg(long)]
-    pub no_generic: bool,
+    #[command(flatten)]
+    pub simulated: SimulatedDevice,
     /// Only this kernel.
     #[arg(long, value_name = "NAME")]
     pub kernel: Option<String>,
     /// `kbuild.explain/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Manifest path used to find the default out-dir.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// The signature policy for a bundle (its `.sig` file beside it), as at pull.
     #[command(flatten)]
     pub trust: TrustArgs,
@@ -333,15 +366,16 @@ pub struct TrustArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("targets", |a| a.help(
+    "Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes). Repeatable"
+)))]
 pub struct PackageArgs {
     /// A build output directory (holding manifest.json). Default: build the project (through
     /// the cache) first, then package its out-dir.
     #[arg(value_name = "BUILD_DIR")]
     pub build_dir: Option<PathBuf>,
-    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes).
-    /// Repeatable.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
+    #[command(flatten)]
+    pub targets: Targets,
     /// Where bundles go.
     #[arg(long, value_name = "DIR", default_value = "dist")]
     pub out: PathBuf,
@@ -361,9 +395,8 @@ pub struct PackageArgs {
     /// manifest is marked `partial`, and pull and explain show it.
     #[arg(long)]
     pub allow_partial: bool,
-    /// Path to Kbuild.toml (default: found from the current directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// `kbuild.package/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -376,6 +409,9 @@ pub struct PackageArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("manifest_path", |a| a.help(
+    "Path to Kbuild.toml, to find the default bundle (default: found from the current directory)"
+)))]
 pub struct PublishArgs {
     /// The bundle (default: dist/NAME-VERSION.kbundle of the project here). Its `.sig` file,
     /// when present, is published too.
@@ -387,10 +423,8 @@ pub struct PublishArgs {
     /// versions are immutable.
     #[arg(long)]
     pub allow_partial: bool,
-    /// Path to Kbuild.toml, to find the default bundle (default: found from the current
-    /// directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// `kbuild.publish/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -409,12 +443,8 @@ pub struct PullArgs {
     /// (sm_90, 9.0, gfx1151, gfx90a:xnack-). Default: every target.
     #[arg(long, value_name = "auto|TARGET")]
     pub device: Option<String>,
-    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
-    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
-    pub driver: Option<Version>,
-    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
-    #[arg(long)]
-    pub no_generic: bool,
+    #[command(flatten)]
+    pub simulated: SimulatedDevice,
     /// Refuse anything that differs from Kbuild.lock.
     #[arg(long)]
     pub locked: bool,
@@ -491,6 +521,7 @@ pub enum RunCommand {
 #[cfg(feature = "engine")]
 /// Arguments of `kbuild run gdn`.
 #[derive(Args, Debug)]
+#[command(mut_arg("manifest_path", |a| a.help(OUT_DIR_MANIFEST)))]
 pub struct GdnArgs {
     /// The kernels: a build directory (holding manifest.json), a manifest or a bundle.
     /// Default: the project's out-dir.
@@ -549,9 +580,8 @@ pub struct GdnArgs {
     /// file (for a side-by-side run elsewhere) and exit; needs no GPU.
     #[arg(long, value_name = "FILE")]
     pub dump_inputs: Option<PathBuf>,
-    /// Manifest path used to find the default out-dir.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
 }
 
 pub fn parse_fail_on(s: &str) -> Result<FailOn, gate::GateRuleError> {
@@ -672,14 +702,14 @@ pub struct DiffArgs {
 
 /// Arguments of `kbuild baseline update`.
 #[derive(Args)]
+#[command(mut_arg("targets", |a| a.help(
+    "Targets to rebuild (names, groups, `-TARGET` excludes; default: the project's list). Repeatable"
+)))]
 pub struct BaselineUpdateArgs {
-    /// Targets to rebuild (names, groups, `-TARGET` excludes; default: the project's list).
-    /// Repeatable.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
-    /// Path to Kbuild.toml (default: found from the current directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub targets: Targets,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// The baseline file (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
@@ -775,7 +805,7 @@ mod tests {
         let Some(Command::Build(b)) = cli.command else {
             panic!("not a build")
         };
-        let spec = target_spec(&b.targets).unwrap().unwrap();
+        let spec = target_spec(&b.targets.targets).unwrap().unwrap();
         assert!(spec.all);
         assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
         let cli =
@@ -784,6 +814,6 @@ mod tests {
         let Some(Command::Build(b)) = cli.command else {
             panic!("not a build")
         };
-        assert!(target_spec(&b.targets).is_err());
+        assert!(target_spec(&b.targets.targets).is_err());
     }
 }

@@ -16,11 +16,12 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
         Some(d) => d,
         None => std::env::current_dir().context("reading the current directory")?,
     };
-    let targets = if args.targets.is_empty() {
+    let targets = if args.targets.targets.is_empty() {
         None
     } else {
         Some(
             args.targets
+                .targets
                 .iter()
                 .map(|t| t.0.as_str())
                 .collect::<Vec<_>>()

@@ -9,8 +9,10 @@ use anyhow::{bail, Context, Result};
 use kbuild_base::env::Env;
 
 use crate::cli::{GdnArgs, RunCommand};
+use crate::render::print_json_line;
 use kbuild_engine::bench::{self, BenchOptions, BenchReport};
 use kbuild_engine::parity::{self, Check, ParityOptions, ParityReport};
+use kbuild_engine::report::RunReport;
 use kbuild_engine::{GdnEngine, Geometry, Inputs};
 use kbuild_loader::{DeviceOptions, Gpu, Loader};
 
@@ -66,7 +68,7 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
     };
     let bundle = match &args.bundle {
         Some(b) => b.clone(),
-        None => super::explain::default_out_dir(args.manifest_path.as_deref())?,
+        None => args.project.default_out_dir()?,
     };
     let gpu = Gpu::open(&DeviceOptions::from_env(env))?;
     let loader = Loader::open_trusted(&bundle, &gpu, &args.trust.trust(env)?)?;
@@ -124,15 +126,12 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
         None
     };
     if json {
-        println!(
-            "{}",
-            run_json(
-                &geometry,
-                &engine,
-                parity_report.as_ref(),
-                bench_report.as_ref()
-            )
-        );
+        print_json_line(&RunReport::new(
+            engine.device(),
+            &geometry,
+            parity_report.as_ref(),
+            bench_report.as_ref(),
+        ))?;
     }
     let ok = parity_report.as_ref().is_none_or(ParityReport::passed);
     Ok(if ok {
@@ -203,20 +202,4 @@ pub fn bench_table(r: &BenchReport) -> String {
         ));
     }
     s
-}
-
-fn run_json(
-    g: &Geometry,
-    e: &GdnEngine,
-    parity: Option<&ParityReport>,
-    bench: Option<&BenchReport>,
-) -> serde_json::Value {
-    serde_json::json!({
-        "schema": "kbuild.run-gdn/v1",
-        "device": e.device(),
-        "geometry": g,
-        "parity": parity,
-        "bench": bench,
-        "passed": parity.is_none_or(ParityReport::passed),
-    })
 }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{SignError, SignatureFile};
+use super::{Payload, SecretKey, SignError, SignatureFile, SignatureProblem};
 
 /// Why the `.sig` file beside a bundle could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +59,33 @@ pub fn write_signatures(file: &Path, sigs: &SignatureFile) -> Result<PathBuf, Si
         }
     })?;
     Ok(path)
+}
+
+/// What [`sign_file`] did.
+#[derive(Debug)]
+pub struct Signed {
+    /// The `.sig` file written.
+    pub path: PathBuf,
+    /// Signatures that were in it for another bundle (an earlier build of this version),
+    /// dropped.
+    pub dropped: Vec<SignatureProblem>,
+}
+
+/// Sign `name` `version` (manifest `manifest_digest`) with `key` into the `.sig` beside
+/// `file` (a bundle, or a split release's index), keeping the signatures there that belong
+/// to it (other keys') and dropping those of another bundle.
+pub fn sign_file(
+    file: &Path,
+    key: &SecretKey,
+    name: &str,
+    version: &str,
+    manifest_digest: &str,
+) -> Result<Signed, SigFileError> {
+    let sigs = read_signatures(file)?.unwrap_or_default();
+    let (mut sigs, dropped) = sigs.split_belonging(name, version, manifest_digest);
+    sigs.add(key.sign(Payload::new(name, version, manifest_digest)));
+    let path = write_signatures(file, &sigs)?;
+    Ok(Signed { path, dropped })
 }
 
 /// Where `kbuild keygen` puts keys by default: `keys/` beside the kbuild config file.

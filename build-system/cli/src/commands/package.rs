@@ -1,0 +1,266 @@
+//! `kbuild package`: a build (made first through the cache unless a build dir is named) into
+//! a deterministic bundle, split per target or per release-asset limit, optionally checked
+//! reproducible; `--merge` joins the bundles of a sharded build. Building, packing, writing
+//! and the reproducibility check live in `kbuild-build` and `kbuild-bundle`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use kbuild_base::env::Env;
+use kbuild_build::package::{build_for_package, manifest_targets, verify_reproducible};
+use kbuild_build::package::{Reproduce, Reproduced};
+use kbuild_bundle::archive::Limits;
+use kbuild_bundle::assets::human_size;
+use kbuild_bundle::output::{self, PackageReport, SplitReport, Written};
+use kbuild_bundle::{Bundle, Pruned};
+use kbuild_manifest::target::Target;
+
+use crate::cli::PackageArgs;
+use crate::opts::build_options;
+use crate::progress::BuildProgress;
+use crate::render::print_json_line;
+
+/// `kbuild package`.
+pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
+    if !args.merge.is_empty() {
+        return run_merge(&args, env);
+    }
+    let opts = build_options(&args.targets, None, env)?;
+    // `all` packages what the build holds: the targets its toolchains could build.
+    let filter: Option<Vec<String>> = opts
+        .targets
+        .as_ref()
+        .filter(|_| !opts.targets_all)
+        .map(|ts| ts.iter().map(Target::to_string).collect());
+    let mtime = env.source_date_epoch();
+    let build_dir = match &args.build_dir {
+        Some(d) => d.clone(),
+        None => {
+            let project = args.project.open()?;
+            let progress = BuildProgress::new(false, env);
+            build_for_package(&project, &opts, args.allow_partial, &progress)?
+        }
+    };
+    let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref(), args.allow_partial)?;
+    let bytes = bundle.to_bytes(mtime)?;
+    let split = match args.max_asset_size {
+        Some(limit) => Some(output::write_release(
+            &args.out, &bundle, &bytes, limit, mtime,
+        )?),
+        None => None,
+    };
+    if let Some(s) = &split {
+        note_split(s);
+    }
+    let whole;
+    let mut written: Vec<&Written> = match &split {
+        Some(s) => s.written(),
+        None => {
+            whole = output::write_bundle(&args.out, &bundle, &bytes)?;
+            note_pruned(&whole);
+            vec![&whole]
+        }
+    };
+    let mut parts = Vec::new();
+    if args.split {
+        for t in bundle.targets() {
+            let part = bundle.restrict(std::slice::from_ref(&t))?;
+            let w = output::write_bundle(&args.out, &part, &part.to_bytes(mtime)?)?;
+            note_pruned(&w);
+            parts.push(w);
+        }
+    }
+    written.extend(parts.iter());
+    let mut reproducible = None;
+    if args.verify_reproducible {
+        let project = args.project.open()?;
+        let req = Reproduce {
+            targets: manifest_targets(bundle.manifest())?,
+            filter: filter.as_deref(),
+            allow_partial: args.allow_partial,
+            mtime,
+            build: opts.clone(),
+        };
+        let (scratch, progress) = (std::env::temp_dir(), BuildProgress::new(false, env));
+        match verify_reproducible(&project, &bundle, &bytes, req, &scratch, &progress)? {
+            Reproduced::Same => reproducible = Some(true),
+            Reproduced::Differs {
+                first,
+                second,
+                objects,
+            } => {
+                eprintln!(
+                    "error: not reproducible: a clean rebuild packages to different bytes ({first} vs {second})"
+                );
+                for d in objects {
+                    eprintln!("  {d}");
+                }
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    if args.json {
+        let report = PackageReport::package(&bundle, written, reproducible, split.as_ref());
+        print_json_line(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &split {
+        Some(s) => print_split(s),
+        None => {
+            for w in &written {
+                println!(
+                    "packaged {} ({} bytes, {})",
+                    w.path.display(),
+                    w.size,
+                    w.sha256
+                );
+            }
+        }
+    }
+    let storage = bundle.storage();
+    if storage.duplicates() > 0 {
+        println!(
+            "  {} objects, {} stored: {} identical to another (across variants or targets) stored once, {} bytes saved",
+            storage.objects,
+            storage.stored,
+            storage.duplicates(),
+            storage.bytes_saved()
+        );
+    }
+    if reproducible == Some(true) {
+        println!("reproducible: a clean rebuild gave byte-identical bundles");
+    }
+    if let Some(s) = &bundle.manifest().shard {
+        println!(
+            "  shard {}/{} ({}): not a release; join the shards with `kbuild package --merge`",
+            s.index,
+            s.count,
+            if bundle.targets().is_empty() {
+                "no targets".to_string()
+            } else {
+                bundle.targets().join(", ")
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kbuild package --merge A.kbundle B.kbundle ...`.
+fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
+    let mut inputs = Vec::new();
+    for p in &args.merge {
+        let b = Bundle::open(p, Limits::from_env(env)).with_context(|| p.display().to_string())?;
+        inputs.push((p.display().to_string(), b));
+    }
+    let (bundle, report) = kbuild_bundle::merge::merge(&inputs, args.allow_partial)?;
+    let mtime = env.source_date_epoch();
+    let bytes = bundle.to_bytes(mtime)?;
+    if let Some(limit) = args.max_asset_size {
+        // The merged release, split for release assets.
+        let split = output::write_release(&args.out, &bundle, &bytes, limit, mtime)?;
+        note_split(&split);
+        if args.json {
+            let doc =
+                PackageReport::merge(&bundle, split.written(), &args.merge, &report, Some(&split));
+            print_json_line(&doc)?;
+        } else {
+            println!("merged {} bundle(s)", inputs.len());
+            print_split(&split);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let w = output::write_bundle(&args.out, &bundle, &bytes)?;
+    note_pruned(&w);
+    if args.json {
+        let doc = PackageReport::merge(&bundle, vec![&w], &args.merge, &report, None);
+        print_json_line(&doc)?;
+    } else {
+        println!(
+            "merged {} bundle(s) into {} ({} bytes, {})",
+            inputs.len(),
+            w.path.display(),
+            w.size,
+            w.sha256
+        );
+        if let Some(note) = bundle.manifest().partial_note() {
+            println!("  {note}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The note for signatures dropped beside a bundle just written.
+fn note_pruned(w: &Written) {
+    let p = w.path.display();
+    match &w.pruned {
+        Pruned::Nothing => {}
+        Pruned::Removed { path, why } => eprintln!(
+            "note: removed {}: it no longer matches {p} ({}); sign the new bundle with `kbuild sign {p}`",
+            path.display(),
+            why.join("; "),
+        ),
+        Pruned::Rewrote { path, removed } => eprintln!(
+            "note: {}: dropped {} signature(s) that no longer match {p} ({})",
+            path.display(),
+            removed.len(),
+            removed.join("; ")
+        ),
+    }
+}
+
+/// The notes of a split release: signatures dropped, files left from an earlier run.
+fn note_split(s: &SplitReport) {
+    for w in s.written().into_iter().chain(s.index.as_ref()) {
+        note_pruned(w);
+    }
+    for p in &s.leftovers {
+        eprintln!(
+            "note: {} is not part of this release (left from an earlier run); do not upload it with it",
+            p.display()
+        );
+    }
+}
+
+fn print_split(s: &SplitReport) {
+    let Some(index) = &s.index else {
+        for (w, _) in &s.files {
+            println!(
+                "packaged {} ({} bytes, {})",
+                w.path.display(),
+                w.size,
+                w.sha256
+            );
+        }
+        println!(
+            "  fits in one asset ({} ≤ --max-asset-size {}): not split",
+            human_size(s.full),
+            human_size(s.limit)
+        );
+        return;
+    };
+    println!(
+        "the bundle is {}, over --max-asset-size {}: split into {} part(s) by target family",
+        human_size(s.full),
+        human_size(s.limit),
+        s.files.len()
+    );
+    for (w, part) in &s.files {
+        let (family, targets) = part
+            .as_ref()
+            .map(|x| (x.family.as_str(), x.targets.join(", ")))
+            .unwrap_or_default();
+        println!(
+            "packaged {} ({} bytes, {}): {family} [{targets}]",
+            w.path.display(),
+            w.size,
+            w.sha256
+        );
+    }
+    println!(
+        "index {} ({} bytes, {}): `kbuild pull {} --device auto` reads only the part the device needs",
+        index.path.display(),
+        index.size,
+        index.sha256,
+        index.path.display()
+    );
+}
