@@ -95,13 +95,8 @@ pub fn verify_reproducible(
         cache_dir: Some(scratch.join("cache")),
         ..req.build
     };
-    let second = build_for_package(project, &opts, req.allow_partial, observer).and_then(|d| {
-        Ok(Bundle::from_build_dir(
-            &d,
-            req.filter,
-            req.allow_partial,
-        )?)
-    });
+    let second = build_for_package(project, &opts, req.allow_partial, observer)
+        .and_then(|d| Ok(Bundle::from_build_dir(&d, req.filter, req.allow_partial)?));
     let _ = std::fs::remove_dir_all(&scratch);
     let second = second?;
     let second_bytes = second.to_bytes(req.mtime)?;
@@ -149,7 +144,10 @@ mod tests {
         let a = manifest(
             "p",
             "1.0.0",
-            vec![object("k", "sm_90", "cubin", b"one"), object("k", "gfx1100", "hsaco", b"two")],
+            vec![
+                object("k", "sm_90", "cubin", b"one"),
+                object("k", "gfx1100", "hsaco", b"two"),
+            ],
         );
         assert_eq!(
             differing_objects(&a, &a),

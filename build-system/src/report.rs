@@ -129,7 +129,12 @@ impl ToolchainsReport {
             path: h.clang.clone(),
             device_libs: Some(h.device_libs.clone()),
             version: h.version.to_string(),
-            version_text: h.version_text.lines().next().unwrap_or_default().to_string(),
+            version_text: h
+                .version_text
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
             identity: h.identity.clone(),
             targets: buildable_targets(tcs, Vendor::Amd),
         });

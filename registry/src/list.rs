@@ -83,7 +83,9 @@ mod tests {
         std::fs::write(dir.path().join("file"), b"").unwrap();
         let store = DirStore::new(dir.path());
         assert_eq!(store.package_names(), vec!["a", "b"]);
-        assert!(DirStore::new(&dir.path().join("none")).package_names().is_empty());
+        assert!(DirStore::new(&dir.path().join("none"))
+            .package_names()
+            .is_empty());
         let reg = Registry::Dir(store);
         let listed = reg.list(None, &crate::progress::Silent).unwrap();
         assert_eq!(listed.keys().collect::<Vec<_>>(), vec!["a", "b"]);

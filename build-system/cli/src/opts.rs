@@ -30,7 +30,9 @@ pub fn build_options(targets: &Targets, jobs: Option<u32>, env: &Env) -> Result<
     })
 }
 
-fn targets_of(t: &Targets) -> Result<(Option<Vec<kbuild_manifest::target::Target>>, bool), TargetError> {
+fn targets_of(
+    t: &Targets,
+) -> Result<(Option<Vec<kbuild_manifest::target::Target>>, bool), TargetError> {
     crate::cli::build_targets(&t.targets)
 }
 

@@ -25,11 +25,11 @@ const PUBLIC_TAG: &str = "kbuild-ed25519";
 const SECRET_TAG: &str = "kbuild-ed25519-secret";
 
 mod files;
-#[cfg(feature = "keygen")]
-pub use files::{write_key_pair, KeyFileError, KeyPair};
 pub use files::{
     default_key_dir, read_signatures, sign_file, write_signatures, SigFileError, Signed,
 };
+#[cfg(feature = "keygen")]
+pub use files::{write_key_pair, KeyFileError, KeyPair};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {

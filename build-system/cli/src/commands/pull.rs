@@ -42,7 +42,7 @@ fn resolve_device(args: &PullArgs, env: &Env) -> Result<Picked> {
         return Ok(None);
     };
     let r = detect::resolve(&device_options(Some(d), &args.simulated, env))?;
-    Ok(Some((r.device.clone(), r.describe())))
+    Ok(Some((r.device, r.describe())))
 }
 
 /// The targets to fetch: every target, or those the device runs.
@@ -241,7 +241,11 @@ fn finish(
 
 /// The targets a device selects, per kernel, through the loader's selection (the one compat
 /// table); an error naming each kernel that nothing runs on.
-fn device_targets(manifest: &Manifest, device: &Device, label: &str) -> Result<Vec<String>, String> {
+fn device_targets(
+    manifest: &Manifest,
+    device: &Device,
+    label: &str,
+) -> Result<Vec<String>, String> {
     let sel = kbuild_loader::Package::from_manifest(manifest.clone())
         .map_err(|e| format!("{label}: {e}"))?
         .select(device);

@@ -202,7 +202,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys");
         let pair = write_key_pair(&keys, "k", false).unwrap();
-        let mode = std::fs::metadata(&pair.secret).unwrap().permissions().mode();
+        let mode = std::fs::metadata(&pair.secret)
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(super::super::SecretKey::load(&pair.secret).is_ok());
         assert!(matches!(
