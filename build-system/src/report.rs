@@ -1,6 +1,9 @@
-//! The JSON documents of the build commands, typed: `kbuild.shards/v1` (`--print-shards`),
-//! the compile-command lines of `--print-commands`, `kbuild.toolchains/v1` and the
-//! `baseline` event of `--check-baseline --json`. The binary renders them.
+//! The reports of the build commands: the JSON documents, typed (`kbuild.shards/v1` of
+//! `--print-shards`, the compile-command lines of `--print-commands`, `kbuild.toolchains/v1`,
+//! the `baseline` event of `--check-baseline --json`), and the text of `kbuild toolchain
+//! list` and `kbuild init`. The binary prints them.
+
+use std::fmt::Write as _;
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +12,7 @@ use serde::Serialize;
 
 use crate::baseline::BaselineCheck;
 use crate::driver::CompileCommand;
+use crate::init::InitReport;
 use crate::plan::Job;
 use crate::shard::Shard;
 use crate::toolchain::{buildable_targets, Toolchains};
@@ -146,6 +150,97 @@ impl ToolchainsReport {
     }
 }
 
+impl ToolchainsReport {
+    /// `kbuild toolchain list`'s text: each toolchain's path, version and targets, or a hint.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for (name, found) in [("cuda", &self.cuda), ("hip", &self.hip)] {
+            let Some(t) = found else {
+                let _ = writeln!(
+                    s,
+                    "{name}: not found (hint: kbuild toolchain install {name})"
+                );
+                continue;
+            };
+            let _ = writeln!(s, "{name}: {} ({})", t.path.display(), t.found_by);
+            let _ = writeln!(s, "  version: {}", t.version_text);
+            if let Some(d) = &t.device_libs {
+                let _ = writeln!(s, "  device libs: {}", d.display());
+            }
+            let builds = if t.targets.is_empty() {
+                "nothing (see `kbuild toolchain install`)".to_string()
+            } else {
+                t.targets.join(" ")
+            };
+            let _ = writeln!(s, "  builds: {builds}");
+        }
+        s
+    }
+}
+
+/// `kbuild init`'s summary of what it wrote into `dir`.
+pub fn init_summary(r: &InitReport, dir: &Path) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "wrote {}: {} translation unit(s), {} kernel(s), {} entr{} (found by building for {}), {} failed, {} host code only",
+        r.file,
+        r.units.len(),
+        r.kernels,
+        r.entries,
+        if r.entries == 1 { "y" } else { "ies" },
+        r.discovery_targets.join(", "),
+        r.failures,
+        r.host_only
+    );
+    let flags: Vec<&str> = r
+        .flags
+        .cuda
+        .iter()
+        .chain(r.flags.hip.iter().filter(|f| !r.flags.cuda.contains(f)))
+        .map(String::as_str)
+        .collect();
+    let _ = writeln!(
+        s,
+        "  {}{} include dir(s), {} define(s){}",
+        match &r.compile_commands {
+            Some(cc) => format!("from {cc} and the command line: "),
+            None => String::new(),
+        },
+        r.include_dirs.len(),
+        r.defines.len(),
+        if flags.is_empty() {
+            String::new()
+        } else {
+            format!(", flags {}", flags.join(" "))
+        }
+    );
+    for u in &r.units {
+        let what = match u.status {
+            "failed" => "commented out",
+            "partial" => "restricted to the other vendor's targets",
+            _ => continue,
+        };
+        for (t, e) in &u.errors {
+            let _ = writeln!(
+                s,
+                "  {} ({}): does not compile for {t}, {what}: {e}",
+                u.kernel, u.source
+            );
+        }
+    }
+    if r.kernels == 0 {
+        let _ = writeln!(s, "  no translation unit built: fix them and uncomment their kernels, or rerun `kbuild init --force`");
+    } else {
+        let _ = writeln!(
+            s,
+            "next: kbuild build --manifest-path {}",
+            dir.join(crate::config::FILE_NAME).display()
+        );
+    }
+    s
+}
+
 /// The `{"event": "baseline", ...}` line of `kbuild build --check-baseline --json`.
 #[derive(Debug, Serialize)]
 pub struct BaselineEvent<'a> {
@@ -166,4 +261,35 @@ impl<'a> BaselineEvent<'a> {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// `--check-baseline` without drift: what was compared.
+pub fn baseline_up_to_date(c: &BaselineCheck) -> String {
+    let mut msg = format!(
+        "baseline {}: up to date ({} objects, {} targets)",
+        c.label, c.objects, c.targets
+    );
+    if c.skipped_targets > 0 {
+        let _ = write!(
+            msg,
+            "; {} more targets in it were not built",
+            c.skipped_targets
+        );
+    }
+    msg
+}
+
+/// `--check-baseline` with drift: the error, and what to do when it was intended.
+pub fn baseline_drifted(c: &BaselineCheck) -> String {
+    let toolchain_note = match &c.toolchains {
+        Some((base, head)) => format!(
+            " (the baseline was made with other toolchains: {base:?}, this build: {head:?})"
+        ),
+        None => String::new(),
+    };
+    format!(
+        "kernel resources drifted from {}{toolchain_note}; if the change is \
+         intended, run `kbuild baseline update` and commit {}",
+        c.label, c.label
+    )
 }

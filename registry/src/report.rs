@@ -149,6 +149,34 @@ impl<'a> PullReport<'a> {
     }
 }
 
+/// The text line of a pull: what was pulled from `artifact`, for which device, how (from
+/// the cache, or how many bytes `bytes` moved: "layer bytes fetched", "part bytes read") and
+/// the signature's verdict.
+pub fn pulled_line(pulled: &Pulled, artifact: &str, device: Option<&str>, bytes: &str) -> String {
+    let b = &pulled.bundle;
+    let sig = match &pulled.verdict {
+        Verdict::Verified { key_id } => format!("signature verified (key {key_id})"),
+        Verdict::Warning(_) => "signature NOT verified".into(),
+        Verdict::NotChecked => "signature not checked (policy off)".into(),
+    };
+    format!(
+        "pulled {} {} ({artifact}) {}: {} ({} objects, {}); {sig}",
+        b.name(),
+        b.version(),
+        match device {
+            Some(label) => format!("for {label}"),
+            None => "for every target".into(),
+        },
+        b.targets().join(", "),
+        b.objects().len(),
+        if pulled.from_cache {
+            "from the cache".to_string()
+        } else {
+            format!("{} {bytes}", pulled.layer_bytes)
+        },
+    )
+}
+
 /// One cached version in `kbuild.ls/v1`.
 #[derive(Debug, Serialize)]
 pub struct CachedVersion<'a> {

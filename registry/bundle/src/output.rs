@@ -56,6 +56,37 @@ pub struct Written {
     pub pruned: Pruned,
 }
 
+impl Written {
+    /// `PATH (SIZE bytes, sha256:...)`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} ({} bytes, {})",
+            self.path.display(),
+            self.size,
+            self.sha256
+        )
+    }
+
+    /// The note for signatures dropped beside it, if any were.
+    pub fn note(&self) -> Option<String> {
+        let p = self.path.display();
+        match &self.pruned {
+            Pruned::Nothing => None,
+            Pruned::Removed { path, why } => Some(format!(
+                "note: removed {}: it no longer matches {p} ({}); sign the new bundle with `kbuild sign {p}`",
+                path.display(),
+                why.join("; "),
+            )),
+            Pruned::Rewrote { path, removed } => Some(format!(
+                "note: {}: dropped {} signature(s) that no longer match {p} ({})",
+                path.display(),
+                removed.len(),
+                removed.join("; ")
+            )),
+        }
+    }
+}
+
 /// Write `bundle` (its archive `bytes`) into `dir` under its file name, and drop the
 /// signatures beside it that are not for these bytes' manifest (a `.sig` of an earlier build
 /// of the same version).
@@ -221,6 +252,58 @@ impl SplitReport {
         self.files.iter().map(|(w, _)| w).collect()
     }
 
+    /// The notes of what was written: signatures dropped, files left from an earlier run.
+    pub fn notes(&self) -> Vec<String> {
+        let pruned = self.written().into_iter().chain(&self.index);
+        let mut notes: Vec<String> = pruned.filter_map(Written::note).collect();
+        notes.extend(self.leftovers.iter().map(|p| {
+            format!(
+                "note: {} is not part of this release (left from an earlier run); do not upload it with it",
+                p.display()
+            )
+        }));
+        notes
+    }
+
+    /// What was written, as text (one line each).
+    pub fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let (full, limit) = (
+            assets::human_size(self.full),
+            assets::human_size(self.limit),
+        );
+        let mut s = String::new();
+        let Some(index) = &self.index else {
+            for (w, _) in &self.files {
+                let _ = writeln!(s, "packaged {}", w.line());
+            }
+            let _ = writeln!(
+                s,
+                "  fits in one asset ({full} ≤ --max-asset-size {limit}): not split"
+            );
+            return s;
+        };
+        let _ = writeln!(
+            s,
+            "the bundle is {full}, over --max-asset-size {limit}: split into {} part(s) by target family",
+            self.files.len()
+        );
+        for (w, part) in &self.files {
+            let (family, targets) = part
+                .as_ref()
+                .map(|x| (x.family.as_str(), x.targets.join(", ")))
+                .unwrap_or_default();
+            let _ = writeln!(s, "packaged {}: {family} [{targets}]", w.line());
+        }
+        let _ = writeln!(
+            s,
+            "index {}: `kbuild pull {} --device auto` reads only the part the device needs",
+            index.line(),
+            index.path.display()
+        );
+        s
+    }
+
     /// The `split` object of `kbuild.package/v1`: `None` when the bundle fit whole.
     pub fn doc(&self) -> Option<SplitDoc<'_>> {
         let index = self.index.as_ref()?;
@@ -360,5 +443,109 @@ impl<'a> PackageReport<'a> {
             missing_targets: None,
             partial: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Bundle {
+        use kbuild_manifest::fixtures::{manifest, object};
+        let mut objects = std::collections::BTreeMap::new();
+        let mut records = Vec::new();
+        for t in ["sm_80", "gfx1100"] {
+            let data = t.as_bytes().repeat(64);
+            let mut o = object("k", t, "cubin", &data);
+            o.path = format!("{t}/k.cubin");
+            objects.insert(o.sha256.clone(), data);
+            records.push(o);
+        }
+        let m = manifest("pkg", "1.2.3", records);
+        Bundle::from_parts(m.to_json().into_bytes(), objects, None).unwrap()
+    }
+
+    fn keys(v: &impl Serialize) -> Vec<String> {
+        match serde_json::to_value(v).unwrap() {
+            serde_json::Value::Object(m) => m.keys().cloned().collect(),
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    /// The keys `kbuild package` and `kbuild package --merge` have always emitted.
+    #[test]
+    fn package_documents_keep_their_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = sample();
+        let bytes = b.to_bytes(0).unwrap();
+        let w = write_bundle(dir.path(), &b, &bytes).unwrap();
+        assert_eq!(w.path, dir.path().join("pkg-1.2.3.kbundle"));
+        assert_eq!(w.pruned, Pruned::Nothing);
+        assert_eq!(keys(&w), ["path", "sha256", "size"]);
+        let doc = PackageReport::package(&b, vec![&w], None, None);
+        let mut want = vec![
+            "schema",
+            "name",
+            "version",
+            "manifest",
+            "targets",
+            "objects",
+            "object_records",
+            "bytes_saved",
+            "bundles",
+            "reproducible",
+            "shard",
+            "split",
+        ];
+        want.sort();
+        assert_eq!(keys(&doc), want);
+        let v = serde_json::to_value(&doc).unwrap();
+        assert!(v["reproducible"].is_null() && v["shard"].is_null() && v["split"].is_null());
+        let merged = [PathBuf::from("a.kbundle")];
+        let report = MergeReport {
+            missing_targets: Vec::new(),
+            overlapping: 0,
+        };
+        let doc = PackageReport::merge(&b, vec![&w], &merged, &report, None);
+        let mut want = vec![
+            "schema",
+            "name",
+            "version",
+            "manifest",
+            "targets",
+            "objects",
+            "object_records",
+            "bundles",
+            "merged",
+            "overlapping_records",
+            "missing_targets",
+            "partial",
+        ];
+        want.sort();
+        assert_eq!(keys(&doc), want);
+    }
+
+    #[test]
+    fn a_release_that_fits_is_written_whole_and_leftovers_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = sample();
+        let bytes = b.to_bytes(0).unwrap();
+        std::fs::write(dir.path().join("pkg-1.2.3.sm_8x.kbundle"), b"old").unwrap();
+        let r = write_release(dir.path(), &b, &bytes, 1 << 30, 0).unwrap();
+        assert!(r.index.is_none() && r.doc().is_none());
+        assert_eq!(r.written().len(), 1);
+        assert_eq!(r.leftovers, [dir.path().join("pkg-1.2.3.sm_8x.kbundle")]);
+    }
+
+    #[test]
+    fn publish_paths() {
+        assert_eq!(
+            default_bundle_path("p", "1.0.0"),
+            Path::new("dist/p-1.0.0.kbundle")
+        );
+        assert!(matches!(
+            check_publish_path(Path::new("p-1.0.0.kbindex"), true),
+            Err(OutputError::IndexNotBundle { .. })
+        ));
     }
 }

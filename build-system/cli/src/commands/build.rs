@@ -9,6 +9,7 @@ use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_build::baseline;
 use kbuild_build::build::{build, commands, shards};
+use kbuild_build::report::{baseline_drifted, baseline_up_to_date};
 use kbuild_build::report::{BaselineEvent, CommandLine, ShardsReport};
 
 use crate::cli::BuildArgs;
@@ -75,17 +76,7 @@ fn check_baseline(manifest: &Path, path: &Path, json: bool, env: &Env) -> Result
     }
     if !c.drift {
         if !json {
-            let mut msg = format!(
-                "baseline {}: up to date ({} objects, {} targets)",
-                c.label, c.objects, c.targets
-            );
-            if c.skipped_targets > 0 {
-                msg.push_str(&format!(
-                    "; {} more targets in it were not built",
-                    c.skipped_targets
-                ));
-            }
-            eprintln!("{msg}");
+            eprintln!("{}", baseline_up_to_date(&c));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -93,16 +84,6 @@ fn check_baseline(manifest: &Path, path: &Path, json: bool, env: &Env) -> Result
         let colored = color(std::io::stderr().is_terminal(), env);
         eprint!("{}", kbuild_report::diff::text(&c.diff, None, colored));
     }
-    let toolchain_note = match &c.toolchains {
-        Some((base, head)) => format!(
-            " (the baseline was made with other toolchains: {base:?}, this build: {head:?})"
-        ),
-        None => String::new(),
-    };
-    eprintln!(
-        "error: kernel resources drifted from {}{toolchain_note}; if the change is \
-         intended, run `kbuild baseline update` and commit {}",
-        c.label, c.label
-    );
+    eprintln!("error: {}", baseline_drifted(&c));
     Ok(ExitCode::from(1))
 }

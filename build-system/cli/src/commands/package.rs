@@ -10,9 +10,8 @@ use kbuild_base::env::Env;
 use kbuild_build::package::{build_for_package, manifest_targets, verify_reproducible};
 use kbuild_build::package::{Reproduce, Reproduced};
 use kbuild_bundle::archive::Limits;
-use kbuild_bundle::assets::human_size;
 use kbuild_bundle::output::{self, PackageReport, SplitReport, Written};
-use kbuild_bundle::{Bundle, Pruned};
+use kbuild_bundle::Bundle;
 use kbuild_manifest::target::Target;
 
 use crate::cli::PackageArgs;
@@ -105,15 +104,10 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     match &split {
-        Some(s) => print_split(s),
+        Some(s) => print!("{}", s.text()),
         None => {
             for w in &written {
-                println!(
-                    "packaged {} ({} bytes, {})",
-                    w.path.display(),
-                    w.size,
-                    w.sha256
-                );
+                println!("packaged {}", w.line());
             }
         }
     }
@@ -165,7 +159,7 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
             print_json_line(&doc)?;
         } else {
             println!("merged {} bundle(s)", inputs.len());
-            print_split(&split);
+            print!("{}", split.text());
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -175,13 +169,7 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
         let doc = PackageReport::merge(&bundle, vec![&w], &args.merge, &report, None);
         print_json_line(&doc)?;
     } else {
-        println!(
-            "merged {} bundle(s) into {} ({} bytes, {})",
-            inputs.len(),
-            w.path.display(),
-            w.size,
-            w.sha256
-        );
+        println!("merged {} bundle(s) into {}", inputs.len(), w.line());
         if let Some(note) = bundle.manifest().partial_note() {
             println!("  {note}");
         }
@@ -189,78 +177,14 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The note for signatures dropped beside a bundle just written.
 fn note_pruned(w: &Written) {
-    let p = w.path.display();
-    match &w.pruned {
-        Pruned::Nothing => {}
-        Pruned::Removed { path, why } => eprintln!(
-            "note: removed {}: it no longer matches {p} ({}); sign the new bundle with `kbuild sign {p}`",
-            path.display(),
-            why.join("; "),
-        ),
-        Pruned::Rewrote { path, removed } => eprintln!(
-            "note: {}: dropped {} signature(s) that no longer match {p} ({})",
-            path.display(),
-            removed.len(),
-            removed.join("; ")
-        ),
+    if let Some(note) = w.note() {
+        eprintln!("{note}");
     }
 }
 
-/// The notes of a split release: signatures dropped, files left from an earlier run.
 fn note_split(s: &SplitReport) {
-    for w in s.written().into_iter().chain(s.index.as_ref()) {
-        note_pruned(w);
+    for note in s.notes() {
+        eprintln!("{note}");
     }
-    for p in &s.leftovers {
-        eprintln!(
-            "note: {} is not part of this release (left from an earlier run); do not upload it with it",
-            p.display()
-        );
-    }
-}
-
-fn print_split(s: &SplitReport) {
-    let Some(index) = &s.index else {
-        for (w, _) in &s.files {
-            println!(
-                "packaged {} ({} bytes, {})",
-                w.path.display(),
-                w.size,
-                w.sha256
-            );
-        }
-        println!(
-            "  fits in one asset ({} ≤ --max-asset-size {}): not split",
-            human_size(s.full),
-            human_size(s.limit)
-        );
-        return;
-    };
-    println!(
-        "the bundle is {}, over --max-asset-size {}: split into {} part(s) by target family",
-        human_size(s.full),
-        human_size(s.limit),
-        s.files.len()
-    );
-    for (w, part) in &s.files {
-        let (family, targets) = part
-            .as_ref()
-            .map(|x| (x.family.as_str(), x.targets.join(", ")))
-            .unwrap_or_default();
-        println!(
-            "packaged {} ({} bytes, {}): {family} [{targets}]",
-            w.path.display(),
-            w.size,
-            w.sha256
-        );
-    }
-    println!(
-        "index {} ({} bytes, {}): `kbuild pull {} --device auto` reads only the part the device needs",
-        index.path.display(),
-        index.size,
-        index.sha256,
-        index.path.display()
-    );
 }

@@ -15,7 +15,7 @@ use kbuild_manifest::manifest::Manifest;
 use kbuild_registry::lock::{LockMode, Lockfile};
 use kbuild_registry::pull::{self, Locked, PullRequest, Pulled};
 use kbuild_registry::release::{self, ReleaseRequest};
-use kbuild_registry::report::{PullReport, ReleaseParts};
+use kbuild_registry::report::{pulled_line, PullReport, ReleaseParts};
 
 use crate::cli::PullArgs;
 use crate::opts::{device_options, registry_cache};
@@ -211,26 +211,9 @@ fn finish(
         );
         print_json_line(&report)?;
     } else {
-        let sig = match &pulled.verdict {
-            Verdict::Verified { key_id } => format!("signature verified (key {key_id})"),
-            Verdict::Warning(_) => "signature NOT verified".into(),
-            Verdict::NotChecked => "signature not checked (policy off)".into(),
-        };
         println!(
-            "pulled {name} {} ({}) {}: {} ({} objects, {}); {sig}",
-            b.version(),
-            shown.artifact,
-            match &shown.device {
-                Some(label) => format!("for {label}"),
-                None => "for every target".into(),
-            },
-            b.targets().join(", "),
-            b.objects().len(),
-            if pulled.from_cache {
-                "from the cache".to_string()
-            } else {
-                format!("{} {}", pulled.layer_bytes, shown.bytes)
-            },
+            "{}",
+            pulled_line(pulled, &shown.artifact, shown.device, shown.bytes)
         );
     }
     if let Some(note) = b.manifest().partial_note() {

@@ -38,27 +38,6 @@ pub fn list(args: ToolchainListArgs, env: &Env) -> Result<ExitCode> {
         print_json_line(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    for (name, found, hint) in [
-        ("cuda", &report.cuda, "kbuild toolchain install cuda"),
-        ("hip", &report.hip, "kbuild toolchain install hip"),
-    ] {
-        let Some(t) = found else {
-            println!("{name}: not found (hint: {hint})");
-            continue;
-        };
-        println!("{name}: {} ({})", t.path.display(), t.found_by);
-        println!("  version: {}", t.version_text);
-        if let Some(d) = &t.device_libs {
-            println!("  device libs: {}", d.display());
-        }
-        println!(
-            "  builds: {}",
-            if t.targets.is_empty() {
-                "nothing (see `kbuild toolchain install`)".to_string()
-            } else {
-                t.targets.join(" ")
-            }
-        );
-    }
+    print!("{}", report.text());
     Ok(ExitCode::SUCCESS)
 }
