@@ -2,6 +2,7 @@
 //! else. `main.rs` dispatches each command to its module under `commands/`.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
 use kbuild_build::remote_cache::RemoteMode;
@@ -266,16 +267,12 @@ pub struct BuildArgs {
     /// Build only shard I of N (1-based): the resolved target list is split by estimated cost
     /// into N disjoint shards, the same on every machine. Package each shard build, then join
     /// the bundles with `kbuild package --merge`.
-    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "print_shards")]
+    #[arg(long, value_name = "I/N", value_parser = ShardSpec::from_str, conflicts_with = "print_shards")]
     pub shard: Option<ShardSpec>,
     /// Print how N shards would split the resolved target list (each shard's targets and
     /// estimated cost; `kbuild.shards/v1` JSON with --json) instead of building.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub print_shards: Option<u32>,
-}
-
-fn parse_shard(s: &str) -> Result<ShardSpec, String> {
-    s.parse::<ShardSpec>().map_err(|e| e.to_string())
 }
 
 /// Arguments of `kbuild init`.
@@ -358,7 +355,7 @@ pub struct RegistryArgs {
 #[derive(Args, Debug, Default, Clone)]
 pub struct TrustArgs {
     /// require | warn | off (default: [signatures] policy in the kbuild config, else warn).
-    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = parse_policy)]
+    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = Policy::from_str)]
     pub signature_policy: Option<Policy>,
     /// A trusted public key file (.pub), besides those in the kbuild config. Repeatable.
     #[arg(long = "trusted-key", value_name = "PATH")]
@@ -386,7 +383,7 @@ pub struct PackageArgs {
     /// when the bundle is larger, write one bundle per target family (NAME-VERSION.sm_9x.kbundle,
     /// ...; a family still too large split by target) and the index NAME-VERSION.kbindex that
     /// `kbuild pull` reads, instead of the whole bundle. See docs/release.md.
-    #[arg(long, value_name = "SIZE", value_parser = parse_asset_size, conflicts_with = "split")]
+    #[arg(long, value_name = "SIZE", value_parser = kbuild_bundle::assets::parse_size, conflicts_with = "split")]
     pub max_asset_size: Option<u64>,
     /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
     #[arg(long)]
@@ -634,16 +631,8 @@ pub fn parse_device(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-pub fn parse_asset_size(s: &str) -> Result<u64, String> {
-    kbuild_bundle::assets::parse_size(s).map_err(|e| e.to_string())
-}
-
 pub fn parse_driver(s: &str) -> Result<Version, String> {
     parse_version(s).ok_or_else(|| format!("`{s}` is not a CUDA version like 13.0"))
-}
-
-pub fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.parse()
 }
 
 /// Arguments of `kbuild release-notes`.
