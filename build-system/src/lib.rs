@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod build;
 pub mod buildrs;
 pub mod cache;
+pub mod clean;
 pub mod compat_header;
 pub mod config;
 pub mod depfile;

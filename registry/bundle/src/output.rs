@@ -116,6 +116,20 @@ pub fn write_named(
     })
 }
 
+/// One bundle per target of `bundle` (`package --split`), each written as [`write_bundle`].
+pub fn write_per_target(
+    dir: &Path,
+    bundle: &Bundle,
+    mtime: u64,
+) -> Result<Vec<Written>, OutputError> {
+    let mut out = Vec::new();
+    for t in bundle.targets() {
+        let part = bundle.restrict(std::slice::from_ref(&t))?;
+        out.push(write_bundle(dir, &part, &part.to_bytes(mtime)?)?);
+    }
+    Ok(out)
+}
+
 /// Write a pulled `bundle` into `dir` (`--out`) with the signatures it came with; the path.
 pub fn write_pulled(
     dir: &Path,

@@ -1,9 +1,9 @@
-//! `kbuild clean`: remove the build output, and with `--cache` the compile cache.
+//! `kbuild clean`: remove the build output, and with `--cache` the compile cache
+//! (`kbuild_build::clean`).
 
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use kbuild_base::dirs::Dirs;
+use anyhow::Result;
 use kbuild_base::env::Env;
 
 use crate::cli::CleanArgs;
@@ -13,15 +13,8 @@ pub fn run(args: CleanArgs, env: &Env) -> Result<ExitCode> {
         Some(o) => o,
         None => args.project.open()?.out_dir,
     };
-    let mut remove = vec![out];
-    if args.cache {
-        remove.push(Dirs::from_env(env)?.cache);
-    }
-    for dir in remove {
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-            println!("removed {}", dir.display());
-        }
-    }
+    kbuild_build::clean::clean(&out, args.cache, env, &mut |dir| {
+        println!("removed {}", dir.display())
+    })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -60,15 +60,12 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
             vec![&whole]
         }
     };
-    let mut parts = Vec::new();
-    if args.split {
-        for t in bundle.targets() {
-            let part = bundle.restrict(std::slice::from_ref(&t))?;
-            let w = output::write_bundle(&args.out, &part, &part.to_bytes(mtime)?)?;
-            note_pruned(&w);
-            parts.push(w);
-        }
-    }
+    let parts = if args.split {
+        output::write_per_target(&args.out, &bundle, mtime)?
+    } else {
+        Vec::new()
+    };
+    parts.iter().for_each(note_pruned);
     written.extend(parts.iter());
     let mut reproducible = None;
     if args.verify_reproducible {

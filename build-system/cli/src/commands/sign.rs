@@ -25,43 +25,47 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
         anyhow::Error::new(e).context("hint: make a key with `kbuild keygen`, or pass --key")
     })?;
     let file = Path::new(&args.target);
-    if file.is_file() && is_index_path(file) {
-        // The signature covers the manifest the index and every part carry, which `pull` of
-        // the index checks.
-        let index = AssetIndex::open(file)?;
-        let (name, version, digest) = (index.name(), index.version(), index.manifest_digest());
-        let signed = sign_file(file, &key, name, version, digest)?;
-        if !signed.dropped.is_empty() {
-            eprintln!(
-                "note: {}: dropped {} signature(s) that do not match {}",
-                signed.path.display(),
-                signed.dropped.len(),
-                file.display()
-            );
-        }
-        println!(
-            "signed {name} {version} (manifest {digest}, the one every part carries) with key {}: {}",
-            key.public().id(),
-            signed.path.display()
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
     if file.is_file() {
-        let bundle = Bundle::open(file, Limits::from_env(env))?;
-        let (name, version, digest) = (bundle.name(), bundle.version(), bundle.manifest_digest());
-        let signed = sign_file(file, &key, name, version, digest)?;
+        // An index's signature covers the manifest it and every part carry, which `pull` of
+        // the index checks.
+        let index = is_index_path(file);
+        let (name, version, digest): (String, String, String) = if index {
+            let i = AssetIndex::open(file)?;
+            (
+                i.name().into(),
+                i.version().into(),
+                i.manifest_digest().into(),
+            )
+        } else {
+            let b = Bundle::open(file, Limits::from_env(env))?;
+            (
+                b.name().into(),
+                b.version().into(),
+                b.manifest_digest().into(),
+            )
+        };
+        let signed = sign_file(file, &key, &name, &version, &digest)?;
         if !signed.dropped.is_empty() {
             let why: Vec<String> = signed.dropped.iter().map(ToString::to_string).collect();
             eprintln!(
-                "note: {}: dropped {} signature(s) that do not match {} ({})",
+                "note: {}: dropped {} signature(s) that do not match {}{}",
                 signed.path.display(),
                 why.len(),
                 file.display(),
-                why.join("; ")
+                if index {
+                    String::new()
+                } else {
+                    format!(" ({})", why.join("; "))
+                }
             );
         }
+        let which = if index {
+            ", the one every part carries"
+        } else {
+            ""
+        };
         println!(
-            "signed {name} {version} (manifest {digest}) with key {}: {}",
+            "signed {name} {version} (manifest {digest}{which}) with key {}: {}",
             key.public().id(),
             signed.path.display()
         );
