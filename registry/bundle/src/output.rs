@@ -39,6 +39,18 @@ pub enum OutputError {
     },
     #[error("{path} is the index of a split release (`package --max-asset-size`), not a bundle; {PUBLISH_WHOLE}")]
     IndexNotBundle { path: String },
+    #[error("reading {path}: {err}")]
+    Read { path: String, err: std::io::Error },
+    /// The file is not a bundle (or not a good one).
+    #[error("{path}: {err}")]
+    NotABundle { path: String, err: BundleError },
+    /// The `.sig` beside the bundle is another bundle's.
+    #[error("{sig} does not match {path}: {problem}; nothing was published (sign the bundle again with `kbuild sign {path}`, or remove the .sig to publish it unsigned)")]
+    ForeignSignature {
+        sig: String,
+        path: String,
+        problem: sign::SignatureProblem,
+    },
     #[error("{path} is not there: {index} says the release was split (`package --max-asset-size`); {PUBLISH_WHOLE}")]
     WasSplit { path: String, index: String },
 }
@@ -171,6 +183,54 @@ pub fn check_publish_path(path: &Path, explicit: bool) -> Result<(), OutputError
         });
     }
     Ok(())
+}
+
+/// A bundle file read for publishing, with the signatures beside it.
+#[derive(Debug)]
+pub struct ToPublish {
+    pub bundle: Bundle,
+    /// The file's bytes, as they are uploaded.
+    pub bytes: Vec<u8>,
+    /// The `.sig` beside it, when there is one; every signature in it is this bundle's.
+    pub signatures: Option<SignatureFile>,
+}
+
+/// Read the bundle `path` for `kbuild publish` (`explicit`: the user named it; see
+/// [`check_publish_path`]): a publishable bundle (a partial one only with `allow_partial`)
+/// whose `.sig`, if any, is its own, checked before anything is uploaded.
+pub fn read_for_publish(
+    path: &Path,
+    explicit: bool,
+    allow_partial: bool,
+    limits: crate::archive::Limits,
+) -> Result<ToPublish, OutputError> {
+    check_publish_path(path, explicit)?;
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|err| OutputError::Read {
+        path: shown.clone(),
+        err,
+    })?;
+    let bundle = Bundle::from_bytes(&bytes, limits).map_err(|err| OutputError::NotABundle {
+        path: shown.clone(),
+        err,
+    })?;
+    bundle.check_publishable(&shown, allow_partial)?;
+    let signatures = sign::read_signatures(path)?;
+    if let Some(s) = &signatures {
+        let (name, version) = (bundle.name(), bundle.version());
+        if let Err(problem) = s.check_belongs(name, version, bundle.manifest_digest()) {
+            return Err(OutputError::ForeignSignature {
+                sig: crate::signature_path(path).display().to_string(),
+                path: shown,
+                problem,
+            });
+        }
+    }
+    Ok(ToPublish {
+        bundle,
+        bytes,
+        signatures,
+    })
 }
 
 /// What [`write_release`] wrote.

@@ -1,13 +1,12 @@
-//! `kbuild publish`: a bundle (and the signatures beside it) into a registry.
+//! `kbuild publish`: a bundle (and the signatures beside it) into a registry. Which file and
+//! which signatures go is `kbuild_bundle::output::read_for_publish`'s rule.
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
-use kbuild_bundle::output::{check_publish_path, default_bundle_path};
-use kbuild_bundle::sign::read_signatures;
-use kbuild_bundle::Bundle;
+use kbuild_bundle::output::{default_bundle_path, read_for_publish};
 use kbuild_registry::oci::PublishOutcome;
 use kbuild_registry::report::PublishReport;
 
@@ -23,27 +22,11 @@ pub fn run(args: PublishArgs, env: &Env) -> Result<ExitCode> {
             default_bundle_path(&project.name, &project.version)
         }
     };
-    check_publish_path(&path, args.bundle.is_some())?;
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let bundle = Bundle::from_bytes(&bytes, Limits::from_env(env))
-        .with_context(|| path.display().to_string())?;
-    bundle.check_publishable(&path.display().to_string(), args.allow_partial)?;
-    let sigs = read_signatures(&path)?;
-    // Before anything is uploaded: a signature beside the bundle must be for this bundle.
-    if let Some(s) = &sigs {
-        if let Err(problem) =
-            s.check_belongs(bundle.name(), bundle.version(), bundle.manifest_digest())
-        {
-            bail!(
-                "{} does not match {}: {problem}; nothing was published (sign the bundle again with `kbuild sign {}`, or remove the .sig to publish it unsigned)",
-                kbuild_bundle::signature_path(&path).display(),
-                path.display(),
-                path.display()
-            );
-        }
-    }
+    let explicit = args.bundle.is_some();
+    let found = read_for_publish(&path, explicit, args.allow_partial, Limits::from_env(env))?;
+    let (bundle, sigs) = (&found.bundle, found.signatures.as_ref());
     let registry = args.registry.open(env)?;
-    let outcome = registry.publish(&bundle, &bytes, sigs.as_ref(), &Bars::new(args.json))?;
+    let outcome = registry.publish(bundle, &found.bytes, sigs, &Bars::new(args.json))?;
     let reg = registry.describe();
     let (name, version) = (bundle.name(), bundle.version());
     if args.json {
