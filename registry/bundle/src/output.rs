@@ -49,7 +49,7 @@ pub enum OutputError {
     ForeignSignature {
         sig: String,
         path: String,
-        problem: sign::SignatureProblem,
+        problem: Box<sign::SignatureProblem>,
     },
     #[error("{path} is not there: {index} says the release was split (`package --max-asset-size`); {PUBLISH_WHOLE}")]
     WasSplit { path: String, index: String },
@@ -222,7 +222,7 @@ pub fn read_for_publish(
             return Err(OutputError::ForeignSignature {
                 sig: crate::signature_path(path).display().to_string(),
                 path: shown,
-                problem,
+                problem: Box::new(problem),
             });
         }
     }
