@@ -14,6 +14,7 @@ pub mod progress;
 pub mod pull;
 pub mod release;
 pub mod report;
+pub mod signing;
 pub mod store;
 
 pub use semver;

@@ -185,6 +185,36 @@ pub fn check_publish_path(path: &Path, explicit: bool) -> Result<(), OutputError
     Ok(())
 }
 
+/// The lines `kbuild package` prints after the files it wrote: objects stored once, the
+/// reproducibility verdict (`reproducible`: checked and equal), and that a shard is no release.
+pub fn package_notes(bundle: &Bundle, reproducible: bool) -> String {
+    let mut out = Vec::new();
+    let storage = bundle.storage();
+    if storage.duplicates() > 0 {
+        out.push(format!(
+            "  {} objects, {} stored: {} identical to another (across variants or targets) stored once, {} bytes saved",
+            storage.objects,
+            storage.stored,
+            storage.duplicates(),
+            storage.bytes_saved()
+        ));
+    }
+    if reproducible {
+        out.push("reproducible: a clean rebuild gave byte-identical bundles".into());
+    }
+    if let Some(s) = &bundle.manifest().shard {
+        let targets = match bundle.targets() {
+            t if t.is_empty() => "no targets".to_string(),
+            t => t.join(", "),
+        };
+        out.push(format!(
+            "  shard {}/{} ({targets}): not a release; join the shards with `kbuild package --merge`",
+            s.index, s.count,
+        ));
+    }
+    out.iter().map(|l| format!("{l}\n")).collect()
+}
+
 /// A bundle file read for publishing, with the signatures beside it.
 #[derive(Debug)]
 pub struct ToPublish {

@@ -108,31 +108,10 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
             }
         }
     }
-    let storage = bundle.storage();
-    if storage.duplicates() > 0 {
-        println!(
-            "  {} objects, {} stored: {} identical to another (across variants or targets) stored once, {} bytes saved",
-            storage.objects,
-            storage.stored,
-            storage.duplicates(),
-            storage.bytes_saved()
-        );
-    }
-    if reproducible == Some(true) {
-        println!("reproducible: a clean rebuild gave byte-identical bundles");
-    }
-    if let Some(s) = &bundle.manifest().shard {
-        println!(
-            "  shard {}/{} ({}): not a release; join the shards with `kbuild package --merge`",
-            s.index,
-            s.count,
-            if bundle.targets().is_empty() {
-                "no targets".to_string()
-            } else {
-                bundle.targets().join(", ")
-            }
-        );
-    }
+    print!(
+        "{}",
+        output::package_notes(&bundle, reproducible == Some(true))
+    );
     Ok(ExitCode::SUCCESS)
 }
 

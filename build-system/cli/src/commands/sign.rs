@@ -10,7 +10,7 @@ use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{is_index_path, AssetIndex};
-use kbuild_bundle::sign::{default_key_dir, sign_file, Payload, SecretKey, SignatureFile};
+use kbuild_bundle::sign::{default_key_dir, sign_file, SecretKey};
 use kbuild_bundle::Bundle;
 
 use crate::cli::SignArgs;
@@ -81,11 +81,7 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
         bail!("sign a published bundle by its exact version: NAME@1.2.3");
     }
     let registry = args.registry.open(env)?;
-    let progress = Bars::new(false);
-    let resolved = registry.resolve(name, version, &progress)?;
-    let mut sigs = SignatureFile::new();
-    sigs.add(key.sign(Payload::new(name, version, &resolved.manifest_digest)));
-    registry.add_signatures(&resolved, &sigs, &progress)?;
+    let resolved = registry.sign_published(name, version, &key, &Bars::new(false))?;
     println!(
         "signed {name} {version} in {} (manifest {}) with key {}",
         registry.describe(),
