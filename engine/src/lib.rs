@@ -16,6 +16,7 @@ pub mod bench;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod geometry;
 pub mod inputs;
 pub mod parity;

@@ -2,7 +2,6 @@
 //! bundle, through the loader: parity verdicts against the fp64 reference (`--check`, the
 //! default) and the benchmark table (`--bench`); rendering (text, JSON) lives here.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -13,7 +12,7 @@ use crate::render::print_json_line;
 use kbuild_engine::bench::{self, BenchOptions};
 use kbuild_engine::parity::{self, ParityOptions, ParityReport};
 use kbuild_engine::report::{bench_table, check_line, RunReport};
-use kbuild_engine::{GdnEngine, Geometry, Inputs};
+use kbuild_engine::{files, GdnEngine, Geometry, Inputs};
 use kbuild_loader::{DeviceOptions, Gpu, Loader};
 
 /// `kbuild run ...`
@@ -39,33 +38,18 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
     }
     if let Some(path) = &args.dump_inputs {
         let inputs = Inputs::seeded(geometry, args.seeds[0]);
-        let bytes = kbuild_engine::anchor::dump(&inputs)?;
-        write_atomic(path, &bytes)?;
+        let size = files::write_dump(path, &inputs)?;
         eprintln!(
             "wrote {} ({} MB: {} layers, {} tokens, {} and the fp64 reference)",
             path.display(),
-            bytes.len() / 1_000_000,
+            size / 1_000_000,
             geometry.layers,
             geometry.window,
             inputs.describe()
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let sources: Vec<Inputs> = match &args.inputs {
-        Some(p) => {
-            let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-            vec![Inputs::from_safetensors(
-                &p.display().to_string(),
-                &bytes,
-                geometry,
-            )?]
-        }
-        None => args
-            .seeds
-            .iter()
-            .map(|s| Inputs::seeded(geometry, *s))
-            .collect(),
-    };
+    let sources = files::run_inputs(args.inputs.as_deref(), &args.seeds, geometry)?;
     let bundle = match &args.bundle {
         Some(b) => b.clone(),
         None => args.project.default_out_dir()?,
@@ -139,9 +123,4 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    kbuild_base::fs::write_atomic(path, bytes)
-        .with_context(|| format!("writing {}", path.display()))
 }
