@@ -202,6 +202,23 @@ impl Locked<'_> {
     }
 }
 
+/// After a pull that resolved `got`: the lockfile at `path` (`current`, as read before the
+/// pull) with `got`'s entry added or replaced, written, unless the pull was `--locked`
+/// (`exact`), which only reads it.
+pub fn record_lock(
+    path: &Path,
+    current: Option<crate::lock::Lockfile>,
+    got: &LockedPackage,
+    exact: bool,
+) -> Result<(), LockError> {
+    if exact {
+        return Ok(());
+    }
+    let mut l = current.unwrap_or_default();
+    l.upsert(got.clone());
+    l.write(path)
+}
+
 /// [`Locked::check`] of what `req` resolved.
 fn check_lock(req: &PullRequest, got: &LockedPackage) -> Result<(), LockError> {
     let Some(l) = &req.locked else {
@@ -475,5 +492,56 @@ mod tests {
                 .starts_with("`not a req` is not a version requirement: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn locked_rules_for_every_mode() {
+        let entry = |version: &str, artifact: &str| LockedPackage {
+            name: "k".into(),
+            version: version.into(),
+            registry: "file:///r".into(),
+            artifact: artifact.into(),
+            manifest: "sha256:m".into(),
+            layers: BTreeMap::new(),
+        };
+        let path = Path::new("Kbuild.lock");
+        let locked = entry("1.0.0", "sha256:a");
+        let lock = |mode, entry| Locked { entry, path, mode };
+        // --locked: the entry must be there and the same.
+        let missing = lock(LockMode::Exact, None).check("k", &locked, None, false);
+        assert!(matches!(missing, Err(LockError::Drift { .. })));
+        let same = lock(LockMode::Exact, Some(&locked)).check("k", &locked, None, false);
+        assert!(same.is_ok());
+        let other = entry("1.0.0", "sha256:b");
+        let drift = lock(LockMode::Exact, Some(&locked)).check("k", &other, None, false);
+        assert!(matches!(drift, Err(LockError::Drift { .. })));
+        // A plain pull: the locked version's digests stay; a new entry is fine.
+        let changed = lock(LockMode::Keep, Some(&locked)).check("k", &other, None, true);
+        assert!(matches!(changed, Err(LockError::Changed { .. })));
+        assert!(lock(LockMode::Keep, None)
+            .check("k", &other, None, true)
+            .is_ok());
+        // --update takes what was resolved.
+        let update = lock(LockMode::Update, Some(&locked)).check("k", &other, None, true);
+        assert!(update.is_ok());
+    }
+
+    #[test]
+    fn record_lock_writes_unless_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("Kbuild.lock");
+        let got = LockedPackage {
+            name: "k".into(),
+            version: "1.0.0".into(),
+            registry: "file:///r".into(),
+            artifact: "sha256:a".into(),
+            manifest: "sha256:m".into(),
+            layers: BTreeMap::new(),
+        };
+        record_lock(&path, None, &got, true).unwrap();
+        assert!(!path.exists());
+        record_lock(&path, None, &got, false).unwrap();
+        let read = crate::lock::Lockfile::read(&path).unwrap().unwrap();
+        assert_eq!(read.find("k"), Some(&got));
     }
 }

@@ -185,11 +185,7 @@ fn finish(
             eprintln!("warning: {w}");
         }
     }
-    if !args.locked {
-        let mut l = lock_now.unwrap_or_default();
-        l.upsert(pulled.lock.clone());
-        l.write(&args.lockfile)?;
-    }
+    pull::record_lock(&args.lockfile, lock_now, &pulled.lock, args.locked)?;
     let b = &pulled.bundle;
     let name = b.name();
     let out_file = match &args.out {
