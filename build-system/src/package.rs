@@ -44,6 +44,13 @@ pub fn build_for_package(
     Ok(report.out_dir)
 }
 
+/// The targets to package from a build made with `opts`: those it names, or every target the
+/// build holds (`None`) when it named none or `all` (the targets its toolchains could build).
+pub fn packaged_targets(opts: &BuildOptions) -> Option<Vec<String>> {
+    let named = opts.targets.as_ref().filter(|_| !opts.targets_all)?;
+    Some(named.iter().map(Target::to_string).collect())
+}
+
 /// The targets a bundle's manifest lists, each parsed on its own.
 pub fn manifest_targets(manifest: &Manifest) -> Result<Vec<Target>, TargetError> {
     manifest.targets.iter().map(|t| t.parse()).collect()

@@ -45,6 +45,33 @@ pub struct ReleasePulled {
     pub parts_skipped: Vec<String>,
 }
 
+/// Why a split release cannot be pulled from where it was named.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("`{spec}`: a split release is pulled from files, not URLs; download the index and the part(s) the device needs into one directory (the index lists them), then `kbuild pull DIR/{file}`")]
+    Url { spec: String, file: String },
+    #[error("{index} is a split release's index: its parts are read from beside it, not from --registry {registry}; drop --registry")]
+    Registry { index: String, registry: String },
+}
+
+/// A split release is read from the files beside its index `spec`: not from a URL, and not
+/// from a `registry`.
+pub fn check_source(spec: &str, registry: Option<&str>) -> Result<(), SourceError> {
+    if spec.starts_with("http://") || spec.starts_with("https://") {
+        return Err(SourceError::Url {
+            spec: spec.into(),
+            file: spec.rsplit('/').next().unwrap_or_default().into(),
+        });
+    }
+    match registry {
+        Some(r) => Err(SourceError::Registry {
+            index: Path::new(spec).display().to_string(),
+            registry: r.into(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The registry string a release is cached and locked under: `file://` and the index path.
 pub fn describe(index: &Path) -> String {
     format!("file://{}", canonical_dir(index).display())

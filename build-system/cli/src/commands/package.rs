@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use kbuild_base::env::Env;
-use kbuild_build::package::{build_for_package, manifest_targets, verify_reproducible};
+use kbuild_build::package::verify_reproducible;
+use kbuild_build::package::{build_for_package, manifest_targets, packaged_targets};
 use kbuild_build::package::{Reproduce, Reproduced};
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::output::{self, PackageReport, SplitReport, Written};
 use kbuild_bundle::Bundle;
-use kbuild_manifest::target::Target;
 
 use crate::cli::PackageArgs;
 use crate::opts::build_options;
@@ -25,12 +25,7 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         return run_merge(&args, env);
     }
     let opts = build_options(&args.targets, None, env)?;
-    // `all` packages what the build holds: the targets its toolchains could build.
-    let filter: Option<Vec<String>> = opts
-        .targets
-        .as_ref()
-        .filter(|_| !opts.targets_all)
-        .map(|ts| ts.iter().map(Target::to_string).collect());
+    let filter = packaged_targets(&opts);
     let mtime = env.source_date_epoch();
     let build_dir = match &args.build_dir {
         Some(d) => d.clone(),

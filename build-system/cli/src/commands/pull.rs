@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::sign::Verdict;
@@ -106,19 +106,7 @@ fn locked<'a>(args: &'a PullArgs, lock: Option<&'a Lockfile>, name: &str) -> Opt
 /// only the parts that hold what the device runs (every part without --device).
 fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
     let index = Path::new(&args.spec);
-    if args.spec.starts_with("http://") || args.spec.starts_with("https://") {
-        bail!(
-            "`{}`: a split release is pulled from files, not URLs; download the index and the part(s) the device needs into one directory (the index lists them), then `kbuild pull DIR/{}`",
-            args.spec,
-            args.spec.rsplit('/').next().unwrap_or_default()
-        );
-    }
-    if let Some(r) = &args.registry.registry {
-        bail!(
-            "{} is a split release's index: its parts are read from beside it, not from --registry {r}; drop --registry",
-            index.display()
-        );
-    }
+    release::check_source(&args.spec, args.registry.registry.as_deref())?;
     let cache = registry_cache(env)?;
     let trust = args.trust.trust(env)?;
     let device = resolve_device(args, env)?;
