@@ -12,7 +12,6 @@ use kbuild_build::config;
 use kbuild_bundle::cache::Cache;
 use kbuild_bundle::sign::Trust;
 use kbuild_loader::detect::DeviceOptions;
-use kbuild_manifest::target::TargetError;
 use kbuild_registry::oci::OciOptions;
 use kbuild_registry::store::Registry;
 
@@ -20,7 +19,7 @@ use crate::cli::{BuildArgs, ManifestPath, RegistryArgs, SimulatedDevice, Targets
 
 /// The build options every building command shares: `--targets`, `-j`, the environment.
 pub fn build_options(targets: &Targets, jobs: Option<u32>, env: &Env) -> Result<BuildOptions> {
-    let (targets, targets_all) = targets_of(targets)?;
+    let (targets, targets_all) = crate::cli::build_targets(&targets.targets)?;
     Ok(BuildOptions {
         targets,
         targets_all,
@@ -28,12 +27,6 @@ pub fn build_options(targets: &Targets, jobs: Option<u32>, env: &Env) -> Result<
         env: env.clone(),
         ..BuildOptions::default()
     })
-}
-
-fn targets_of(
-    t: &Targets,
-) -> Result<(Option<Vec<kbuild_manifest::target::Target>>, bool), TargetError> {
-    crate::cli::build_targets(&t.targets)
 }
 
 impl BuildArgs {
