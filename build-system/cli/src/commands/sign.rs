@@ -10,7 +10,7 @@ use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{is_index_path, AssetIndex};
-use kbuild_bundle::sign::{default_key_dir, sign_file, SecretKey};
+use kbuild_bundle::sign::{default_secret_key, sign_file, SecretKey};
 use kbuild_bundle::Bundle;
 
 use crate::cli::SignArgs;
@@ -19,7 +19,7 @@ use crate::progress::Bars;
 pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
     let key_path = match &args.key {
         Some(k) => k.clone(),
-        None => default_key_dir(&Dirs::from_env(env)?).join("kbuild.key"),
+        None => default_secret_key(&Dirs::from_env(env)?),
     };
     let key = SecretKey::load(&key_path).map_err(|e| {
         anyhow::Error::new(e).context("hint: make a key with `kbuild keygen`, or pass --key")

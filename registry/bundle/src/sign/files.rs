@@ -96,6 +96,12 @@ pub fn default_key_dir(dirs: &kbuild_base::dirs::Dirs) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("keys"))
 }
 
+/// The secret key `kbuild sign` uses by default: the one `kbuild keygen` makes by default
+/// (`kbuild.key` in [`default_key_dir`]).
+pub fn default_secret_key(dirs: &kbuild_base::dirs::Dirs) -> PathBuf {
+    default_key_dir(dirs).join("kbuild.key")
+}
+
 /// Why a key pair was not written.
 #[cfg(feature = "keygen")]
 #[derive(Debug, thiserror::Error)]
