@@ -235,4 +235,20 @@ mod tests {
         let refused = pull_release(&req, &|_| Err("nothing runs here".into())).unwrap_err();
         assert_eq!(refused.to_string(), "nothing runs here");
     }
+
+    #[test]
+    fn a_release_is_read_from_files_only() {
+        assert!(check_source("dist/p-1.0.0.kbindex", None).is_ok());
+        let url = check_source("https://h/x/p-1.0.0.kbindex", None).unwrap_err();
+        assert!(
+            url.to_string()
+                .ends_with("then `kbuild pull DIR/p-1.0.0.kbindex`"),
+            "{url}"
+        );
+        let reg = check_source("p-1.0.0.kbindex", Some("oci://h/r")).unwrap_err();
+        assert!(
+            reg.to_string().contains("not from --registry oci://h/r"),
+            "{reg}"
+        );
+    }
 }
