@@ -77,6 +77,20 @@ impl Event {
     pub fn line(&self) -> Option<String> {
         plain_line(self)
     }
+
+    /// A job event's label as [`Observer::started`] had it: `kernel[.variant] for target`.
+    pub fn job_label(&self) -> Option<String> {
+        match self {
+            Event::Job {
+                kernel,
+                variant: Some(v),
+                target,
+                ..
+            } => Some(format!("{kernel}.{v} for {target}")),
+            Event::Job { kernel, target, .. } => Some(format!("{kernel} for {target}")),
+            Event::Shard { .. } | Event::Summary { .. } => None,
+        }
+    }
 }
 
 fn plain_line(e: &Event) -> Option<String> {

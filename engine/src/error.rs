@@ -25,6 +25,12 @@ pub enum EngineError {
         #[source]
         source: kbuild_loader::LoaderError,
     },
+    #[error("{what} {path}: {err}")]
+    File {
+        what: &'static str,
+        path: String,
+        err: std::io::Error,
+    },
     #[error("{api} failed: {message}")]
     Cuda { api: &'static str, message: String },
     #[error("{0}")]

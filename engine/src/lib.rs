@@ -16,11 +16,13 @@ pub mod bench;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod geometry;
 pub mod inputs;
 pub mod parity;
 pub mod plan;
 pub mod reference;
+pub mod report;
 
 pub use engine::{CommitMode, GdnEngine, Path};
 pub use error::{EngineError, Result};

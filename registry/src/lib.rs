@@ -7,11 +7,14 @@
 
 pub mod auth;
 pub mod dir;
+pub mod list;
 pub mod lock;
 pub mod oci;
 pub mod progress;
 pub mod pull;
 pub mod release;
+pub mod report;
+pub mod signing;
 pub mod store;
 
 pub use semver;

@@ -176,20 +176,59 @@ pub fn is_explicit(want: &Want) -> bool {
     }
 }
 
-/// A plain pull's check of what it resolved against the lock ([`lock::check_keep`]).
-fn check_kept(req: &PullRequest, got: &LockedPackage) -> Result<(), PullError> {
-    let Some(l) = req.locked.as_ref().filter(|l| l.mode == LockMode::Keep) else {
+impl Locked<'_> {
+    /// The lock's rules for a pull that resolved `got` (from a registry or a split release's
+    /// index): `--locked` wants the entry and every digest as locked ([`lock::check`]); a
+    /// plain pull keeps a locked version's digests and refuses a rollback
+    /// ([`lock::check_keep`]; `req` is the requirement asked for, `explicit` whether it named
+    /// one version); `--update` accepts what was resolved.
+    pub fn check(
+        &self,
+        name: &str,
+        got: &LockedPackage,
+        req: Option<&semver::VersionReq>,
+        explicit: bool,
+    ) -> Result<(), LockError> {
+        match (self.mode, self.entry) {
+            (LockMode::Exact, None) => Err(LockError::Drift {
+                path: self.path.display().to_string(),
+                name: name.into(),
+                what: "not in the lockfile".into(),
+            }),
+            (LockMode::Exact, Some(e)) => lock::check(e, got, self.path),
+            (LockMode::Keep, Some(e)) => lock::check_keep(e, got, self.path, req, explicit),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// After a pull that resolved `got`: the lockfile at `path` (`current`, as read before the
+/// pull) with `got`'s entry added or replaced, written, unless the pull was `--locked`
+/// (`exact`), which only reads it.
+pub fn record_lock(
+    path: &Path,
+    current: Option<crate::lock::Lockfile>,
+    got: &LockedPackage,
+    exact: bool,
+) -> Result<(), LockError> {
+    if exact {
         return Ok(());
-    };
-    let Some(e) = l.entry else {
+    }
+    let mut l = current.unwrap_or_default();
+    l.upsert(got.clone());
+    l.write(path)
+}
+
+/// [`Locked::check`] of what `req` resolved.
+fn check_lock(req: &PullRequest, got: &LockedPackage) -> Result<(), LockError> {
+    let Some(l) = &req.locked else {
         return Ok(());
     };
     let r = match req.want {
         Want::Req(r) => Some(r),
         Want::Digest(_) => None,
     };
-    lock::check_keep(e, got, l.path, r, is_explicit(req.want))?;
-    Ok(())
+    l.check(req.name, got, r, is_explicit(req.want))
 }
 
 pub struct PullRequest<'a> {
@@ -271,10 +310,7 @@ pub fn pull(
         manifest: resolved.manifest_digest.clone(),
         layers: resolved.layer_digests(&targets)?,
     };
-    if let (Some(l), Some(e)) = (exact, locked_entry) {
-        lock::check(e, &entry, l.path)?;
-    }
-    check_kept(req, &entry)?;
+    check_lock(req, &entry)?;
     // Signatures before any object is fetched or cached: a refused bundle leaves nothing.
     let sigs = if req.trust.policy == kbuild_bundle::sign::Policy::Off {
         None
@@ -407,10 +443,7 @@ fn pull_offline(
         manifest: pick.manifest.clone(),
         layers,
     };
-    if let (Some(l), Some(e)) = (&req.locked, locked) {
-        lock::check(e, &entry, l.path)?;
-    }
-    check_kept(req, &entry)?;
+    check_lock(req, &entry)?;
     let sigs = req.cache.signatures(pick)?;
     let verdict = req
         .trust
@@ -459,5 +492,56 @@ mod tests {
                 .starts_with("`not a req` is not a version requirement: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn locked_rules_for_every_mode() {
+        let entry = |version: &str, artifact: &str| LockedPackage {
+            name: "k".into(),
+            version: version.into(),
+            registry: "file:///r".into(),
+            artifact: artifact.into(),
+            manifest: "sha256:m".into(),
+            layers: BTreeMap::new(),
+        };
+        let path = Path::new("Kbuild.lock");
+        let locked = entry("1.0.0", "sha256:a");
+        let lock = |mode, entry| Locked { entry, path, mode };
+        // --locked: the entry must be there and the same.
+        let missing = lock(LockMode::Exact, None).check("k", &locked, None, false);
+        assert!(matches!(missing, Err(LockError::Drift { .. })));
+        let same = lock(LockMode::Exact, Some(&locked)).check("k", &locked, None, false);
+        assert!(same.is_ok());
+        let other = entry("1.0.0", "sha256:b");
+        let drift = lock(LockMode::Exact, Some(&locked)).check("k", &other, None, false);
+        assert!(matches!(drift, Err(LockError::Drift { .. })));
+        // A plain pull: the locked version's digests stay; a new entry is fine.
+        let changed = lock(LockMode::Keep, Some(&locked)).check("k", &other, None, true);
+        assert!(matches!(changed, Err(LockError::Changed { .. })));
+        assert!(lock(LockMode::Keep, None)
+            .check("k", &other, None, true)
+            .is_ok());
+        // --update takes what was resolved.
+        let update = lock(LockMode::Update, Some(&locked)).check("k", &other, None, true);
+        assert!(update.is_ok());
+    }
+
+    #[test]
+    fn record_lock_writes_unless_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("Kbuild.lock");
+        let got = LockedPackage {
+            name: "k".into(),
+            version: "1.0.0".into(),
+            registry: "file:///r".into(),
+            artifact: "sha256:a".into(),
+            manifest: "sha256:m".into(),
+            layers: BTreeMap::new(),
+        };
+        record_lock(&path, None, &got, true).unwrap();
+        assert!(!path.exists());
+        record_lock(&path, None, &got, false).unwrap();
+        let read = crate::lock::Lockfile::read(&path).unwrap().unwrap();
+        assert_eq!(read.find("k"), Some(&got));
     }
 }

@@ -18,7 +18,7 @@ use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{AssetError, AssetIndex};
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::cache::Cache;
-use kbuild_bundle::sign::{SignatureFile, Trust};
+use kbuild_bundle::sign::Trust;
 use kbuild_manifest::manifest::Manifest;
 
 use crate::lock::LockedPackage;
@@ -45,6 +45,33 @@ pub struct ReleasePulled {
     pub parts_skipped: Vec<String>,
 }
 
+/// Why a split release cannot be pulled from where it was named.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("`{spec}`: a split release is pulled from files, not URLs; download the index and the part(s) the device needs into one directory (the index lists them), then `kbuild pull DIR/{file}`")]
+    Url { spec: String, file: String },
+    #[error("{index} is a split release's index: its parts are read from beside it, not from --registry {registry}; drop --registry")]
+    Registry { index: String, registry: String },
+}
+
+/// A split release is read from the files beside its index `spec`: not from a URL, and not
+/// from a `registry`.
+pub fn check_source(spec: &str, registry: Option<&str>) -> Result<(), SourceError> {
+    if spec.starts_with("http://") || spec.starts_with("https://") {
+        return Err(SourceError::Url {
+            spec: spec.into(),
+            file: spec.rsplit('/').next().unwrap_or_default().into(),
+        });
+    }
+    match registry {
+        Some(r) => Err(SourceError::Registry {
+            index: Path::new(spec).display().to_string(),
+            registry: r.into(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The registry string a release is cached and locked under: `file://` and the index path.
 pub fn describe(index: &Path) -> String {
     format!("file://{}", canonical_dir(index).display())
@@ -65,21 +92,8 @@ pub fn pull_release(
     let registry = describe(req.index);
     let artifact = digest::oci_digest(&index_bytes);
     let targets = select(index.manifest()).map_err(PullError::Select)?;
-    let sig_path = kbuild_bundle::signature_path(req.index);
-    let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(
-            SignatureFile::from_json(&b)
-                .map_err(|e| StoreError::Invalid(format!("{}: {e}", sig_path.display())))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => {
-            return Err(AssetError::Io {
-                path: sig_path.display().to_string(),
-                err,
-            }
-            .into())
-        }
-    };
+    let sigs = kbuild_bundle::sign::read_signatures(req.index)
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
     // Signatures before any part is read or cached: a refused release leaves nothing.
     let verdict = req.trust.check(
         index.name(),
@@ -220,5 +234,21 @@ mod tests {
         );
         let refused = pull_release(&req, &|_| Err("nothing runs here".into())).unwrap_err();
         assert_eq!(refused.to_string(), "nothing runs here");
+    }
+
+    #[test]
+    fn a_release_is_read_from_files_only() {
+        assert!(check_source("dist/p-1.0.0.kbindex", None).is_ok());
+        let url = check_source("https://h/x/p-1.0.0.kbindex", None).unwrap_err();
+        assert!(
+            url.to_string()
+                .ends_with("then `kbuild pull DIR/p-1.0.0.kbindex`"),
+            "{url}"
+        );
+        let reg = check_source("p-1.0.0.kbindex", Some("oci://h/r")).unwrap_err();
+        assert!(
+            reg.to_string().contains("not from --registry oci://h/r"),
+            "{reg}"
+        );
     }
 }

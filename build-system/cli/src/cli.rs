@@ -2,6 +2,7 @@
 //! else. `main.rs` dispatches each command to its module under `commands/`.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
 use kbuild_build::remote_cache::RemoteMode;
@@ -137,17 +138,21 @@ pub enum Command {
     #[command(subcommand)]
     Toolchain(ToolchainCommand),
     /// Remove the build output (and with --cache, the compile cache).
-    Clean {
-        /// Path to Kbuild.toml (default: found from the current directory).
-        #[arg(long)]
-        manifest_path: Option<PathBuf>,
-        /// The output directory to remove (default: the project's out-dir).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Also empty the content-addressed compile cache.
-        #[arg(long)]
-        cache: bool,
-    },
+    Clean(CleanArgs),
+}
+
+/// Arguments of `kbuild clean`.
+#[derive(Args)]
+#[command(mut_arg("manifest_path", |a| a.value_name("MANIFEST_PATH")))]
+pub struct CleanArgs {
+    #[command(flatten)]
+    pub project: ManifestPath,
+    /// The output directory to remove (default: the project's out-dir).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also empty the content-addressed compile cache.
+    #[arg(long)]
+    pub cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -159,15 +164,7 @@ pub enum BaselineCommand {
 #[derive(Subcommand)]
 pub enum ToolchainCommand {
     /// Show each toolchain's path, version and the catalogue targets it can build.
-    List {
-        /// `kbuild.toolchains/v1` JSON on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Path to Kbuild.toml, for its [toolchain] settings (default: found from the current
-        /// directory, if any).
-        #[arg(long)]
-        manifest_path: Option<PathBuf>,
-    },
+    List(ToolchainListArgs),
     /// Install a toolchain (both when none is named). Idempotent.
     Install {
         /// `cuda` or `hip` (default: both).
@@ -176,17 +173,58 @@ pub enum ToolchainCommand {
     },
 }
 
-#[derive(Args, Default)]
-pub struct BuildArgs {
+/// Arguments of `kbuild toolchain list`.
+#[derive(Args)]
+#[command(mut_arg("manifest_path", |a| a.value_name("MANIFEST_PATH").help(
+    "Path to Kbuild.toml, for its [toolchain] settings (default: found from the current directory, if any)"
+)))]
+pub struct ToolchainListArgs {
+    /// `kbuild.toolchains/v1` JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub project: ManifestPath,
+}
+
+/// `--targets`, declared once; commands that read it otherwise say so with `mut_arg`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct Targets {
     /// Targets: names (sm_89, gfx1100, gfx90a:xnack-, compute_90), groups (ampere, rdna3, all),
     /// or TORCH_CUDA_ARCH_LIST syntax (8.0;8.9;9.0+PTX); `-TARGET` excludes one (all,-gfx950).
     /// `all` is every target the found toolchains can build. Repeatable. Default: the
     /// project's list.
     #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
     pub targets: Vec<TargetList>,
+}
+
+/// `--manifest-path`, declared once; commands that use it otherwise say so with `mut_arg`.
+#[derive(Args, Debug, Default, Clone)]
+pub struct ManifestPath {
     /// Path to Kbuild.toml (default: found from the current directory).
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
+}
+
+/// The help of `--manifest-path` where it only finds the default out-dir.
+const OUT_DIR_MANIFEST: &str = "Manifest path used to find the default out-dir";
+
+/// `--driver` and `--no-generic`: what a simulated device's runtime loads.
+#[derive(Args, Debug, Default, Clone)]
+pub struct SimulatedDevice {
+    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
+    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
+    pub driver: Option<Version>,
+    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
+    #[arg(long)]
+    pub no_generic: bool,
+}
+
+#[derive(Args, Default)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub targets: Targets,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// Output directory (default: the project's out-dir).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -229,7 +267,7 @@ pub struct BuildArgs {
     /// Build only shard I of N (1-based): the resolved target list is split by estimated cost
     /// into N disjoint shards, the same on every machine. Package each shard build, then join
     /// the bundles with `kbuild package --merge`.
-    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "print_shards")]
+    #[arg(long, value_name = "I/N", value_parser = ShardSpec::from_str, conflicts_with = "print_shards")]
     pub shard: Option<ShardSpec>,
     /// Print how N shards would split the resolved target list (each shard's targets and
     /// estimated cost; `kbuild.shards/v1` JSON with --json) instead of building.
@@ -237,21 +275,17 @@ pub struct BuildArgs {
     pub print_shards: Option<u32>,
 }
 
-fn parse_shard(s: &str) -> Result<ShardSpec, String> {
-    s.parse::<ShardSpec>().map_err(|e| e.to_string())
-}
-
 /// Arguments of `kbuild init`.
 #[derive(Args, Debug, Default)]
+#[command(mut_arg("targets", |a| a.help(
+    "`[build] targets` of the new file (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes); discovery builds one of them per vendor. Default: common targets of each vendor whose toolchain was found"
+)))]
 pub struct InitArgs {
     /// The directory to scan and to write Kbuild.toml into (default: the current directory).
     #[arg(value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// `[build] targets` of the new file (names, groups, TORCH_CUDA_ARCH_LIST syntax,
-    /// `-TARGET` excludes); discovery builds one of them per vendor. Default: common targets
-    /// of each vendor whose toolchain was found.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
+    #[command(flatten)]
+    pub targets: Targets,
     /// Replace an existing Kbuild.toml (refused otherwise).
     #[arg(long)]
     pub force: bool,
@@ -275,6 +309,7 @@ pub struct InitArgs {
 
 /// Arguments of `kbuild explain`.
 #[derive(Args, Debug, Default)]
+#[command(mut_arg("manifest_path", |a| a.help(OUT_DIR_MANIFEST)))]
 pub struct ExplainArgs {
     /// A build directory (holding manifest.json) or a manifest file. Default: the project's
     /// out-dir.
@@ -283,21 +318,16 @@ pub struct ExplainArgs {
     /// `auto` (detect) or a target to simulate: sm_90, 9.0, gfx1151, gfx90a:sramecc+:xnack-.
     #[arg(long, value_name = "auto|TARGET", env = "KBUILD_DEVICE", value_parser = parse_device)]
     pub device: Option<String>,
-    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
-    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
-    pub driver: Option<Version>,
-    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
-    #[arg(long)]
-    pub no_generic: bool,
+    #[command(flatten)]
+    pub simulated: SimulatedDevice,
     /// Only this kernel.
     #[arg(long, value_name = "NAME")]
     pub kernel: Option<String>,
     /// `kbuild.explain/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Manifest path used to find the default out-dir.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// The signature policy for a bundle (its `.sig` file beside it), as at pull.
     #[command(flatten)]
     pub trust: TrustArgs,
@@ -325,7 +355,7 @@ pub struct RegistryArgs {
 #[derive(Args, Debug, Default, Clone)]
 pub struct TrustArgs {
     /// require | warn | off (default: [signatures] policy in the kbuild config, else warn).
-    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = parse_policy)]
+    #[arg(long, value_name = "POLICY", env = "KBUILD_SIGNATURE_POLICY", value_parser = Policy::from_str)]
     pub signature_policy: Option<Policy>,
     /// A trusted public key file (.pub), besides those in the kbuild config. Repeatable.
     #[arg(long = "trusted-key", value_name = "PATH")]
@@ -333,15 +363,16 @@ pub struct TrustArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("targets", |a| a.help(
+    "Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes). Repeatable"
+)))]
 pub struct PackageArgs {
     /// A build output directory (holding manifest.json). Default: build the project (through
     /// the cache) first, then package its out-dir.
     #[arg(value_name = "BUILD_DIR")]
     pub build_dir: Option<PathBuf>,
-    /// Only these targets (names, groups, TORCH_CUDA_ARCH_LIST syntax, `-TARGET` excludes).
-    /// Repeatable.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
+    #[command(flatten)]
+    pub targets: Targets,
     /// Where bundles go.
     #[arg(long, value_name = "DIR", default_value = "dist")]
     pub out: PathBuf,
@@ -352,7 +383,7 @@ pub struct PackageArgs {
     /// when the bundle is larger, write one bundle per target family (NAME-VERSION.sm_9x.kbundle,
     /// ...; a family still too large split by target) and the index NAME-VERSION.kbindex that
     /// `kbuild pull` reads, instead of the whole bundle. See docs/release.md.
-    #[arg(long, value_name = "SIZE", value_parser = parse_asset_size, conflicts_with = "split")]
+    #[arg(long, value_name = "SIZE", value_parser = kbuild_bundle::assets::parse_size, conflicts_with = "split")]
     pub max_asset_size: Option<u64>,
     /// Rebuild from scratch (fresh cache, fresh out-dir), package again, and compare bytes.
     #[arg(long)]
@@ -361,9 +392,8 @@ pub struct PackageArgs {
     /// manifest is marked `partial`, and pull and explain show it.
     #[arg(long)]
     pub allow_partial: bool,
-    /// Path to Kbuild.toml (default: found from the current directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// `kbuild.package/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -376,6 +406,9 @@ pub struct PackageArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("manifest_path", |a| a.help(
+    "Path to Kbuild.toml, to find the default bundle (default: found from the current directory)"
+)))]
 pub struct PublishArgs {
     /// The bundle (default: dist/NAME-VERSION.kbundle of the project here). Its `.sig` file,
     /// when present, is published too.
@@ -387,10 +420,8 @@ pub struct PublishArgs {
     /// versions are immutable.
     #[arg(long)]
     pub allow_partial: bool,
-    /// Path to Kbuild.toml, to find the default bundle (default: found from the current
-    /// directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// `kbuild.publish/v1` JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -409,12 +440,8 @@ pub struct PullArgs {
     /// (sm_90, 9.0, gfx1151, gfx90a:xnack-). Default: every target.
     #[arg(long, value_name = "auto|TARGET")]
     pub device: Option<String>,
-    /// CUDA driver version of a simulated NVIDIA device (default: the newest kbuild knows).
-    #[arg(long, value_name = "VERSION", value_parser = parse_driver)]
-    pub driver: Option<Version>,
-    /// A simulated AMD device's runtime does not load generic (code object v6) objects.
-    #[arg(long)]
-    pub no_generic: bool,
+    #[command(flatten)]
+    pub simulated: SimulatedDevice,
     /// Refuse anything that differs from Kbuild.lock.
     #[arg(long)]
     pub locked: bool,
@@ -491,6 +518,7 @@ pub enum RunCommand {
 #[cfg(feature = "engine")]
 /// Arguments of `kbuild run gdn`.
 #[derive(Args, Debug)]
+#[command(mut_arg("manifest_path", |a| a.help(OUT_DIR_MANIFEST)))]
 pub struct GdnArgs {
     /// The kernels: a build directory (holding manifest.json), a manifest or a bundle.
     /// Default: the project's out-dir.
@@ -549,9 +577,8 @@ pub struct GdnArgs {
     /// file (for a side-by-side run elsewhere) and exit; needs no GPU.
     #[arg(long, value_name = "FILE")]
     pub dump_inputs: Option<PathBuf>,
-    /// Manifest path used to find the default out-dir.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub project: ManifestPath,
 }
 
 pub fn parse_fail_on(s: &str) -> Result<FailOn, gate::GateRuleError> {
@@ -604,16 +631,8 @@ pub fn parse_device(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-pub fn parse_asset_size(s: &str) -> Result<u64, String> {
-    kbuild_bundle::assets::parse_size(s).map_err(|e| e.to_string())
-}
-
 pub fn parse_driver(s: &str) -> Result<Version, String> {
     parse_version(s).ok_or_else(|| format!("`{s}` is not a CUDA version like 13.0"))
-}
-
-pub fn parse_policy(s: &str) -> Result<Policy, String> {
-    s.parse()
 }
 
 /// Arguments of `kbuild release-notes`.
@@ -672,14 +691,14 @@ pub struct DiffArgs {
 
 /// Arguments of `kbuild baseline update`.
 #[derive(Args)]
+#[command(mut_arg("targets", |a| a.help(
+    "Targets to rebuild (names, groups, `-TARGET` excludes; default: the project's list). Repeatable"
+)))]
 pub struct BaselineUpdateArgs {
-    /// Targets to rebuild (names, groups, `-TARGET` excludes; default: the project's list).
-    /// Repeatable.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
-    /// Path to Kbuild.toml (default: found from the current directory).
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub targets: Targets,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// The baseline file (default: resources.json next to Kbuild.toml).
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
@@ -775,7 +794,7 @@ mod tests {
         let Some(Command::Build(b)) = cli.command else {
             panic!("not a build")
         };
-        let spec = target_spec(&b.targets).unwrap().unwrap();
+        let spec = target_spec(&b.targets.targets).unwrap().unwrap();
         assert!(spec.all);
         assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
         let cli =
@@ -784,6 +803,6 @@ mod tests {
         let Some(Command::Build(b)) = cli.command else {
             panic!("not a build")
         };
-        assert!(target_spec(&b.targets).is_err());
+        assert!(target_spec(&b.targets.targets).is_err());
     }
 }

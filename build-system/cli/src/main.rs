@@ -4,7 +4,9 @@
 
 mod cli;
 mod commands;
+mod opts;
 mod progress;
+mod render;
 
 use std::process::ExitCode;
 
@@ -65,14 +67,14 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
             json,
             block_size,
         }) => Ok(inspect::run(&files, json, block_size, env)),
-        Some(Command::Devices { json }) => Ok(explain::run_devices(json, env)),
+        Some(Command::Devices { json }) => Ok(devices::run(json, env)),
         Some(Command::Explain(args)) => Ok(explain::run_explain(args, env)),
-        Some(Command::Package(args)) => registry::run_package(args, env),
-        Some(Command::Publish(args)) => registry::run_publish(args, env),
-        Some(Command::Pull(args)) => registry::run_pull(args, env),
-        Some(Command::Ls(args)) => registry::run_ls(args, env),
-        Some(Command::Keygen(args)) => registry::run_keygen(args, env),
-        Some(Command::Sign(args)) => registry::run_sign(args, env),
+        Some(Command::Package(args)) => package::run(args, env),
+        Some(Command::Publish(args)) => publish::run(args, env),
+        Some(Command::Pull(args)) => pull::run(args, env),
+        Some(Command::Ls(args)) => ls::run(args, env),
+        Some(Command::Keygen(args)) => keygen::run(args, env),
+        Some(Command::Sign(args)) => sign::run(args, env),
         #[cfg(feature = "engine")]
         Some(Command::Run(cmd)) => run::run(cmd, env),
         Some(Command::Diff(args)) => Ok(diff::run(args, env)),
@@ -81,14 +83,7 @@ fn run(cli: Cli, env: &Env) -> anyhow::Result<ExitCode> {
         Some(Command::Toolchain(ToolchainCommand::Install { which })) => {
             toolchain::install(which.as_deref(), env)
         }
-        Some(Command::Toolchain(ToolchainCommand::List {
-            json,
-            manifest_path,
-        })) => toolchain::list(json, manifest_path.as_deref(), env),
-        Some(Command::Clean {
-            manifest_path,
-            out,
-            cache,
-        }) => clean::run(manifest_path.as_deref(), out, cache, env),
+        Some(Command::Toolchain(ToolchainCommand::List(args))) => toolchain::list(args, env),
+        Some(Command::Clean(args)) => clean::run(args, env),
     }
 }

@@ -92,22 +92,6 @@ fn running_message(running: &[String]) -> String {
     format!("{} running: {}", running.len(), running.join(", "))
 }
 
-/// `kernel[.variant] for target` of a job event, as the library labels jobs.
-fn event_label(e: &Event) -> Option<String> {
-    match e {
-        Event::Job {
-            kernel,
-            variant,
-            target,
-            ..
-        } => Some(match variant {
-            Some(v) => format!("{kernel}.{v} for {target}"),
-            None => format!("{kernel} for {target}"),
-        }),
-        Event::Shard { .. } | Event::Summary { .. } => None,
-    }
-}
-
 impl Observer for BuildProgress {
     fn planned(&self, jobs: usize) {
         if let BuildProgress::Bar { bar, .. } = self {
@@ -160,7 +144,7 @@ impl Observer for BuildProgress {
                 verbosity,
             } => match e {
                 Event::Job { status, .. } => {
-                    if let (Some(label), Ok(mut r)) = (event_label(e), running.lock()) {
+                    if let (Some(label), Ok(mut r)) = (e.job_label(), running.lock()) {
                         if let Some(i) = r.iter().position(|l| *l == label) {
                             r.remove(i);
                         }

@@ -15,6 +15,8 @@ pub mod cache;
 pub mod merge;
 pub mod side;
 #[cfg(feature = "signatures")]
+pub mod output;
+#[cfg(feature = "signatures")]
 pub mod sign;
 
 pub use bundle::{Bundle, BundleError};
@@ -51,11 +53,7 @@ pub fn verify_bundle_file(
         path: path.display().to_string(),
         err,
     })?;
-    let sig_path = signature_path(path);
-    let sigs = match std::fs::read(&sig_path) {
-        Ok(b) => Some(sign::SignatureFile::from_json(&b)?),
-        Err(_) => None,
-    };
+    let sigs = sign::read_signatures(path).map_err(sign::SignError::from)?;
     let verdict = trust.check(
         bundle.name(),
         bundle.version(),

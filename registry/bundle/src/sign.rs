@@ -24,6 +24,14 @@ pub const FILE_SCHEMA: &str = "kbuild.signatures/v1";
 const PUBLIC_TAG: &str = "kbuild-ed25519";
 const SECRET_TAG: &str = "kbuild-ed25519-secret";
 
+mod files;
+pub use files::{
+    default_key_dir, default_secret_key, read_signatures, sign_file, write_signatures,
+    SigFileError, Signed,
+};
+#[cfg(feature = "keygen")]
+pub use files::{write_key_pair, KeyFileError, KeyPair};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("{path}: {err}")]

@@ -1,51 +1,31 @@
-//! `kbuild [build]`: build every kernel × variant × target, or print the compile commands.
+//! `kbuild [build]`: build every kernel × variant × target, or print the compile commands or
+//! the shards; `--check-baseline` compares the result with the committed baseline.
 
+use std::io::IsTerminal;
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_build::build::{build, commands, shards, BuildOptions};
-use kbuild_build::config;
+use kbuild_build::baseline;
+use kbuild_build::build::{build, commands, shards};
+use kbuild_build::report::{baseline_drifted, baseline_up_to_date};
+use kbuild_build::report::{BaselineEvent, CommandLine, ShardsReport};
 
 use crate::cli::BuildArgs;
 use crate::progress::BuildProgress;
+use crate::render::{color, print_json_line};
 
 pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
-    let mut project = config::open(args.manifest_path.as_deref())?;
-    if let Some(l) = args.launcher {
-        project.launcher = Some(l);
+    let mut project = args.project.open()?;
+    if let Some(l) = &args.launcher {
+        project.launcher = Some(l.clone());
     }
-    let (targets, targets_all) = crate::cli::build_targets(&args.targets)?;
-    let opts = BuildOptions {
-        targets,
-        targets_all,
-        out_dir: args.out,
-        jobs: args.jobs.map(|j| j as usize),
-        keep_going: args.keep_going,
-        fat: args.fat,
-        job_timeout: args.job_timeout,
-        cache_dir: None,
-        remote_cache: args.remote_cache,
-        remote_cache_mode: args.remote_cache_mode,
-        plain_http: args.plain_http,
-        shard: args.shard,
-        env: env.clone(),
-    };
+    let opts = args.options(env)?;
     if let Some(count) = args.print_shards {
         let (all, split) = shards(&project, &opts, count, &BuildProgress::plain())?;
         if args.json {
-            let list: Vec<serde_json::Value> = split
-                .iter()
-                .map(|s| {
-                    let t: Vec<String> = s.targets.iter().map(ToString::to_string).collect();
-                    serde_json::json!({"index": s.index, "targets": t, "cost": s.cost})
-                })
-                .collect();
-            let all: Vec<String> = all.iter().map(ToString::to_string).collect();
-            println!(
-                "{}",
-                serde_json::json!({"schema": "kbuild.shards/v1", "count": count, "targets": all, "shards": list})
-            );
+            print_json_line(&ShardsReport::new(count, &all, &split))?;
         } else {
             for s in &split {
                 let t: Vec<String> = s.targets.iter().map(ToString::to_string).collect();
@@ -65,20 +45,15 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
             .clone()
             .unwrap_or_else(|| project.out_dir.clone());
         for (job, cmd) in commands(&project, &opts, &BuildProgress::plain())? {
-            let line = serde_json::json!({
-                "kernel": job.kernel_name, "variant": job.variant_name(), "target": job.target.to_string(),
-                "cwd": project.root, "launcher": cmd.launcher, "program": cmd.program, "args": cmd.args(),
-                "output": out_dir.join(&job.out_rel),
-            });
-            println!("{line}");
+            print_json_line(&CommandLine::new(&project.root, &out_dir, &job, &cmd))?;
         }
         return Ok(ExitCode::SUCCESS);
     }
     let report = build(&project, &opts, &BuildProgress::new(args.json, env))?;
     if report.failures.is_empty() {
         if let Some(file) = args.check_baseline {
-            let file = file.unwrap_or_else(|| kbuild_build::baseline::default_path(&project));
-            return super::baseline::check(&report.manifest_path, &file, args.json, env);
+            let file = file.unwrap_or_else(|| baseline::default_path(&project));
+            return check_baseline(&report.manifest_path, &file, args.json, env);
         }
         Ok(ExitCode::SUCCESS)
     } else {
@@ -90,4 +65,25 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
         }
         Ok(ExitCode::from(1))
     }
+}
+
+/// `--check-baseline`: drift prints the diff on stderr (with `json`: one
+/// `{"event": "baseline", ...}` line on stdout) and exits 1.
+fn check_baseline(manifest: &Path, path: &Path, json: bool, env: &Env) -> Result<ExitCode> {
+    let c = baseline::check(manifest, path)?;
+    if json {
+        print_json_line(&BaselineEvent::new(&c))?;
+    }
+    if !c.drift {
+        if !json {
+            eprintln!("{}", baseline_up_to_date(&c));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !json {
+        let colored = color(std::io::stderr().is_terminal(), env);
+        eprint!("{}", kbuild_report::diff::text(&c.diff, None, colored));
+    }
+    eprintln!("error: {}", baseline_drifted(&c));
+    Ok(ExitCode::from(1))
 }

@@ -1,28 +1,15 @@
-//! `kbuild devices` and `kbuild explain`: thin commands over `kbuild-loader` (detection,
-//! selection and its rendering live there, shared with the C ABI).
+//! `kbuild explain`: a thin command over `kbuild-loader` (detection, selection and its
+//! rendering live there, shared with the C ABI).
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_build::config;
-use kbuild_loader::detect::{self, DeviceOptions};
-use kbuild_loader::explain::{devices_json, devices_text, explain_json, explain_trace};
+use kbuild_loader::detect;
+use kbuild_loader::explain::{explain_json, explain_trace};
 use kbuild_loader::Package;
 
 use crate::cli::ExplainArgs;
-
-/// `kbuild devices [--json]`: always exits 0; no runtime or no device is a normal answer.
-pub fn run_devices(json: bool, env: &Env) -> ExitCode {
-    let detection = detect::detect_with(&kbuild_loader::hip::HipSearch::from_env(env));
-    if json {
-        println!("{}", devices_json(&detection));
-    } else {
-        print!("{}", devices_text(&detection));
-    }
-    ExitCode::SUCCESS
-}
 
 /// `kbuild explain`: exit 0 when every kernel has a selection, 1 when any has none (no
 /// match), 2 when there is nothing to explain: an unreadable or malformed build, manifest or
@@ -40,7 +27,7 @@ pub fn run_explain(args: ExplainArgs, env: &Env) -> ExitCode {
 fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     let path = match &args.path {
         Some(p) => p.clone(),
-        None => default_out_dir(args.manifest_path.as_deref())?,
+        None => args.project.default_out_dir()?,
     };
     // A split release's index: its manifest, and which of its parts the device needs.
     let index = if kbuild_bundle::assets::is_index_path(&path) {
@@ -60,13 +47,7 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     if let Some(note) = &partial {
         eprintln!("warning: {}: {note}", path.display());
     }
-    let opts = DeviceOptions {
-        device: args.device.clone(),
-        driver: args.driver,
-        no_generic: args.no_generic,
-        index: None,
-        hip: kbuild_loader::hip::HipSearch::from_env(env),
-    };
+    let opts = crate::opts::device_options(args.device.as_deref(), &args.simulated, env);
     let device = detect::resolve(&opts)?;
     let mut selection = package.select(&device.device);
     if let Some(k) = &args.kernel {
@@ -127,11 +108,4 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
         }
         Ok(ExitCode::from(1))
     }
-}
-
-/// The project's out-dir, when no build was named.
-pub fn default_out_dir(manifest_path: Option<&Path>) -> Result<PathBuf> {
-    Ok(config::open(manifest_path)
-        .context("no BUNDLE|DIR|MANIFEST given and no Kbuild.toml here to find the out-dir")?
-        .out_dir)
 }

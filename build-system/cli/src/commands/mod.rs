@@ -1,16 +1,22 @@
-//! One module per command: parse what clap left, call the library, render its report.
+//! One module per command: parse what clap left, call the library, render its report. No
+//! command module imports another; what they share is in `opts` and `render`.
 
-pub mod assets;
 pub mod baseline;
 pub mod build;
 pub mod clean;
+pub mod devices;
 pub mod diff;
 pub mod explain;
 pub mod init;
 pub mod inspect;
-pub mod registry;
+pub mod keygen;
+pub mod ls;
+pub mod package;
+pub mod publish;
+pub mod pull;
 #[cfg(feature = "engine")]
 pub mod run;
+pub mod sign;
 pub mod toolchain;
 
 /// An error and its causes on one line, each cause once: a cause whose text the message

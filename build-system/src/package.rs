@@ -1,0 +1,173 @@
+//! Building for a bundle: the build `kbuild package` makes when no build dir is named (refused
+//! with failed jobs unless partial bundles are allowed), and the reproducibility check (a clean
+//! rebuild of the bundle's targets in a scratch cache and out-dir, packaged again, compared
+//! byte for byte, and the objects that differ named).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kbuild_base::digest::oci_digest;
+use kbuild_bundle::{Bundle, BundleError};
+use kbuild_manifest::manifest::{Manifest, ObjectRecord};
+use kbuild_manifest::target::{Target, TargetError};
+
+use crate::build::{build, BuildError, BuildOptions};
+use crate::config::Project;
+use crate::events::Observer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error("{0} job(s) failed; nothing was packaged (run `kbuild build` to see them)")]
+    Failed(usize),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error("creating a scratch directory: {0}")]
+    Scratch(std::io::Error),
+}
+
+/// Build `project` with `opts` for packaging; its out-dir. Failed jobs refuse it unless
+/// `allow_partial` (the bundle's manifest then marks them).
+pub fn build_for_package(
+    project: &Project,
+    opts: &BuildOptions,
+    allow_partial: bool,
+    observer: &dyn Observer,
+) -> Result<PathBuf, PackageError> {
+    let report = build(project, opts, observer)?;
+    if !report.failures.is_empty() && !allow_partial {
+        return Err(PackageError::Failed(report.failures.len()));
+    }
+    Ok(report.out_dir)
+}
+
+/// The targets to package from a build made with `opts`: those it names, or every target the
+/// build holds (`None`) when it named none or `all` (the targets its toolchains could build).
+pub fn packaged_targets(opts: &BuildOptions) -> Option<Vec<String>> {
+    let named = opts.targets.as_ref().filter(|_| !opts.targets_all)?;
+    Some(named.iter().map(Target::to_string).collect())
+}
+
+/// The targets a bundle's manifest lists, each parsed on its own.
+pub fn manifest_targets(manifest: &Manifest) -> Result<Vec<Target>, TargetError> {
+    manifest.targets.iter().map(|t| t.parse()).collect()
+}
+
+/// What to rebuild and how to package it, for [`verify_reproducible`].
+pub struct Reproduce<'a> {
+    /// The targets to rebuild (those of the first bundle: [`manifest_targets`]).
+    pub targets: Vec<Target>,
+    /// The targets packaged (`None`: every target the build holds).
+    pub filter: Option<&'a [String]>,
+    pub allow_partial: bool,
+    /// The archive's mtime (`SOURCE_DATE_EPOCH`).
+    pub mtime: u64,
+    /// The options of the first build; targets, out-dir and cache are replaced.
+    pub build: BuildOptions,
+}
+
+/// The outcome of [`verify_reproducible`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reproduced {
+    /// The clean rebuild packaged to the same bytes.
+    Same,
+    /// It did not: both digests, and one line per object that differs (or why the objects
+    /// are equal yet the bytes are not).
+    Differs {
+        first: String,
+        second: String,
+        objects: Vec<String>,
+    },
+}
+
+/// Rebuild from scratch (a fresh cache and out-dir under `scratch_parent`, removed after),
+/// package again and compare with `first` (whose archive is `bytes`).
+pub fn verify_reproducible(
+    project: &Project,
+    first: &Bundle,
+    bytes: &[u8],
+    req: Reproduce,
+    scratch_parent: &Path,
+    observer: &dyn Observer,
+) -> Result<Reproduced, PackageError> {
+    let scratch = kbuild_base::fs::tempdir_in(scratch_parent, "kbuild-reproduce")
+        .map_err(PackageError::Scratch)?;
+    let opts = BuildOptions {
+        targets: Some(req.targets),
+        targets_all: false,
+        out_dir: Some(scratch.join("out")),
+        cache_dir: Some(scratch.join("cache")),
+        ..req.build
+    };
+    let second = build_for_package(project, &opts, req.allow_partial, observer)
+        .and_then(|d| Ok(Bundle::from_build_dir(&d, req.filter, req.allow_partial)?));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let second = second?;
+    let second_bytes = second.to_bytes(req.mtime)?;
+    if second_bytes == bytes {
+        return Ok(Reproduced::Same);
+    }
+    Ok(Reproduced::Differs {
+        first: oci_digest(bytes),
+        second: oci_digest(&second_bytes),
+        objects: differing_objects(first.manifest(), second.manifest()),
+    })
+}
+
+/// One line per object of `a` whose bytes differ in `b` (or that `b` lacks).
+fn differing_objects(a: &Manifest, b: &Manifest) -> Vec<String> {
+    let key = |o: &ObjectRecord| (o.target.clone(), o.kernel.clone(), o.variant.clone());
+    let bm: BTreeMap<_, _> = b.objects.iter().map(|o| (key(o), &o.sha256)).collect();
+    let mut out: Vec<String> = a
+        .objects
+        .iter()
+        .filter(|o| bm.get(&key(o)) != Some(&&o.sha256))
+        .map(|o| {
+            format!(
+                "{} for {}: {} then {}",
+                o.kernel,
+                o.target,
+                o.sha256,
+                bm.get(&key(o)).map(|s| s.as_str()).unwrap_or("missing")
+            )
+        })
+        .collect();
+    if out.is_empty() {
+        out.push("objects are equal; the manifest differs (provenance?)".into());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_objects_names_each_or_says_why_none() {
+        use kbuild_manifest::fixtures::{manifest, object};
+        let a = manifest(
+            "p",
+            "1.0.0",
+            vec![
+                object("k", "sm_90", "cubin", b"one"),
+                object("k", "gfx1100", "hsaco", b"two"),
+            ],
+        );
+        assert_eq!(
+            differing_objects(&a, &a),
+            vec!["objects are equal; the manifest differs (provenance?)".to_string()]
+        );
+        let mut b = a.clone();
+        if let Some(o) = b.objects.first_mut() {
+            o.sha256 = "other".into();
+        }
+        let lines = differing_objects(&a, &b);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].ends_with(" then other"), "{lines:?}");
+        let targets = manifest_targets(&a).unwrap();
+        assert_eq!(targets.len(), a.targets.len());
+    }
+}
