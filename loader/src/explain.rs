@@ -23,7 +23,30 @@ pub fn explain_json(
     source: &str,
     partial: Option<&str>,
 ) -> String {
-    let doc = ExplainDoc {
+    serde_json::to_string(&explain_doc(selection, device, source, partial)).unwrap_or_default()
+}
+
+/// [`explain_json`] of a split release's index: `parts` (the index's records of the parts the
+/// device needs) added as the document's `parts` field.
+pub fn explain_json_with_parts<P: serde::Serialize>(
+    selection: &Selection,
+    device: &ResolvedDevice,
+    source: &str,
+    partial: Option<&str>,
+    parts: &P,
+) -> Result<String, serde_json::Error> {
+    let mut doc = serde_json::to_value(explain_doc(selection, device, source, partial))?;
+    doc["parts"] = serde_json::to_value(parts)?;
+    Ok(doc.to_string())
+}
+
+fn explain_doc<'a>(
+    selection: &'a Selection,
+    device: &ResolvedDevice,
+    source: &'a str,
+    partial: Option<&'a str>,
+) -> ExplainDoc<'a> {
+    ExplainDoc {
         schema: EXPLAIN_SCHEMA,
         device: selection.device.name(),
         device_info: DeviceInfo {
@@ -60,8 +83,7 @@ pub fn explain_json(
                     .then(|| selection.no_match(k).to_string()),
             })
             .collect(),
-    };
-    serde_json::to_string(&doc).unwrap_or_default()
+    }
 }
 
 #[derive(serde::Serialize)]

@@ -516,6 +516,21 @@ pub fn parse_target_list(list: &str) -> Result<Vec<Target>, TargetError> {
     Ok(spec.targets)
 }
 
+/// Several target lists read as one (a repeated `--targets`, the items of Kbuild.toml's
+/// `targets` array): an `-ITEM` exclusion applies to what any other item added, so emptiness
+/// is judged on the whole. `None` when there is no list at all.
+pub fn parse_target_lists<S: AsRef<str>>(lists: &[S]) -> Result<Option<TargetSpec>, TargetError> {
+    if lists.is_empty() {
+        return Ok(None);
+    }
+    let joined: Vec<&str> = lists.iter().map(AsRef::as_ref).collect();
+    let spec = parse_target_spec(&joined.join(","))?;
+    if spec.targets.is_empty() {
+        return Err(TargetError::Empty);
+    }
+    Ok(Some(spec))
+}
+
 /// A parsed target list and whether it named `all`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetSpec {
@@ -799,5 +814,17 @@ mod tests {
                 assert!(processor(m).is_some(), "{m}");
             }
         }
+    }
+
+    #[test]
+    fn several_lists_read_as_one() {
+        let spec = parse_target_lists(&["all", "-gfx950"]).unwrap().unwrap();
+        assert!(spec.all);
+        assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
+        assert!(matches!(
+            parse_target_lists(&["sm_89", "-sm_89"]),
+            Err(TargetError::Empty)
+        ));
+        assert_eq!(parse_target_lists::<&str>(&[]).unwrap(), None);
     }
 }

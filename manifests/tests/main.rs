@@ -2,7 +2,6 @@
 //! vendors' tools on real objects (`oracle_*`, `occupancy_*`, `identify`) and the readers'
 //! mutation harness (`mutation`). Shared helpers: `common`.
 
-#[allow(dead_code, unused_imports)]
 mod common;
 
 mod identify;

@@ -9,7 +9,7 @@ use kbuild_build::remote_cache::RemoteMode;
 use kbuild_build::shard::ShardSpec;
 use kbuild_bundle::sign::Policy;
 use kbuild_manifest::compat::{parse_version, Device};
-use kbuild_manifest::target::{parse_target_spec, Target, TargetError, TargetSpec, Version};
+use kbuild_manifest::target::{parse_target_spec, TargetError, Version};
 use kbuild_report::diff::gate::{self, Rule};
 
 /// Ahead-of-time GPU kernel builds: every kernel, every target, cached.
@@ -194,7 +194,7 @@ pub struct Targets {
     /// `all` is every target the found toolchains can build. Repeatable. Default: the
     /// project's list.
     #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
+    pub targets: Vec<String>,
 }
 
 /// `--manifest-path`, declared once; commands that use it otherwise say so with `mut_arg`.
@@ -586,41 +586,14 @@ pub fn parse_fail_on(s: &str) -> Result<FailOn, gate::GateRuleError> {
 }
 
 /// One `--targets` value, checked item by item (exclusions may refer to other occurrences,
-/// so emptiness is judged on all of them together, by [`target_spec`]).
-pub fn parse_targets(s: &str) -> Result<TargetList, String> {
-    parse_target_spec(s)
-        .map(|_| TargetList(s.to_string()))
-        .map_err(|e| e.to_string())
-}
-
-/// Every `--targets` occurrence as one list (`None` when there was none).
-pub fn target_spec(lists: &[TargetList]) -> Result<Option<TargetSpec>, TargetError> {
-    if lists.is_empty() {
-        return Ok(None);
-    }
-    let joined: Vec<&str> = lists.iter().map(|l| l.0.as_str()).collect();
-    let spec = parse_target_spec(&joined.join(","))?;
-    if spec.targets.is_empty() {
-        return Err(TargetError::Empty);
-    }
-    Ok(Some(spec))
+/// so emptiness is judged on all of them together: `parse_target_lists`).
+pub fn parse_targets(s: &str) -> Result<String, TargetError> {
+    parse_target_spec(s).map(|_| s.to_string())
 }
 
 /// A parsed `--fail-on` value.
 #[derive(Clone)]
 pub struct FailOn(pub Vec<Rule>);
-
-/// `BuildOptions::{targets, targets_all}` from the `--targets` occurrences.
-pub fn build_targets(lists: &[TargetList]) -> Result<(Option<Vec<Target>>, bool), TargetError> {
-    Ok(match target_spec(lists)? {
-        Some(s) => (Some(s.targets), s.all),
-        None => (None, false),
-    })
-}
-
-/// One `--targets` value as given (checked; see [`target_spec`]).
-#[derive(Clone, Debug)]
-pub struct TargetList(pub String);
 
 pub fn parse_device(s: &str) -> Result<String, String> {
     if s == "auto" {
@@ -653,6 +626,10 @@ pub struct ReleaseNotesArgs {
 
 /// Arguments of `kbuild diff`.
 #[derive(Args)]
+#[command(mut_arg("targets", |a| a.help(
+    "With --base: targets of both builds (default: each side's project list). Repeatable"
+)))]
+#[command(mut_arg("manifest_path", |a| a.help("With --base: path to Kbuild.toml")))]
 pub struct DiffArgs {
     /// The base side: a build dir, manifest, bundle or baseline, or NAME@VERSION (NAME@REQ,
     /// NAME@sha256:...) published in --registry, of which only the manifest is fetched.
@@ -678,12 +655,10 @@ pub struct DiffArgs {
     /// Allowlist of known cases (kbuild-allow.toml).
     #[arg(long, value_name = "FILE")]
     pub allow: Option<PathBuf>,
-    /// With --base: targets of both builds (default: each side's project list). Repeatable.
-    #[arg(long, value_name = "LIST", value_parser = parse_targets, action = clap::ArgAction::Append, allow_hyphen_values = true)]
-    pub targets: Vec<TargetList>,
-    /// With --base: path to Kbuild.toml.
-    #[arg(long, value_name = "PATH")]
-    pub manifest_path: Option<PathBuf>,
+    #[command(flatten)]
+    pub targets: Targets,
+    #[command(flatten)]
+    pub project: ManifestPath,
     /// With --base: parallel compiles (default: number of cores).
     #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
@@ -778,31 +753,5 @@ mod tests {
             "arguments without help text:\n{}",
             missing.join("\n")
         );
-    }
-
-    #[test]
-    fn targets_repeat_and_exclude() {
-        let cli = Cli::try_parse_from([
-            "kbuild",
-            "build",
-            "--targets",
-            "all",
-            "--targets",
-            "-gfx950",
-        ])
-        .unwrap_or_else(|e| panic!("{e}"));
-        let Some(Command::Build(b)) = cli.command else {
-            panic!("not a build")
-        };
-        let spec = target_spec(&b.targets.targets).unwrap().unwrap();
-        assert!(spec.all);
-        assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
-        let cli =
-            Cli::try_parse_from(["kbuild", "build", "--targets", "sm_89", "--targets=-sm_89"])
-                .unwrap_or_else(|e| panic!("{e}"));
-        let Some(Command::Build(b)) = cli.command else {
-            panic!("not a build")
-        };
-        assert!(target_spec(&b.targets.targets).is_err());
     }
 }

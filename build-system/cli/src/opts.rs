@@ -19,10 +19,10 @@ use crate::cli::{BuildArgs, ManifestPath, RegistryArgs, SimulatedDevice, Targets
 
 /// The build options every building command shares: `--targets`, `-j`, the environment.
 pub fn build_options(targets: &Targets, jobs: Option<u32>, env: &Env) -> Result<BuildOptions> {
-    let (targets, targets_all) = crate::cli::build_targets(&targets.targets)?;
+    let spec = kbuild_manifest::target::parse_target_lists(&targets.targets)?;
     Ok(BuildOptions {
-        targets,
-        targets_all,
+        targets_all: spec.as_ref().is_some_and(|s| s.all),
+        targets: spec.map(|s| s.targets),
         jobs: jobs.map(|j| j as usize),
         env: env.clone(),
         ..BuildOptions::default()

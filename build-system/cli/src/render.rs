@@ -14,3 +14,16 @@ pub fn print_json_line<T: Serialize>(doc: &T) -> anyhow::Result<()> {
 pub fn color(is_terminal: bool, env: &Env) -> bool {
     is_terminal && env.get(names::NO_COLOR).is_none()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let env = Env::empty();
+        assert!(!color(false, &env));
+        assert!(color(true, &env));
+        assert!(!color(true, &env.with(names::NO_COLOR, "1")));
+    }
+}

@@ -13,9 +13,9 @@ pub mod bundle;
 #[cfg(feature = "signatures")]
 pub mod cache;
 pub mod merge;
-pub mod side;
 #[cfg(feature = "signatures")]
 pub mod output;
+pub mod side;
 #[cfg(feature = "signatures")]
 pub mod sign;
 

@@ -10,9 +10,8 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use kbuild_base::env::{names, Env};
+use kbuild_base::env::Env;
 use kbuild_base::time::Date;
-use kbuild_build::build::BuildOptions;
 use kbuild_build::sides::load_side;
 use kbuild_build::worktree::build_base_and_head;
 use kbuild_bundle::archive::Limits;
@@ -65,17 +64,10 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
     };
     let (base, head, base_label, head_label) = match (&args.base, &args.old, &args.new) {
         (Some(rev), None, None) => {
-            let (targets, targets_all) =
-                crate::cli::build_targets(&args.targets).map_err(|e| Failed(e.into()))?;
-            let opts = BuildOptions {
-                targets,
-                targets_all,
-                jobs: args.jobs.map(|j| j as usize),
-                env: env.clone(),
-                ..BuildOptions::default()
-            };
+            let opts = crate::opts::build_options(&args.targets, args.jobs, env).map_err(Failed)?;
             let progress = BuildProgress::new(false, env);
-            let both = build_base_and_head(args.manifest_path.as_deref(), rev, &opts, &progress)?;
+            let both =
+                build_base_and_head(args.project.manifest_path.as_deref(), rev, &opts, &progress)?;
             (
                 both.base,
                 both.head,
@@ -178,16 +170,15 @@ fn print_report(d: &Diff, gates: Option<&GateReport>, format: Format, env: &Env)
     let out = match format {
         Format::Markdown => diff::markdown(d, gates),
         Format::Json => diff::to_json(d, gates),
-        Format::Text => diff::text(d, gates, color(std::io::stdout().is_terminal(), env)),
+        Format::Text => diff::text(
+            d,
+            gates,
+            crate::render::color(std::io::stdout().is_terminal(), env),
+        ),
     };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(out.as_bytes());
     let _ = stdout.flush();
-}
-
-/// Colour when writing to a terminal and NO_COLOR is unset or empty.
-pub fn color(is_terminal: bool, env: &Env) -> bool {
-    is_terminal && env.get(names::NO_COLOR).is_none()
 }
 
 fn gate_exit(gates: Option<&GateReport>) -> ExitCode {
@@ -197,18 +188,5 @@ fn gate_exit(gates: Option<&GateReport>) -> ExitCode {
             ExitCode::from(1)
         }
         _ => ExitCode::SUCCESS,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        let env = Env::empty();
-        assert!(!color(false, &env));
-        assert!(color(true, &env));
-        assert!(!color(true, &env.with(names::NO_COLOR, "1")));
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_loader::detect;
-use kbuild_loader::explain::{explain_json, explain_trace};
+use kbuild_loader::explain::{explain_json, explain_json_with_parts, explain_trace};
 use kbuild_loader::Package;
 
 use crate::cli::ExplainArgs;
@@ -58,28 +58,21 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
         None => package.origin().display().to_string(),
     };
     let parts = index.as_ref().map(|i| {
-        let mut picked: Vec<String> = Vec::new();
-        for k in &selection.kernels {
-            if let Some(c) = k.selected() {
-                if !picked.contains(&c.target) {
-                    picked.push(c.target.clone());
-                }
-            }
-        }
-        i.parts_for(&picked)
+        i.parts_for(&selection.selected_targets())
             .into_iter()
             .cloned()
             .collect::<Vec<_>>()
     });
     if args.json {
-        let text = explain_json(&selection, &device, &source, partial.as_deref());
         match &parts {
-            Some(p) => {
-                let mut v: serde_json::Value = serde_json::from_str(&text)?;
-                v["parts"] = serde_json::to_value(p)?;
-                println!("{v}");
-            }
-            None => println!("{text}"),
+            Some(p) => println!(
+                "{}",
+                explain_json_with_parts(&selection, &device, &source, partial.as_deref(), p)?
+            ),
+            None => println!(
+                "{}",
+                explain_json(&selection, &device, &source, partial.as_deref())
+            ),
         }
     } else {
         print!("{}", explain_trace(&selection, &device, &source));

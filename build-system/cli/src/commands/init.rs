@@ -16,18 +16,7 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
         Some(d) => d,
         None => std::env::current_dir().context("reading the current directory")?,
     };
-    let targets = if args.targets.targets.is_empty() {
-        None
-    } else {
-        Some(
-            args.targets
-                .targets
-                .iter()
-                .map(|t| t.0.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        )
-    };
+    let targets = (!args.targets.targets.is_empty()).then(|| args.targets.targets.join(","));
     let mut defines = std::collections::BTreeMap::new();
     for d in &args.defines {
         let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));

@@ -9,7 +9,7 @@ use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::sign::Verdict;
-use kbuild_loader::detect;
+use kbuild_loader::{detect, PickError};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_registry::lock::{LockMode, Lockfile};
@@ -206,41 +206,31 @@ fn finish(
     Ok(out_file)
 }
 
-/// The targets a device selects, per kernel, through the loader's selection (the one compat
+/// The targets a device selects: the loader's one picking (per kernel, through the compat
 /// table); an error naming each kernel that nothing runs on.
 fn device_targets(
     manifest: &Manifest,
     device: &Device,
     label: &str,
 ) -> Result<Vec<String>, String> {
-    let sel = kbuild_loader::Package::from_manifest(manifest.clone())
-        .map_err(|e| format!("{label}: {e}"))?
-        .select(device);
-    let mut picked: Vec<String> = Vec::new();
-    let mut missing = Vec::new();
-    for k in &sel.kernels {
-        match k.selected() {
-            Some(c) => {
-                if !picked.contains(&c.target) {
-                    picked.push(c.target.clone());
-                }
-            }
-            None => missing.push(match &k.variant {
-                Some(v) => format!("{}.{v}", k.kernel),
-                None => k.kernel.clone(),
-            }),
+    kbuild_loader::pick_targets(manifest, device).map_err(|e| match e {
+        PickError::Package(e) => format!("{label}: {e}"),
+        PickError::NoMatch(missing) => {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|m| match &m.variant {
+                    Some(v) => format!("{}.{v}", m.kernel),
+                    None => m.kernel.clone(),
+                })
+                .collect();
+            format!(
+                "no object of {} {} runs on {label}: {} (targets: {}); see `kbuild explain --device {}`",
+                manifest.package.name,
+                manifest.package.version,
+                names.join(", "),
+                manifest.targets.join(", "),
+                device.name()
+            )
         }
-    }
-    if !missing.is_empty() {
-        return Err(format!(
-            "no object of {} {} runs on {label}: {} (targets: {}); see `kbuild explain --device {}`",
-            manifest.package.name,
-            manifest.package.version,
-            missing.join(", "),
-            manifest.targets.join(", "),
-            device.name()
-        ));
-    }
-    picked.sort_by_key(|t| manifest.targets.iter().position(|m| m == t));
-    Ok(picked)
+    })
 }
