@@ -246,27 +246,42 @@ pub enum RealmAccess {
     Foreign,
 }
 
+/// Why a bearer token realm is refused (see [`realm_access`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RealmError {
+    /// The realm is not an http(s) URL, or carries credentials.
+    #[error("the token realm `{realm}` is not an http(s) URL without credentials")]
+    NotUrl { realm: String },
+    /// A plain-http realm for an https registry.
+    #[error("the token realm {realm} is plain http for an https registry; refusing to send a token request in the clear")]
+    PlainHttpForHttps { realm: String },
+    /// A plain-http realm on another origin than a plain-http registry.
+    #[error("the token realm {realm} is plain http on another origin than the registry ({registry}); refusing it")]
+    PlainHttpElsewhere { realm: String, registry: Origin },
+}
+
 /// Whether the token realm `realm` (a URL from a `WWW-Authenticate` challenge) may be asked
 /// for a token for `registry`, and with which credentials; `Err` says why not. A plain-http
 /// realm is accepted only as the registry's own plain-http origin: an https registry never
 /// sends anything over plain http, and a plain-http registry (a local test registry) never
 /// sends a token request to another origin in the clear.
-pub fn realm_access(registry: &Origin, realm: &str) -> Result<RealmAccess, String> {
-    let r = Origin::of_url(realm).ok_or_else(|| {
-        format!("the token realm `{realm}` is not an http(s) URL without credentials")
+pub fn realm_access(registry: &Origin, realm: &str) -> Result<RealmAccess, RealmError> {
+    let r = Origin::of_url(realm).ok_or_else(|| RealmError::NotUrl {
+        realm: realm.to_string(),
     })?;
     if r == *registry {
         return Ok(RealmAccess::Registry);
     }
     if r.scheme != "https" {
         return Err(if registry.scheme == "https" {
-            format!(
-                "the token realm {realm} is plain http for an https registry; refusing to send a token request in the clear"
-            )
+            RealmError::PlainHttpForHttps {
+                realm: realm.to_string(),
+            }
         } else {
-            format!(
-                "the token realm {realm} is plain http on another origin than the registry ({registry}); refusing it"
-            )
+            RealmError::PlainHttpElsewhere {
+                realm: realm.to_string(),
+                registry: registry.clone(),
+            }
         });
     }
     Ok(RealmAccess::Foreign)
