@@ -538,6 +538,25 @@ mod tests {
     }
 
     #[test]
+    fn realm_refusals_say_why() {
+        let https = Origin::of_url("https://reg.example").unwrap();
+        let http = Origin::of_url("http://127.0.0.1:5000").unwrap();
+        let text = |o: &Origin, realm: &str| realm_access(o, realm).unwrap_err().to_string();
+        assert_eq!(
+            text(&https, "file:///etc/passwd"),
+            "the token realm `file:///etc/passwd` is not an http(s) URL without credentials"
+        );
+        assert_eq!(
+            text(&https, "http://reg.example/token"),
+            "the token realm http://reg.example/token is plain http for an https registry; refusing to send a token request in the clear"
+        );
+        assert_eq!(
+            text(&http, "http://127.0.0.1:5001/token"),
+            "the token realm http://127.0.0.1:5001/token is plain http on another origin than the registry (http://127.0.0.1:5000); refusing it"
+        );
+    }
+
+    #[test]
     fn docker_config_lookup_and_no_secret_in_debug() {
         let auth = B64.encode("alice:s3cret");
         let text = format!(

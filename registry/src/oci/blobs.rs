@@ -13,7 +13,7 @@ use kbuild_base::digest;
 
 impl OciClient {
     /// The label of a blob in messages, and its URL; refuses a declared size over
-    /// [`OciOptions::max_layer_bytes`].
+    /// [`OciOptions::max_layer_bytes`](super::OciOptions::max_layer_bytes).
     fn blob_request(&self, desc: &Descriptor) -> Result<(String, String), OciError> {
         let url = self.url(&format!("blobs/{}", desc.digest));
         let label = desc
@@ -35,6 +35,8 @@ impl OciClient {
     /// against its descriptor's size and digest: at most `size + 1` bytes are read, and a
     /// declared size over [`OciOptions::max_layer_bytes`] is refused before any. Returns the
     /// bytes written. On an error the file may hold a partial body; the caller removes it.
+    ///
+    /// [`OciOptions::max_layer_bytes`]: super::OciOptions::max_layer_bytes
     pub fn get_blob_to(
         &self,
         desc: &Descriptor,
@@ -107,6 +109,8 @@ impl OciClient {
     /// over [`OciOptions::max_layer_bytes`] is refused before any byte is read. For small
     /// blobs (a config, a signature file, a cached object); layers go through
     /// [`OciClient::get_blob_to`].
+    ///
+    /// [`OciOptions::max_layer_bytes`]: super::OciOptions::max_layer_bytes
     pub fn get_blob(
         &self,
         desc: &Descriptor,

@@ -43,6 +43,13 @@
 //! self-signed CA is trusted by naming a PEM file of CA certificates in
 //! `KBUILD_REGISTRY_CA_FILE` ([`OciOptions::ca_file`]); an untrusted certificate is refused
 //! at once (not retried) with that hint.
+//!
+//! Files, one job each (every one an `impl OciClient` block or its helpers): `transport`
+//! (agent, TLS, timeouts, URLs, origin, one exchange), `authorize` (answering a challenge),
+//! `retry` (what is retried, backoff), `body` (reading a bounded body, error bodies), `tags`
+//! (listing, pagination), `manifests`, `blobs` (download, chunked upload, checks), `publish`,
+//! `signatures`, `options` ([`OciOptions`]), `artifact` (the OCI form of a bundle). Siblings
+//! share only `body`; the shared types live here.
 
 mod artifact;
 mod authorize;
