@@ -246,27 +246,42 @@ pub enum RealmAccess {
     Foreign,
 }
 
+/// Why a bearer token realm is refused (see [`realm_access`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RealmError {
+    /// The realm is not an http(s) URL, or carries credentials.
+    #[error("the token realm `{realm}` is not an http(s) URL without credentials")]
+    NotUrl { realm: String },
+    /// A plain-http realm for an https registry.
+    #[error("the token realm {realm} is plain http for an https registry; refusing to send a token request in the clear")]
+    PlainHttpForHttps { realm: String },
+    /// A plain-http realm on another origin than a plain-http registry.
+    #[error("the token realm {realm} is plain http on another origin than the registry ({registry}); refusing it")]
+    PlainHttpElsewhere { realm: String, registry: Origin },
+}
+
 /// Whether the token realm `realm` (a URL from a `WWW-Authenticate` challenge) may be asked
 /// for a token for `registry`, and with which credentials; `Err` says why not. A plain-http
 /// realm is accepted only as the registry's own plain-http origin: an https registry never
 /// sends anything over plain http, and a plain-http registry (a local test registry) never
 /// sends a token request to another origin in the clear.
-pub fn realm_access(registry: &Origin, realm: &str) -> Result<RealmAccess, String> {
-    let r = Origin::of_url(realm).ok_or_else(|| {
-        format!("the token realm `{realm}` is not an http(s) URL without credentials")
+pub fn realm_access(registry: &Origin, realm: &str) -> Result<RealmAccess, RealmError> {
+    let r = Origin::of_url(realm).ok_or_else(|| RealmError::NotUrl {
+        realm: realm.to_string(),
     })?;
     if r == *registry {
         return Ok(RealmAccess::Registry);
     }
     if r.scheme != "https" {
         return Err(if registry.scheme == "https" {
-            format!(
-                "the token realm {realm} is plain http for an https registry; refusing to send a token request in the clear"
-            )
+            RealmError::PlainHttpForHttps {
+                realm: realm.to_string(),
+            }
         } else {
-            format!(
-                "the token realm {realm} is plain http on another origin than the registry ({registry}); refusing it"
-            )
+            RealmError::PlainHttpElsewhere {
+                realm: realm.to_string(),
+                registry: registry.clone(),
+            }
         });
     }
     Ok(RealmAccess::Foreign)
@@ -520,6 +535,25 @@ mod tests {
         assert!(realm_access(&http, "http://127.0.0.1:5001/token").is_err());
         assert_eq!(realm_access(&http, "https://auth.example/t"), Ok(Foreign));
         assert!(realm_access(&https, "file:///etc/passwd").is_err());
+    }
+
+    #[test]
+    fn realm_refusals_say_why() {
+        let https = Origin::of_url("https://reg.example").unwrap();
+        let http = Origin::of_url("http://127.0.0.1:5000").unwrap();
+        let text = |o: &Origin, realm: &str| realm_access(o, realm).unwrap_err().to_string();
+        assert_eq!(
+            text(&https, "file:///etc/passwd"),
+            "the token realm `file:///etc/passwd` is not an http(s) URL without credentials"
+        );
+        assert_eq!(
+            text(&https, "http://reg.example/token"),
+            "the token realm http://reg.example/token is plain http for an https registry; refusing to send a token request in the clear"
+        );
+        assert_eq!(
+            text(&http, "http://127.0.0.1:5001/token"),
+            "the token realm http://127.0.0.1:5001/token is plain http on another origin than the registry (http://127.0.0.1:5000); refusing it"
+        );
     }
 
     #[test]
