@@ -591,7 +591,7 @@ fn foreign_token_realm_gets_no_credentials() {
 
 /// The real registry's tag list carries an absolute `Link: rel=next` to another origin:
 /// the cached `Authorization` does not follow it. Refused in `OciClient::tags`
-/// (registry/src/oci/mod.rs, `same_origin`).
+/// (registry/src/oci/transport.rs, `same_origin`).
 #[test]
 fn tag_link_to_another_origin_gets_no_authorization() {
     let evil = Hostile::start(|_| Resp::json(200, r#"{"name":"kb-small","tags":["9.9.9"]}"#));
@@ -741,7 +741,7 @@ fn pull_watched(env: &Env, registry: &Hostile, digest: &str, vars: &[(&str, &str
 
 /// A kbuild artifact whose one layer declares 1 TiB, and a blob endpoint that streams zeros
 /// for as long as it is read: the pull fails at once, naming the cap, in bounded memory and
-/// time. Refused in `OciClient::blob_request` (registry/src/oci/mod.rs) before any byte.
+/// time. Refused in `OciClient::blob_request` (registry/src/oci/blobs.rs) before any byte.
 /// Then a layer under the cap (48 MiB of zeros, not its digest): it streams to a spool file
 /// under the cache (`store::spooled_blob`, `OciClient::get_blob_to`) with a peak RSS below
 /// the layer's size, fails the digest check there, and leaves no file behind.
