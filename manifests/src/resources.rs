@@ -265,7 +265,9 @@ fn cuda(
         let bound = k
             .reqntid
             .or(k.max_threads)
-            .map(|d| d.iter().map(|&x| x.max(1)).product::<u32>());
+            // A hostile cubin's dimensions may overflow: saturate (no block is that large,
+            // so occupancy then says the bound is out of range) instead of wrapping.
+            .map(|d| d.iter().fold(1u32, |acc, &x| acc.saturating_mul(x.max(1))));
         let threads = block_size.or(bound.map(|threads| BlockSize {
             threads,
             from: BlockSize::FROM_LAUNCH_BOUNDS,
