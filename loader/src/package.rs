@@ -13,7 +13,7 @@
 //!
 //! Bundles (feature `registry`): a bundle file (`NAME-VERSION.kbundle`) or a pulled cache
 //! entry, both read and verified by `kbuild-bundle`, then indexed like a build directory, with
-//! the signature policy's [`Verdict`](crate::bundle::Verdict) kept. A subset bundle (pulled for
+//! the signature policy's [`TrustVerdict`](crate::bundle::TrustVerdict) kept. A subset bundle (pulled for
 //! one device) holds only some targets' objects: the others are left out of the index, so
 //! selection never picks an object that is not there.
 
@@ -49,7 +49,7 @@ use kbuild_bundle::{
 /// The signature policy's verdict on a package (none can exist without the registry's
 /// reader).
 #[cfg(feature = "registry")]
-type TrustVerdict = crate::bundle::Verdict;
+use crate::bundle::TrustVerdict;
 #[cfg(not(feature = "registry"))]
 type TrustVerdict = std::convert::Infallible;
 
@@ -461,7 +461,7 @@ impl Package {
     /// What the signature policy said when this bundle or pulled entry was opened; `None`
     /// for a build directory or manifest, which are local and unsigned.
     #[cfg(feature = "registry")]
-    pub fn trust(&self) -> Option<&crate::bundle::Verdict> {
+    pub fn trust(&self) -> Option<&crate::bundle::TrustVerdict> {
         self.trust.as_ref()
     }
 
@@ -474,7 +474,7 @@ impl Package {
     /// The package with the verdict the signature policy gave it (a bundle verified by the
     /// caller, as a pull does).
     #[cfg(feature = "registry")]
-    pub fn with_trust(mut self, verdict: crate::bundle::Verdict) -> Package {
+    pub fn with_trust(mut self, verdict: crate::bundle::TrustVerdict) -> Package {
         self.trust = Some(verdict);
         self
     }

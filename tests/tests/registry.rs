@@ -788,7 +788,10 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
         kbuild_bundle::archive::Limits::default(),
     )
     .unwrap();
-    assert!(matches!(v, kbuild_bundle::sign::Verdict::Verified { .. }));
+    assert!(matches!(
+        v,
+        kbuild_bundle::sign::TrustVerdict::Verified { .. }
+    ));
 
     // A bundle file signed locally, published to a directory registry, pulled under require.
     let out = env.ok(env.path(), &["sign", &b, "--key", &key]);

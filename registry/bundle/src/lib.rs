@@ -13,9 +13,9 @@ pub mod bundle;
 #[cfg(feature = "signatures")]
 pub mod cache;
 pub mod merge;
-pub mod side;
 #[cfg(feature = "signatures")]
 pub mod output;
+pub mod side;
 #[cfg(feature = "signatures")]
 pub mod sign;
 
@@ -48,7 +48,7 @@ pub fn verify_bundle_file(
     path: &Path,
     trust: &sign::Trust,
     limits: archive::Limits,
-) -> Result<(Bundle, sign::Verdict), VerifyError> {
+) -> Result<(Bundle, sign::TrustVerdict), VerifyError> {
     let bundle = Bundle::open(path, limits).map_err(|err| VerifyError::Bundle {
         path: path.display().to_string(),
         err,
