@@ -43,7 +43,7 @@ pub use crate::source::{DirSource, ObjectSource};
 #[cfg(feature = "registry")]
 use kbuild_bundle::{
     bundle::Bundle,
-    cache::{Cache, CachedRef},
+    cache::{BundleCache, CachedRef},
 };
 
 /// The signature policy's verdict on a package (none can exist without the registry's
@@ -243,7 +243,7 @@ impl Package {
     /// A pulled version from the local registry cache (`kbuild pull`), with `trust` applied
     /// to the signatures cached with it, as at pull.
     #[cfg(feature = "registry")]
-    pub fn from_cache(cache: &Cache, entry: &CachedRef, trust: &Trust) -> Result<Package> {
+    pub fn from_cache(cache: &BundleCache, entry: &CachedRef, trust: &Trust) -> Result<Package> {
         let origin = cache
             .root()
             .join(format!("{}@{}", entry.name, entry.version));

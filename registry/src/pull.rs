@@ -11,7 +11,7 @@ use crate::lock::{self, LockError, LockMode, LockedPackage};
 use crate::progress::Progress;
 use crate::store::{Registry, Resolved, StoreError};
 use kbuild_bundle::bundle::Bundle;
-use kbuild_bundle::cache::{Cache, CacheError};
+use kbuild_bundle::cache::{BundleCache, CacheError};
 use kbuild_bundle::sign::{SignError, Trust, TrustVerdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +233,7 @@ fn check_lock(req: &PullRequest, got: &LockedPackage) -> Result<(), LockError> {
 
 pub struct PullRequest<'a> {
     pub registry: &'a Registry,
-    pub cache: &'a Cache,
+    pub cache: &'a BundleCache,
     pub name: &'a str,
     pub want: &'a Want,
     pub offline: bool,

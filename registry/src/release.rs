@@ -17,7 +17,7 @@ use kbuild_base::digest;
 use kbuild_bundle::archive::Limits;
 use kbuild_bundle::assets::{AssetError, AssetIndex};
 use kbuild_bundle::bundle::Bundle;
-use kbuild_bundle::cache::Cache;
+use kbuild_bundle::cache::BundleCache;
 use kbuild_bundle::sign::Trust;
 use kbuild_manifest::manifest::Manifest;
 
@@ -29,7 +29,7 @@ use crate::store::{canonical_dir, StoreError};
 pub struct ReleaseRequest<'a> {
     /// The `.kbindex` file; its parts lie beside it.
     pub index: &'a Path,
-    pub cache: &'a Cache,
+    pub cache: &'a BundleCache,
     pub trust: &'a Trust,
     /// What one part may unpack to.
     pub limits: Limits,
@@ -211,7 +211,7 @@ mod tests {
         std::fs::write(&index, &index_bytes).unwrap();
         let sm90 = parts.iter().find(|p| p.part.family == "sm_9x").unwrap();
         std::fs::write(d.path().join(&sm90.part.file), &sm90.bytes).unwrap();
-        let cache = Cache::new(&d.path().join("cache"));
+        let cache = BundleCache::new(&d.path().join("cache"));
         let trust = Trust {
             policy: Policy::Off,
             ..Trust::default()
