@@ -228,7 +228,7 @@ impl Package {
         let (bundle, verdict) = kbuild_bundle::verify_bundle_file(
             path,
             trust,
-            kbuild_bundle::archive::Limits::default(),
+            kbuild_bundle::archive::ArchiveLimits::default(),
         )
         .map_err(|e| match e {
             kbuild_bundle::VerifyError::Signature(s) => untrusted(path, s),
@@ -270,12 +270,10 @@ impl Package {
     /// wrote), verified like a file; `origin` names it in messages.
     #[cfg(feature = "registry")]
     pub fn from_bundle_bytes(bytes: &[u8], origin: &str) -> Result<Package> {
-        let bundle =
-            Bundle::from_bytes(bytes, kbuild_bundle::archive::Limits::default()).map_err(|e| {
-                LoaderError::Package {
-                    path: PathBuf::from(origin),
-                    what: e.to_string(),
-                }
+        let bundle = Bundle::from_bytes(bytes, kbuild_bundle::archive::ArchiveLimits::default())
+            .map_err(|e| LoaderError::Package {
+                path: PathBuf::from(origin),
+                what: e.to_string(),
             })?;
         Package::from_bundle(bundle, PathBuf::from(origin))
     }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::oci::PublishOutcome;
 use kbuild_base::digest;
 use kbuild_base::fs as fsx;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::sign::SignatureFile;
 
@@ -85,16 +85,16 @@ pub fn check_name(name: &str) -> Result<(), InvalidName> {
 
 pub struct DirStore {
     root: PathBuf,
-    limits: Limits,
+    limits: ArchiveLimits,
 }
 
 impl DirStore {
     pub fn new(root: &Path) -> DirStore {
-        DirStore::with_limits(root, Limits::default())
+        DirStore::with_limits(root, ArchiveLimits::default())
     }
 
     /// A store whose bundles are read within `limits`.
-    pub fn with_limits(root: &Path, limits: Limits) -> DirStore {
+    pub fn with_limits(root: &Path, limits: ArchiveLimits) -> DirStore {
         DirStore {
             root: root.to_path_buf(),
             limits,
@@ -102,7 +102,7 @@ impl DirStore {
     }
 
     /// What a bundle read from this store may unpack to.
-    pub fn limits(&self) -> Limits {
+    pub fn limits(&self) -> ArchiveLimits {
         self.limits
     }
 

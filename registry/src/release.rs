@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kbuild_base::digest;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::assets::{AssetError, AssetIndex};
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::cache::BundleCache;
@@ -32,7 +32,7 @@ pub struct ReleaseRequest<'a> {
     pub cache: &'a BundleCache,
     pub trust: &'a Trust,
     /// What one part may unpack to.
-    pub limits: Limits,
+    pub limits: ArchiveLimits,
 }
 
 /// What a release pull read, besides the bundle.
@@ -220,7 +220,7 @@ mod tests {
             index: &index,
             cache: &cache,
             trust: &trust,
-            limits: Limits::default(),
+            limits: ArchiveLimits::default(),
         };
         let got = pull_release(&req, &|_| Ok(vec!["sm_90".to_string()])).unwrap();
         assert_eq!(got.pulled.bundle.targets(), ["sm_90"]);

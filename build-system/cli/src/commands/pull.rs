@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::sign::TrustVerdict;
 use kbuild_loader::detect;
 use kbuild_manifest::compat::Device;
@@ -115,7 +115,7 @@ fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
         index,
         cache: &cache,
         trust: &trust,
-        limits: Limits::from_env(env),
+        limits: ArchiveLimits::from_env(env),
     };
     let got = release::pull_release(&req, &|m| select(&device, m))?;
     let pulled = &got.pulled;
