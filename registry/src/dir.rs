@@ -64,7 +64,7 @@ pub struct IndexEntry {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Index {
+pub struct DirIndex {
     pub name: String,
     pub versions: BTreeMap<String, IndexEntry>,
 }
@@ -228,8 +228,8 @@ impl DirStore {
     }
 
     /// Rebuild `NAME/index.json` from the version directories.
-    pub fn write_index(&self, name: &str) -> Result<Index, DirError> {
-        let mut index = Index {
+    pub fn write_index(&self, name: &str) -> Result<DirIndex, DirError> {
+        let mut index = DirIndex {
             name: name.into(),
             versions: BTreeMap::new(),
         };
@@ -327,7 +327,7 @@ mod tests {
         let e = store.publish(&b, &other, None).unwrap_err();
         assert!(e.to_string().contains("immutable"), "{e}");
         assert_eq!(store.versions("pkg").unwrap(), vec!["1.2.3".to_string()]);
-        let idx: Index =
+        let idx: DirIndex =
             serde_json::from_slice(&std::fs::read(d.path().join("pkg/index.json")).unwrap())
                 .unwrap();
         assert_eq!(idx.versions["1.2.3"].targets, vec!["sm_89".to_string()]);
