@@ -59,15 +59,15 @@
 //! every span is checked (and its UTF-8) when it is read, [`LoadIndex::validate`] checks them
 //! all once, and a damaged file is an error, never a panic.
 
+mod blobs;
 mod encode;
 mod read;
 #[cfg(test)]
 mod tests;
 
+pub use blobs::{decode_params, decode_resources};
 pub use encode::encode;
-pub use read::{
-    blobs_intact, decode_params, decode_resources, head_intact, head_len, IndexObject, LoadIndex,
-};
+pub use read::{blobs_intact, head_intact, head_len, IndexObject, LoadIndex};
 
 use crate::params::Param;
 use crate::resources::Resources;
