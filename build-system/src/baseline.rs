@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::{Diff, Snapshot, SnapshotError};
 
@@ -147,7 +147,7 @@ pub fn update(
 ) -> Result<UpdateOutcome, BaselineError> {
     let path = req.path.clone().unwrap_or_else(|| default_path(project));
     let fresh = match &req.from {
-        Some(from) => load_side(from, "--from", Limits::from_env(&req.build.env))?,
+        Some(from) => load_side(from, "--from", ArchiveLimits::from_env(&req.build.env))?,
         None => {
             let report = build(project, &req.build, observer)?;
             if !report.failures.is_empty() {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::side::{open_side, starts_like_bundle, OpenError, Side};
 use kbuild_bundle::Bundle;
 use kbuild_manifest::resources::BlockSize;
@@ -31,7 +31,7 @@ impl SideError {
 /// Read one side of a diff: a build output directory (its `manifest.json`), a manifest, a
 /// resource baseline, or a bundle (its manifest, the bundle verified; `limits` bound its
 /// unpacked size). `which` names the argument in messages (`OLD`, `NEW`, `--from`).
-pub fn load_side(path: &Path, which: &str, limits: Limits) -> Result<Snapshot, SideError> {
+pub fn load_side(path: &Path, which: &str, limits: ArchiveLimits) -> Result<Snapshot, SideError> {
     match open_side(path, which, limits)? {
         Side::Bundle(bundle) => Ok(Snapshot::from_manifest(bundle.manifest())),
         Side::Json { path, data } => {
@@ -46,7 +46,11 @@ pub fn load_side(path: &Path, which: &str, limits: Limits) -> Result<Snapshot, S
 /// Inspect one path (see [`kbuild_report::inspect::inspect_path`]); a bundle is read
 /// streaming from its file (its compressed bytes never all in memory, `limits` bound what it
 /// unpacks to) and each object it lists is inspected as `BUNDLE#OBJECT PATH`.
-pub fn inspect_path(path: &Path, limits: Limits, block_size: Option<BlockSize>) -> Inspected {
+pub fn inspect_path(
+    path: &Path,
+    limits: ArchiveLimits,
+    block_size: Option<BlockSize>,
+) -> Inspected {
     if path.is_dir() || !starts_like_bundle(path) {
         return inspect::inspect_path(path, block_size);
     }
@@ -74,20 +78,21 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("resources.json");
         std::fs::write(&f, b"not json").expect("write");
-        let e = load_side(&f, "OLD", Limits::default()).expect_err("bad json");
+        let e = load_side(&f, "OLD", ArchiveLimits::default()).expect_err("bad json");
         assert!(!e.is_usage());
         assert!(
             e.to_string().starts_with(&format!("{}: ", f.display())),
             "{e}"
         );
-        let e = load_side(&dir.path().join("gone"), "NEW", Limits::default()).expect_err("gone");
+        let e =
+            load_side(&dir.path().join("gone"), "NEW", ArchiveLimits::default()).expect_err("gone");
         assert!(e.is_usage());
     }
 
     #[test]
     fn inspect_reports_an_unreadable_path() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let found = inspect_path(dir.path(), Limits::default(), None);
+        let found = inspect_path(dir.path(), ArchiveLimits::default(), None);
         assert!(found.objects.is_empty());
         assert_eq!(found.errors.len(), 1);
         assert!(found.errors[0].error.contains("without manifest.json"));

@@ -98,7 +98,7 @@ pub enum InputError {
 #[derive(Debug, Clone)]
 pub enum Inputs {
     Seeded(Seeded),
-    Loaded(Box<Loaded>),
+    Loaded(Box<LoadedInputs>),
 }
 
 impl Inputs {
@@ -159,7 +159,7 @@ impl Inputs {
         bytes: &[u8],
         geometry: Geometry,
     ) -> Result<Inputs, InputError> {
-        Loaded::parse(path, bytes, geometry).map(|l| Inputs::Loaded(Box::new(l)))
+        LoadedInputs::parse(path, bytes, geometry).map(|l| Inputs::Loaded(Box::new(l)))
     }
 
     /// Write parameters, initial state and tokens `0..n` in the safetensors layout (plus any
@@ -362,7 +362,7 @@ impl Seeded {
 
 /// Inputs read from a safetensors file.
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub struct LoadedInputs {
     pub geometry: Geometry,
     pub path: String,
     pub n_tokens: usize,
@@ -372,8 +372,8 @@ pub struct Loaded {
     pub tokens: Vec<LayerTokens>,
 }
 
-impl Loaded {
-    fn parse(path: &str, bytes: &[u8], g: Geometry) -> Result<Loaded, InputError> {
+impl LoadedInputs {
+    fn parse(path: &str, bytes: &[u8], g: Geometry) -> Result<LoadedInputs, InputError> {
         let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| InputError::File {
             path: path.to_string(),
             what: format!("not a safetensors file: {e}"),
@@ -467,7 +467,7 @@ impl Loaded {
         .map(|(_, d)| d)
         .unwrap_or_else(|| vec![0.0; l * g.conv_state_len()]);
         let per = |v: &[f32], i: usize, len: usize| v[i * len..(i + 1) * len].to_vec();
-        Ok(Loaded {
+        Ok(LoadedInputs {
             geometry: g,
             path: path.to_string(),
             n_tokens: n,

@@ -149,7 +149,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use kbuild_manifest::compat::Device;
-    use kbuild_manifest::manifest::{ObjectRecord, Package, Provenance};
+    use kbuild_manifest::manifest::{ObjectRecord, PackageInfo, Provenance};
 
     use super::*;
 
@@ -203,7 +203,7 @@ mod tests {
         }
         Manifest {
             schema: "kbuild.manifest/v1".into(),
-            package: Package {
+            package: PackageInfo {
                 name: "kbuild-kernels".into(),
                 version: "0.1.0".into(),
             },

@@ -1,10 +1,10 @@
 #![no_main]
 //! The bundle reader: a `.kbundle`'s bytes (tar+zstd) → entries → a checked `Bundle`.
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::Bundle;
 use libfuzzer_sys::fuzz_target;
 
-const LIMITS: Limits = Limits {
+const LIMITS: ArchiveLimits = ArchiveLimits {
     max_unpacked: 16 << 20,
     max_entries: 4096,
 };

@@ -1,5 +1,5 @@
 //! What the loader takes from the registry's bundle crate: the signature policy ([`Trust`])
-//! and its [`Verdict`], the bundle source, and the one line a verdict is shown as. Opening a
+//! and its [`TrustVerdict`], the bundle source, and the one line a verdict is shown as. Opening a
 //! bundle or pulled entry is [`crate::Package::open_bundle`] / [`crate::Package::from_cache`].
 
 use std::path::Path;
@@ -16,15 +16,15 @@ pub use kbuild_base::looks_like_bundle;
 /// exactly as `kbuild pull` applies them. Build the value from the user's settings
 /// (`Trust::load` of kbuild-bundle's `config` feature reads the kbuild config and
 /// `KBUILD_SIGNATURE_POLICY`); [`Trust::default`] is the `warn` policy with no keys.
-pub use kbuild_bundle::sign::{Policy, Trust, Verdict};
+pub use kbuild_bundle::sign::{Policy, Trust, TrustVerdict};
 
 /// One line for a verdict that let a package through (what `kbuild explain` and
 /// `kbuild.Package.trust_note` show).
-pub fn trust_note(v: &Verdict) -> String {
+pub fn trust_note(v: &TrustVerdict) -> String {
     match v {
-        Verdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
-        Verdict::Warning(m) => m.clone(),
-        Verdict::NotChecked => "signatures not checked (policy off)".into(),
+        TrustVerdict::Verified { key_id } => format!("signed by trusted key {key_id}"),
+        TrustVerdict::Warning(m) => m.clone(),
+        TrustVerdict::NotChecked => "signatures not checked (policy off)".into(),
     }
 }
 

@@ -13,7 +13,7 @@
 //!
 //! Bundles (feature `registry`): a bundle file (`NAME-VERSION.kbundle`) or a pulled cache
 //! entry, both read and verified by `kbuild-bundle`, then indexed like a build directory, with
-//! the signature policy's [`Verdict`](crate::bundle::Verdict) kept. A subset bundle (pulled for
+//! the signature policy's [`TrustVerdict`](crate::bundle::TrustVerdict) kept. A subset bundle (pulled for
 //! one device) holds only some targets' objects: the others are left out of the index, so
 //! selection never picks an object that is not there.
 
@@ -43,13 +43,13 @@ pub use crate::source::{DirSource, ObjectSource};
 #[cfg(feature = "registry")]
 use kbuild_bundle::{
     bundle::Bundle,
-    cache::{Cache, CachedRef},
+    cache::{BundleCache, CachedRef},
 };
 
 /// The signature policy's verdict on a package (none can exist without the registry's
 /// reader).
 #[cfg(feature = "registry")]
-type TrustVerdict = crate::bundle::Verdict;
+use crate::bundle::TrustVerdict;
 #[cfg(not(feature = "registry"))]
 type TrustVerdict = std::convert::Infallible;
 
@@ -228,7 +228,7 @@ impl Package {
         let (bundle, verdict) = kbuild_bundle::verify_bundle_file(
             path,
             trust,
-            kbuild_bundle::archive::Limits::default(),
+            kbuild_bundle::archive::ArchiveLimits::default(),
         )
         .map_err(|e| match e {
             kbuild_bundle::VerifyError::Signature(s) => untrusted(path, s),
@@ -243,7 +243,7 @@ impl Package {
     /// A pulled version from the local registry cache (`kbuild pull`), with `trust` applied
     /// to the signatures cached with it, as at pull.
     #[cfg(feature = "registry")]
-    pub fn from_cache(cache: &Cache, entry: &CachedRef, trust: &Trust) -> Result<Package> {
+    pub fn from_cache(cache: &BundleCache, entry: &CachedRef, trust: &Trust) -> Result<Package> {
         let origin = cache
             .root()
             .join(format!("{}@{}", entry.name, entry.version));
@@ -270,12 +270,10 @@ impl Package {
     /// wrote), verified like a file; `origin` names it in messages.
     #[cfg(feature = "registry")]
     pub fn from_bundle_bytes(bytes: &[u8], origin: &str) -> Result<Package> {
-        let bundle =
-            Bundle::from_bytes(bytes, kbuild_bundle::archive::Limits::default()).map_err(|e| {
-                LoaderError::Package {
-                    path: PathBuf::from(origin),
-                    what: e.to_string(),
-                }
+        let bundle = Bundle::from_bytes(bytes, kbuild_bundle::archive::ArchiveLimits::default())
+            .map_err(|e| LoaderError::Package {
+                path: PathBuf::from(origin),
+                what: e.to_string(),
             })?;
         Package::from_bundle(bundle, PathBuf::from(origin))
     }
@@ -461,7 +459,7 @@ impl Package {
     /// What the signature policy said when this bundle or pulled entry was opened; `None`
     /// for a build directory or manifest, which are local and unsigned.
     #[cfg(feature = "registry")]
-    pub fn trust(&self) -> Option<&crate::bundle::Verdict> {
+    pub fn trust(&self) -> Option<&crate::bundle::TrustVerdict> {
         self.trust.as_ref()
     }
 
@@ -474,7 +472,7 @@ impl Package {
     /// The package with the verdict the signature policy gave it (a bundle verified by the
     /// caller, as a pull does).
     #[cfg(feature = "registry")]
-    pub fn with_trust(mut self, verdict: crate::bundle::Verdict) -> Package {
+    pub fn with_trust(mut self, verdict: crate::bundle::TrustVerdict) -> Package {
         self.trust = Some(verdict);
         self
     }

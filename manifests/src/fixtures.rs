@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::manifest::{Manifest, ObjectRecord, Package, Provenance, SCHEMA};
+use crate::manifest::{Manifest, ObjectRecord, PackageInfo, Provenance, SCHEMA};
 use crate::target::{Feature, ProcessorKind, Target, PROCESSORS};
 
 /// A manifest of `objects`: kernels in first-seen order, targets as the objects list them.
@@ -20,7 +20,7 @@ pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manife
     }
     Manifest {
         schema: SCHEMA.into(),
-        package: Package {
+        package: PackageInfo {
             name: name.into(),
             version: version.into(),
         },

@@ -25,7 +25,7 @@ pub const SCHEMA: &str = "kbuild.manifest/v1";
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub schema: String,
-    pub package: Package,
+    pub package: PackageInfo,
     pub provenance: Provenance,
     /// Canonical names of the targets built, in request order.
     pub targets: Vec<String>,
@@ -113,7 +113,7 @@ pub struct ContainerRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Package {
+pub struct PackageInfo {
     pub name: String,
     pub version: String,
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::oci::PublishOutcome;
 use kbuild_base::digest;
 use kbuild_base::fs as fsx;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::sign::SignatureFile;
 
@@ -64,7 +64,7 @@ pub struct IndexEntry {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Index {
+pub struct DirIndex {
     pub name: String,
     pub versions: BTreeMap<String, IndexEntry>,
 }
@@ -85,16 +85,16 @@ pub fn check_name(name: &str) -> Result<(), InvalidName> {
 
 pub struct DirStore {
     root: PathBuf,
-    limits: Limits,
+    limits: ArchiveLimits,
 }
 
 impl DirStore {
     pub fn new(root: &Path) -> DirStore {
-        DirStore::with_limits(root, Limits::default())
+        DirStore::with_limits(root, ArchiveLimits::default())
     }
 
     /// A store whose bundles are read within `limits`.
-    pub fn with_limits(root: &Path, limits: Limits) -> DirStore {
+    pub fn with_limits(root: &Path, limits: ArchiveLimits) -> DirStore {
         DirStore {
             root: root.to_path_buf(),
             limits,
@@ -102,7 +102,7 @@ impl DirStore {
     }
 
     /// What a bundle read from this store may unpack to.
-    pub fn limits(&self) -> Limits {
+    pub fn limits(&self) -> ArchiveLimits {
         self.limits
     }
 
@@ -228,8 +228,8 @@ impl DirStore {
     }
 
     /// Rebuild `NAME/index.json` from the version directories.
-    pub fn write_index(&self, name: &str) -> Result<Index, DirError> {
-        let mut index = Index {
+    pub fn write_index(&self, name: &str) -> Result<DirIndex, DirError> {
+        let mut index = DirIndex {
             name: name.into(),
             versions: BTreeMap::new(),
         };
@@ -327,7 +327,7 @@ mod tests {
         let e = store.publish(&b, &other, None).unwrap_err();
         assert!(e.to_string().contains("immutable"), "{e}");
         assert_eq!(store.versions("pkg").unwrap(), vec!["1.2.3".to_string()]);
-        let idx: Index =
+        let idx: DirIndex =
             serde_json::from_slice(&std::fs::read(d.path().join("pkg/index.json")).unwrap())
                 .unwrap();
         assert_eq!(idx.versions["1.2.3"].targets, vec!["sm_89".to_string()]);

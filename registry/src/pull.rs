@@ -11,8 +11,8 @@ use crate::lock::{self, LockError, LockMode, LockedPackage};
 use crate::progress::Progress;
 use crate::store::{Registry, Resolved, StoreError};
 use kbuild_bundle::bundle::Bundle;
-use kbuild_bundle::cache::{Cache, CacheError};
-use kbuild_bundle::sign::{SignError, Trust, Verdict};
+use kbuild_bundle::cache::{BundleCache, CacheError};
+use kbuild_bundle::sign::{SignError, Trust, TrustVerdict};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
@@ -233,7 +233,7 @@ fn check_lock(req: &PullRequest, got: &LockedPackage) -> Result<(), LockError> {
 
 pub struct PullRequest<'a> {
     pub registry: &'a Registry,
-    pub cache: &'a Cache,
+    pub cache: &'a BundleCache,
     pub name: &'a str,
     pub want: &'a Want,
     pub offline: bool,
@@ -246,7 +246,7 @@ pub struct PullRequest<'a> {
 pub struct Pulled {
     pub bundle: Bundle,
     pub artifact: String,
-    pub verdict: Verdict,
+    pub verdict: TrustVerdict,
     /// Bytes of layers transferred (0 when served from the cache).
     pub layer_bytes: u64,
     pub from_cache: bool,

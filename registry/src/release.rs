@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kbuild_base::digest;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::assets::{AssetError, AssetIndex};
 use kbuild_bundle::bundle::Bundle;
-use kbuild_bundle::cache::Cache;
+use kbuild_bundle::cache::BundleCache;
 use kbuild_bundle::sign::Trust;
 use kbuild_manifest::manifest::Manifest;
 
@@ -29,10 +29,10 @@ use crate::store::{canonical_dir, StoreError};
 pub struct ReleaseRequest<'a> {
     /// The `.kbindex` file; its parts lie beside it.
     pub index: &'a Path,
-    pub cache: &'a Cache,
+    pub cache: &'a BundleCache,
     pub trust: &'a Trust,
     /// What one part may unpack to.
-    pub limits: Limits,
+    pub limits: ArchiveLimits,
 }
 
 /// What a release pull read, besides the bundle.
@@ -211,7 +211,7 @@ mod tests {
         std::fs::write(&index, &index_bytes).unwrap();
         let sm90 = parts.iter().find(|p| p.part.family == "sm_9x").unwrap();
         std::fs::write(d.path().join(&sm90.part.file), &sm90.bytes).unwrap();
-        let cache = Cache::new(&d.path().join("cache"));
+        let cache = BundleCache::new(&d.path().join("cache"));
         let trust = Trust {
             policy: Policy::Off,
             ..Trust::default()
@@ -220,7 +220,7 @@ mod tests {
             index: &index,
             cache: &cache,
             trust: &trust,
-            limits: Limits::default(),
+            limits: ArchiveLimits::default(),
         };
         let got = pull_release(&req, &|_| Ok(vec!["sm_90".to_string()])).unwrap();
         assert_eq!(got.pulled.bundle.targets(), ["sm_90"]);

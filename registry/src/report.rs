@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kbuild_bundle::cache::CachedRef;
-use kbuild_bundle::sign::Verdict;
+use kbuild_bundle::sign::TrustVerdict;
 use serde::Serialize;
 
 use crate::oci::PublishOutcome;
@@ -77,12 +77,12 @@ pub enum SignatureStatus<'a> {
     NotChecked,
 }
 
-impl<'a> From<&'a Verdict> for SignatureStatus<'a> {
-    fn from(v: &'a Verdict) -> SignatureStatus<'a> {
+impl<'a> From<&'a TrustVerdict> for SignatureStatus<'a> {
+    fn from(v: &'a TrustVerdict) -> SignatureStatus<'a> {
         match v {
-            Verdict::Verified { key_id } => SignatureStatus::Verified { key: key_id },
-            Verdict::Warning(w) => SignatureStatus::Unverified { warning: w },
-            Verdict::NotChecked => SignatureStatus::NotChecked,
+            TrustVerdict::Verified { key_id } => SignatureStatus::Verified { key: key_id },
+            TrustVerdict::Warning(w) => SignatureStatus::Unverified { warning: w },
+            TrustVerdict::NotChecked => SignatureStatus::NotChecked,
         }
     }
 }
@@ -155,9 +155,9 @@ impl<'a> PullReport<'a> {
 pub fn pulled_line(pulled: &Pulled, artifact: &str, device: Option<&str>, bytes: &str) -> String {
     let b = &pulled.bundle;
     let sig = match &pulled.verdict {
-        Verdict::Verified { key_id } => format!("signature verified (key {key_id})"),
-        Verdict::Warning(_) => "signature NOT verified".into(),
-        Verdict::NotChecked => "signature not checked (policy off)".into(),
+        TrustVerdict::Verified { key_id } => format!("signature verified (key {key_id})"),
+        TrustVerdict::Warning(_) => "signature NOT verified".into(),
+        TrustVerdict::NotChecked => "signature not checked (policy off)".into(),
     };
     format!(
         "pulled {} {} ({artifact}) {}: {} ({} objects, {}); {sig}",

@@ -9,7 +9,7 @@ use crate::dir::{DirError, DirStore};
 use crate::oci::{self, OciClient, OciError, OciOptions, PublishOutcome};
 use crate::progress::Progress;
 use kbuild_base::digest;
-use kbuild_bundle::archive::{self, Limits};
+use kbuild_bundle::archive::{self, ArchiveLimits};
 use kbuild_bundle::bundle::{Bundle, BundleError};
 use kbuild_bundle::sign::SignatureFile;
 
@@ -164,7 +164,7 @@ impl Registry {
     }
 
     /// What a bundle or layer read from this registry may unpack to.
-    pub fn limits(&self) -> Limits {
+    pub fn limits(&self) -> ArchiveLimits {
         match self {
             Registry::Dir(d) => d.limits(),
             Registry::Oci { opts, .. } => opts.limits,

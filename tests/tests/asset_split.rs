@@ -9,7 +9,7 @@ use crate::kbuild_tests;
 use std::path::{Path, PathBuf};
 
 use kbuild_base::digest::sha256_hex;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::assets::AssetIndex;
 use kbuild_bundle::Bundle;
 use kbuild_tests::registry::{json, write_project, Env, SMALL_A, SMALL_B};
@@ -148,7 +148,7 @@ fn a_split_release_pulls_only_its_familys_bundle() {
         assert_eq!(p.sha256, sha256_hex(&bytes), "{}", p.file);
         assert_eq!(p.size, bytes.len() as u64);
         // Each part is a normal bundle: the whole manifest, targets.json, its objects.
-        let b = Bundle::from_bytes(&bytes, Limits::default()).unwrap();
+        let b = Bundle::from_bytes(&bytes, ArchiveLimits::default()).unwrap();
         assert_eq!(b.targets(), p.targets);
         assert_eq!(b.manifest().targets.len(), 4);
         assert_eq!(b.manifest_digest(), index.manifest_digest());

@@ -103,8 +103,8 @@ fn two_builds_in_different_directories_and_mtimes_package_to_identical_bytes() {
     assert_eq!(s["bundles"].as_array().unwrap().len(), 3, "{s}");
     for t in ["sm_89", "gfx1100"] {
         let p = ka.join(format!("split/kb-repro-0.1.0.{t}.kbundle"));
-        let sub =
-            kbuild_bundle::Bundle::open(&p, kbuild_bundle::archive::Limits::default()).unwrap();
+        let sub = kbuild_bundle::Bundle::open(&p, kbuild_bundle::archive::ArchiveLimits::default())
+            .unwrap();
         assert_eq!(sub.targets(), [t]);
         assert_eq!(sub.objects().len(), 2);
     }
@@ -401,11 +401,11 @@ fn every_bad_bundle_is_refused_at_publish_pull_and_load_leaving_nothing() {
 
         // At load.
         let limits = match env_vars.first() {
-            Some(_) => kbuild_bundle::archive::Limits {
+            Some(_) => kbuild_bundle::archive::ArchiveLimits {
                 max_unpacked: 1_000_000,
                 max_entries: 1000,
             },
-            None => kbuild_bundle::archive::Limits::default(),
+            None => kbuild_bundle::archive::ArchiveLimits::default(),
         };
         let e = kbuild_bundle::Bundle::from_bytes(&bytes, limits).unwrap_err();
         assert!(e.to_string().contains(want), "{label}: load said {e}");
@@ -439,8 +439,12 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
     trust
         .add_key(&format!("{keys}/kbuild.pub"), Path::new("."))
         .unwrap();
-    kbuild_bundle::verify_bundle_file(&good, &trust, kbuild_bundle::archive::Limits::default())
-        .unwrap();
+    kbuild_bundle::verify_bundle_file(
+        &good,
+        &trust,
+        kbuild_bundle::archive::ArchiveLimits::default(),
+    )
+    .unwrap();
 
     let mut e = good_entries();
     let m = String::from_utf8(e[0].1.clone()).unwrap();
@@ -454,12 +458,15 @@ fn tampered_manifest_fails_the_signature_at_load_and_pull() {
         kbuild_bundle::signature_path(&bad),
     )
     .unwrap();
-    kbuild_bundle::Bundle::open(&bad, kbuild_bundle::archive::Limits::default())
+    kbuild_bundle::Bundle::open(&bad, kbuild_bundle::archive::ArchiveLimits::default())
         .expect("objects still match the edited manifest");
-    let err =
-        kbuild_bundle::verify_bundle_file(&bad, &trust, kbuild_bundle::archive::Limits::default())
-            .unwrap_err()
-            .to_string();
+    let err = kbuild_bundle::verify_bundle_file(
+        &bad,
+        &trust,
+        kbuild_bundle::archive::ArchiveLimits::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("not this manifest"), "{err}");
 
     let reg_dir = env.path().join("reg");
@@ -538,8 +545,11 @@ fn identical_objects_are_stored_once_and_reported() {
     assert!(p["bytes_saved"].as_u64().unwrap_or(0) > 0, "{p}");
     // The bundle holds one copy, and every record loads from it.
     let bundle = k.join("dist/kb-dedup-0.1.0.kbundle");
-    let b = kbuild_bundle::bundle::Bundle::open(&bundle, kbuild_bundle::archive::Limits::default())
-        .unwrap();
+    let b = kbuild_bundle::bundle::Bundle::open(
+        &bundle,
+        kbuild_bundle::archive::ArchiveLimits::default(),
+    )
+    .unwrap();
     assert_eq!(b.objects().len(), 1);
     assert_eq!(b.manifest().objects.len(), 3);
     assert!(b

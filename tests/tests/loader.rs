@@ -508,10 +508,10 @@ fn bundles_and_pulled_cache_entries_explain_like_the_build() {
         &env,
     );
     assert!(o.status.success(), "{}", text(&o));
-    let entries =
-        kbuild_bundle::cache::Cache::new(&cache.join("registry")).refs(None, Some("loader-e2e"));
+    let entries = kbuild_bundle::cache::BundleCache::new(&cache.join("registry"))
+        .refs(None, Some("loader-e2e"));
     assert_eq!(entries.len(), 1, "{entries:?}");
-    let cache = kbuild_bundle::cache::Cache::new(&cache.join("registry"));
+    let cache = kbuild_bundle::cache::BundleCache::new(&cache.join("registry"));
     let package = kbuild_loader::Package::from_cache(
         &cache,
         &entries[0],

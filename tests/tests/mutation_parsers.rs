@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use kbuild_bundle::archive::{self, Entry, Limits};
+use kbuild_bundle::archive::{self, ArchiveLimits, Entry};
 use kbuild_bundle::sign::SignatureFile;
 use kbuild_bundle::Bundle;
 use kbuild_registry::oci::{parse_kbuild_artifact, Artifact, FetchedManifest, IMAGE_MANIFEST};
@@ -59,7 +59,7 @@ const HEAP_BOUND: usize = 96 << 20;
 /// Time one call may take (debug builds included): a hang shows as this tripping.
 const TIME_BOUND: Duration = Duration::from_secs(5);
 
-const LIMITS: Limits = Limits {
+const LIMITS: ArchiveLimits = ArchiveLimits {
     max_unpacked: 16 << 20,
     max_entries: 4096,
 };

@@ -720,7 +720,7 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     let e = kbuild_bundle::verify_bundle_file(
         &bundle,
         &trust,
-        kbuild_bundle::archive::Limits::default(),
+        kbuild_bundle::archive::ArchiveLimits::default(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("not signed"), "{e}");
@@ -785,10 +785,13 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     let (_, v) = kbuild_bundle::verify_bundle_file(
         &work.join("got/kb-small-0.1.0.kbundle"),
         &trust,
-        kbuild_bundle::archive::Limits::default(),
+        kbuild_bundle::archive::ArchiveLimits::default(),
     )
     .unwrap();
-    assert!(matches!(v, kbuild_bundle::sign::Verdict::Verified { .. }));
+    assert!(matches!(
+        v,
+        kbuild_bundle::sign::TrustVerdict::Verified { .. }
+    ));
 
     // A bundle file signed locally, published to a directory registry, pulled under require.
     let out = env.ok(env.path(), &["sign", &b, "--key", &key]);
@@ -805,8 +808,12 @@ fn signatures_keygen_sign_verify_on_pull_and_load_policies() {
     ];
     args.extend_from_slice(&require);
     env.ok(env.path(), &args);
-    kbuild_bundle::verify_bundle_file(&bundle, &trust, kbuild_bundle::archive::Limits::default())
-        .unwrap();
+    kbuild_bundle::verify_bundle_file(
+        &bundle,
+        &trust,
+        kbuild_bundle::archive::ArchiveLimits::default(),
+    )
+    .unwrap();
     // Another key is not trusted.
     let other = env.path().join("other-keys");
     env.ok(
@@ -1009,7 +1016,7 @@ fn device_pull_fetches_only_the_selected_targets() {
     assert_eq!(p["objects"], 2);
     let b = kbuild_bundle::Bundle::open(
         &env.path().join("o/kb-small-0.1.0.sm_89.kbundle"),
-        kbuild_bundle::archive::Limits::default(),
+        kbuild_bundle::archive::ArchiveLimits::default(),
     )
     .unwrap();
     assert_eq!(b.targets(), ["sm_89"]);

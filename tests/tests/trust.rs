@@ -261,7 +261,7 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
     let env = Env::new();
     let real = fixture_bundle(&env.path().join("real"), "0.1.0", "a");
     let (manifest_json, object) = {
-        let b = Bundle::open(&real, kbuild_bundle::archive::Limits::default()).unwrap();
+        let b = Bundle::open(&real, kbuild_bundle::archive::ArchiveLimits::default()).unwrap();
         let (hex, data) = b
             .objects()
             .iter()
@@ -374,7 +374,8 @@ fn attack_3_bundle_bombs_stay_under_256_mib_and_10_s() {
         &[manifest_entry, tar_header(&undeclared, 1 << 20)].concat(),
         1 << 20,
     );
-    let e = Bundle::from_bytes(&small, kbuild_bundle::archive::Limits::default()).unwrap_err();
+    let e =
+        Bundle::from_bytes(&small, kbuild_bundle::archive::ArchiveLimits::default()).unwrap_err();
     assert!(
         e.to_string()
             .contains("no object of the manifest has this sha256"),
@@ -417,7 +418,7 @@ fn attack_5_require_refuses_an_unsigned_bundle_at_load() {
         "{e}"
     );
     let key = SecretKey::generate().unwrap();
-    let opened = Bundle::open(&bundle, kbuild_bundle::archive::Limits::default()).unwrap();
+    let opened = Bundle::open(&bundle, kbuild_bundle::archive::ArchiveLimits::default()).unwrap();
     let mut sigs = SignatureFile::new();
     sigs.add(key.sign(Payload::new("kb-trust", "0.1.0", opened.manifest_digest())));
     std::fs::write(kbuild_bundle::signature_path(&bundle), sigs.to_json()).unwrap();
@@ -586,7 +587,7 @@ fn attack_5_the_c_abi_applies_the_policy_too() {
         "{err}"
     );
     let key = SecretKey::generate().unwrap();
-    let opened = Bundle::open(&bundle, kbuild_bundle::archive::Limits::default()).unwrap();
+    let opened = Bundle::open(&bundle, kbuild_bundle::archive::ArchiveLimits::default()).unwrap();
     let mut sigs = SignatureFile::new();
     sigs.add(key.sign(Payload::new("kb-trust", "0.1.0", opened.manifest_digest())));
     std::fs::write(kbuild_bundle::signature_path(&bundle), sigs.to_json()).unwrap();

@@ -9,7 +9,7 @@ use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_build::build::BuildOptions;
 use kbuild_build::config;
-use kbuild_bundle::cache::Cache;
+use kbuild_bundle::cache::BundleCache;
 use kbuild_bundle::sign::Trust;
 use kbuild_loader::detect::DeviceOptions;
 use kbuild_registry::oci::OciOptions;
@@ -105,6 +105,6 @@ impl TrustArgs {
 }
 
 /// The local cache of pulled bundles.
-pub fn registry_cache(env: &Env) -> Result<Cache> {
-    Ok(Cache::new(&Dirs::from_env(env)?.registry_cache()))
+pub fn registry_cache(env: &Env) -> Result<BundleCache> {
+    Ok(BundleCache::new(&Dirs::from_env(env)?.registry_cache()))
 }

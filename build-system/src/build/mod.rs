@@ -21,7 +21,7 @@ use remote::open_remote;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kbuild_manifest::manifest::{self, Manifest, Package};
+use kbuild_manifest::manifest::{self, Manifest, PackageInfo};
 use kbuild_manifest::target::Target;
 
 use crate::cache::Cache;
@@ -243,7 +243,7 @@ pub fn build(
     };
     let manifest = Manifest {
         schema: manifest::SCHEMA.to_string(),
-        package: Package {
+        package: PackageInfo {
             name: project.name.clone(),
             version: project.version.clone(),
         },

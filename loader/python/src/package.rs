@@ -360,7 +360,7 @@ pub fn pull(
     device: Option<String>,
 ) -> PyResult<PyPackage> {
     use kbuild_base::dirs::Dirs;
-    use kbuild_bundle::cache::Cache;
+    use kbuild_bundle::cache::BundleCache;
     use kbuild_registry::oci::OciOptions;
     use kbuild_registry::progress::Silent;
     use kbuild_registry::pull::{self, PullRequest};
@@ -375,7 +375,7 @@ pub fn pull(
         ..OciOptions::from_env(&env)
     };
     let registry = Registry::parse(&spec, opts).map_err(kbuild_err)?;
-    let cache = Cache::new(&dirs.registry_cache());
+    let cache = BundleCache::new(&dirs.registry_cache());
     let trust = Trust::load(&env).map_err(kbuild_err)?;
     let device = match device {
         None => None,

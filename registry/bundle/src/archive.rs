@@ -27,26 +27,26 @@ pub const DEFAULT_MAX_UNPACKED: u64 = 256 << 20;
 
 /// What a reader accepts.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct ArchiveLimits {
     /// Unpacked tar-stream bytes, all entries and headers together.
     pub max_unpacked: u64,
     /// Entries.
     pub max_entries: usize,
 }
 
-impl Default for Limits {
+impl Default for ArchiveLimits {
     fn default() -> Self {
-        Limits {
+        ArchiveLimits {
             max_unpacked: DEFAULT_MAX_UNPACKED,
             max_entries: 1 << 20,
         }
     }
 }
 
-impl Limits {
+impl ArchiveLimits {
     /// The default limits, with `KBUILD_MAX_UNPACKED_BYTES` overriding the size cap.
-    pub fn from_env(env: &Env) -> Limits {
-        let mut l = Limits::default();
+    pub fn from_env(env: &Env) -> ArchiveLimits {
+        let mut l = ArchiveLimits::default();
         if let Some(n) = env.u64(names::KBUILD_MAX_UNPACKED_BYTES) {
             l.max_unpacked = n;
         }
@@ -175,7 +175,7 @@ impl<R: Read> Read for Capped<R> {
 }
 
 /// Unpack an archive, refusing anything outside what kbuild writes (see the module docs).
-pub fn read(bytes: &[u8], limits: Limits) -> Result<Vec<Entry>, ArchiveError> {
+pub fn read(bytes: &[u8], limits: ArchiveLimits) -> Result<Vec<Entry>, ArchiveError> {
     read_checked(bytes, limits, &mut |_, _, _| Ok(()))
 }
 
@@ -187,7 +187,7 @@ pub type Admit<'a> = dyn FnMut(&[Entry], &str, u64) -> Result<(), ArchiveError> 
 /// it is in memory.
 pub fn read_checked(
     bytes: &[u8],
-    limits: Limits,
+    limits: ArchiveLimits,
     admit: &mut Admit<'_>,
 ) -> Result<Vec<Entry>, ArchiveError> {
     read_stream(bytes, limits, admit)
@@ -197,7 +197,7 @@ pub fn read_checked(
 /// memory, only the entries admitted, within `limits`.
 pub fn read_stream(
     mut reader: impl Read,
-    limits: Limits,
+    limits: ArchiveLimits,
     admit: &mut Admit<'_>,
 ) -> Result<Vec<Entry>, ArchiveError> {
     // The frame header (at most 18 bytes) first: the magic, and a declared content size.
@@ -340,7 +340,7 @@ mod tests {
         let a = write(&entries, 0).unwrap();
         let b = write(&entries, 0).unwrap();
         assert_eq!(a, b);
-        assert_eq!(read(&a, Limits::default()).unwrap(), entries);
+        assert_eq!(read(&a, ArchiveLimits::default()).unwrap(), entries);
     }
 
     #[test]
@@ -377,7 +377,9 @@ mod tests {
             ),
         ];
         for (bytes, want) in cases {
-            let err = read(&bytes, Limits::default()).unwrap_err().to_string();
+            let err = read(&bytes, ArchiveLimits::default())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{err} / {want}");
         }
     }
@@ -388,7 +390,7 @@ mod tests {
         let entries = vec![e("manifest.json", &big)];
         let bytes = write(&entries, 0).unwrap();
         assert!(bytes.len() < 4096, "zeros compress: {}", bytes.len());
-        let small = Limits {
+        let small = ArchiveLimits {
             max_unpacked: 1 << 20,
             max_entries: 10,
         };
@@ -419,7 +421,9 @@ mod tests {
         enc.include_contentsize(false).unwrap();
         enc.write_all(&raw).unwrap();
         let declared = enc.finish().unwrap();
-        let err = read(&declared, Limits::default()).unwrap_err().to_string();
+        let err = read(&declared, ArchiveLimits::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("declares 1099511627776 bytes"), "{err}");
     }
 
@@ -428,14 +432,14 @@ mod tests {
         let entries = vec![e("manifest.json", &[7u8; 10000])];
         let bytes = write(&entries, 0).unwrap();
         for cut in [5, bytes.len() / 2, bytes.len() - 1] {
-            let err = read(&bytes[..cut], Limits::default()).unwrap_err();
+            let err = read(&bytes[..cut], ArchiveLimits::default()).unwrap_err();
             assert!(
                 matches!(err, ArchiveError::Corrupt(_) | ArchiveError::NotZstd),
                 "{cut}: {err}"
             );
         }
         assert!(matches!(
-            read(b"PK\x03\x04 not zstd", Limits::default()).unwrap_err(),
+            read(b"PK\x03\x04 not zstd", ArchiveLimits::default()).unwrap_err(),
             ArchiveError::NotZstd
         ));
     }

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::target::family_of;
 
-use crate::archive::{self, Entry, Limits};
+use crate::archive::{self, ArchiveLimits, Entry};
 use crate::bundle::{Bundle, BundleError, MAX_MANIFEST_BYTES};
 use crate::digest;
 
@@ -229,7 +229,7 @@ impl AssetIndex {
             path: origin.to_string(),
             what,
         };
-        let limits = Limits {
+        let limits = ArchiveLimits {
             max_unpacked: MAX_INDEX_BYTES,
             max_entries: 2,
         };
@@ -398,7 +398,7 @@ impl AssetIndex {
         dir: &Path,
         part: &Part,
         index: &str,
-        limits: Limits,
+        limits: ArchiveLimits,
     ) -> Result<Bundle, AssetError> {
         let path = dir.join(&part.file);
         let io = |err: std::io::Error| {
@@ -738,7 +738,7 @@ mod tests {
         for p in &parts {
             assert!(p.part.size <= limit);
             assert_eq!(p.part.sha256, digest::sha256_hex(&p.bytes));
-            let back = Bundle::from_bytes(&p.bytes, Limits::default()).unwrap();
+            let back = Bundle::from_bytes(&p.bytes, ArchiveLimits::default()).unwrap();
             assert_eq!(back.manifest_digest(), b.manifest_digest());
         }
         assert_eq!(parts[1].part.targets, ["sm_90", "compute_90"]);

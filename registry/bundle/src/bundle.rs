@@ -17,7 +17,7 @@ use std::path::Path;
 
 use kbuild_manifest::manifest::{Manifest, ManifestError};
 
-use crate::archive::{self, ArchiveError, Entry, Limits};
+use crate::archive::{self, ArchiveError, ArchiveLimits, Entry};
 use crate::digest;
 
 /// The largest manifest.json kbuild reads (a bundle's first entry, the OCI config blob):
@@ -187,7 +187,7 @@ impl Bundle {
     /// Read and verify a bundle file.
     /// Read and verify a bundle file, streaming: what is held in memory is what the archive
     /// unpacks to, within `limits`, never the compressed file as well.
-    pub fn open(path: &Path, limits: Limits) -> Result<Bundle, BundleError> {
+    pub fn open(path: &Path, limits: ArchiveLimits) -> Result<Bundle, BundleError> {
         let file = std::fs::File::open(path).map_err(|err| BundleError::Io {
             path: path.display().to_string(),
             err,
@@ -196,12 +196,15 @@ impl Bundle {
     }
 
     /// Verify a bundle held in memory.
-    pub fn from_bytes(bytes: &[u8], limits: Limits) -> Result<Bundle, BundleError> {
+    pub fn from_bytes(bytes: &[u8], limits: ArchiveLimits) -> Result<Bundle, BundleError> {
         Bundle::from_reader(bytes, limits)
     }
 
     /// Read and verify a bundle from a stream.
-    pub fn from_reader(reader: impl std::io::Read, limits: Limits) -> Result<Bundle, BundleError> {
+    pub fn from_reader(
+        reader: impl std::io::Read,
+        limits: ArchiveLimits,
+    ) -> Result<Bundle, BundleError> {
         // Each entry is judged from its tar header before it is inflated: manifest.json first
         // and bounded, then only objects it declares, at the sizes it declares.
         let mut declared: Option<Manifest> = None;
@@ -614,14 +617,14 @@ pub(crate) mod tests {
         let (m, o) = sample(&["sm_89", "gfx1100"]);
         let b = Bundle::from_parts(m, o, None).unwrap();
         let bytes = b.to_bytes(0).unwrap();
-        let back = Bundle::from_bytes(&bytes, Limits::default()).unwrap();
+        let back = Bundle::from_bytes(&bytes, ArchiveLimits::default()).unwrap();
         assert_eq!(back, b);
         assert_eq!(b.file_name(), "pkg-1.2.3.kbundle");
         let s = b.restrict(&["gfx1100".to_string()]).unwrap();
         assert_eq!(s.file_name(), "pkg-1.2.3.gfx1100.kbundle");
         assert_eq!(s.objects().len(), 1);
         assert_eq!(s.manifest_digest(), b.manifest_digest());
-        let sb = Bundle::from_bytes(&s.to_bytes(0).unwrap(), Limits::default()).unwrap();
+        let sb = Bundle::from_bytes(&s.to_bytes(0).unwrap(), ArchiveLimits::default()).unwrap();
         assert_eq!(sb.targets(), vec!["gfx1100".to_string()]);
         assert!(b.restrict(&["sm_90".to_string()]).is_err());
     }
@@ -656,7 +659,7 @@ pub(crate) mod tests {
             0,
         )
         .unwrap();
-        let e = Bundle::from_bytes(&bytes, Limits::default()).unwrap_err();
+        let e = Bundle::from_bytes(&bytes, ArchiveLimits::default()).unwrap_err();
         assert!(e.to_string().contains("starts with manifest.json"), "{e}");
     }
 }

@@ -51,7 +51,7 @@ pub struct CachedRef {
     pub signatures: Option<String>,
 }
 
-pub struct Cache {
+pub struct BundleCache {
     root: PathBuf,
 }
 
@@ -74,9 +74,9 @@ fn registry_key(registry: &str) -> String {
     )
 }
 
-impl Cache {
-    pub fn new(root: &Path) -> Cache {
-        Cache {
+impl BundleCache {
+    pub fn new(root: &Path) -> BundleCache {
+        BundleCache {
             root: root.to_path_buf(),
         }
     }

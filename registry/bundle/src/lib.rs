@@ -47,8 +47,8 @@ pub enum VerifyError {
 pub fn verify_bundle_file(
     path: &Path,
     trust: &sign::Trust,
-    limits: archive::Limits,
-) -> Result<(Bundle, sign::Verdict), VerifyError> {
+    limits: archive::ArchiveLimits,
+) -> Result<(Bundle, sign::TrustVerdict), VerifyError> {
     let bundle = Bundle::open(path, limits).map_err(|err| VerifyError::Bundle {
         path: path.display().to_string(),
         err,

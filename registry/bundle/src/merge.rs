@@ -343,7 +343,7 @@ pub fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::Limits;
+    use crate::archive::ArchiveLimits;
     use kbuild_manifest::fixtures;
     use kbuild_manifest::manifest::Shard;
 
@@ -402,7 +402,8 @@ mod tests {
         let (m2, r2) = merge(&with_full, false).unwrap();
         assert_eq!(m2.to_bytes(0).unwrap(), full.to_bytes(0).unwrap());
         assert_eq!(r2.overlapping, 1);
-        let back = Bundle::from_bytes(&merged.to_bytes(0).unwrap(), Limits::default()).unwrap();
+        let back =
+            Bundle::from_bytes(&merged.to_bytes(0).unwrap(), ArchiveLimits::default()).unwrap();
         assert!(!back.is_shard());
     }
 

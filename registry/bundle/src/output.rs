@@ -232,7 +232,7 @@ pub fn read_for_publish(
     path: &Path,
     explicit: bool,
     allow_partial: bool,
-    limits: crate::archive::Limits,
+    limits: crate::archive::ArchiveLimits,
 ) -> Result<ToPublish, OutputError> {
     check_publish_path(path, explicit)?;
     let shown = path.display().to_string();

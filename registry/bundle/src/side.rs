@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::archive::Limits;
+use crate::archive::ArchiveLimits;
 use crate::{Bundle, BundleError};
 
 /// What one side holds.
@@ -40,7 +40,7 @@ impl OpenError {
 
 /// Open one side: a directory's `manifest.json`, a bundle (by its magic bytes; `limits` bound
 /// its unpacked size), else the file's bytes as JSON.
-pub fn open_side(path: &Path, which: &str, limits: Limits) -> Result<Side, OpenError> {
+pub fn open_side(path: &Path, which: &str, limits: ArchiveLimits) -> Result<Side, OpenError> {
     if !path.exists() {
         return Err(OpenError::Missing {
             which: which.to_string(),
@@ -98,17 +98,17 @@ mod tests {
     fn a_missing_side_is_a_usage_error_and_a_dir_needs_a_manifest() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("nope");
-        let e = open_side(&missing, "OLD", Limits::default()).expect_err("missing");
+        let e = open_side(&missing, "OLD", ArchiveLimits::default()).expect_err("missing");
         assert!(e.is_usage());
         assert!(e.to_string().starts_with("OLD `"), "{e}");
-        let e = open_side(dir.path(), "NEW", Limits::default()).expect_err("no manifest");
+        let e = open_side(dir.path(), "NEW", ArchiveLimits::default()).expect_err("no manifest");
         assert!(!e.is_usage());
         assert!(
             e.to_string().contains("a directory without manifest.json"),
             "{e}"
         );
         std::fs::write(dir.path().join("manifest.json"), b"{}").expect("write");
-        match open_side(dir.path(), "NEW", Limits::default()).expect("opens") {
+        match open_side(dir.path(), "NEW", ArchiveLimits::default()).expect("opens") {
             Side::Json { path, data } => {
                 assert_eq!(path, dir.path().join("manifest.json"));
                 assert_eq!(data, b"{}");

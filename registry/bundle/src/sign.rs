@@ -396,7 +396,7 @@ pub struct Trust {
 
 /// The outcome of a check that did not refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum TrustVerdict {
     /// Signed by this trusted key.
     Verified { key_id: String },
     /// Not verified; `warn` lets it through with this message.
@@ -508,25 +508,25 @@ impl Trust {
 
     /// Check `sigs` for the package `name@version` whose manifest has `manifest_digest`.
     /// Under `require` anything but a valid signature by a trusted key is an error; under
-    /// `warn` it is a [`Verdict::Warning`].
+    /// `warn` it is a [`TrustVerdict::Warning`].
     pub fn check(
         &self,
         name: &str,
         version: &str,
         manifest_digest: &str,
         sigs: Option<&SignatureFile>,
-    ) -> Result<Verdict, SignError> {
+    ) -> Result<TrustVerdict, SignError> {
         if self.policy == Policy::Off {
-            return Ok(Verdict::NotChecked);
+            return Ok(TrustVerdict::NotChecked);
         }
         let package = format!("{name} {version}");
         let reason = match self.verify(name, version, manifest_digest, sigs) {
-            Ok(key_id) => return Ok(Verdict::Verified { key_id }),
+            Ok(key_id) => return Ok(TrustVerdict::Verified { key_id }),
             Err(r) => r,
         };
         match self.policy {
             Policy::Require => Err(SignError::Refused { package, reason }),
-            _ => Ok(Verdict::Warning(format!("{package}: {reason}"))),
+            _ => Ok(TrustVerdict::Warning(format!("{package}: {reason}"))),
         }
     }
 
@@ -601,11 +601,11 @@ mod tests {
         };
         assert!(matches!(
             trust.check("pkg", "1.0.0", &d, Some(&file)).unwrap(),
-            Verdict::Verified { .. }
+            TrustVerdict::Verified { .. }
         ));
         // Other manifest, other version (replay), no signature, untrusted key: refused.
         let other = digest::oci_digest(b"other");
-        let reason = |r: Result<Verdict, SignError>| match r {
+        let reason = |r: Result<TrustVerdict, SignError>| match r {
             Err(SignError::Refused { reason, .. }) => reason,
             other => panic!("{other:?}"),
         };
@@ -664,7 +664,7 @@ mod tests {
             .contains("signed_at"));
         assert!(matches!(
             trust.check("pkg", "1.0.0", &d, Some(&old)).unwrap(),
-            Verdict::Verified { .. }
+            TrustVerdict::Verified { .. }
         ));
         let warn = Trust {
             policy: Policy::Warn,
@@ -672,7 +672,7 @@ mod tests {
         };
         assert!(matches!(
             warn.check("pkg", "1.0.0", &d, None).unwrap(),
-            Verdict::Warning(_)
+            TrustVerdict::Warning(_)
         ));
         let off = Trust {
             policy: Policy::Off,
@@ -680,7 +680,7 @@ mod tests {
         };
         assert_eq!(
             off.check("pkg", "1.0.0", &d, None).unwrap(),
-            Verdict::NotChecked
+            TrustVerdict::NotChecked
         );
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::DEFAULT_TIMEOUT;
 use crate::auth::AuthConfig;
 use kbuild_base::env::{names, Env};
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 
 /// How an [`OciClient`](super::OciClient) talks to a registry.
 #[derive(Debug, Clone)]
@@ -34,7 +34,7 @@ pub struct OciOptions {
     /// Where credentials come from.
     pub auth: AuthConfig,
     /// What a fetched layer may unpack to.
-    pub limits: Limits,
+    pub limits: ArchiveLimits,
     /// `SOURCE_DATE_EPOCH` of the publisher: the `created` annotation and every archive
     /// header's mtime (0: no annotation, mtime 0).
     pub source_date_epoch: u64,
@@ -46,7 +46,7 @@ impl OciOptions {
     /// `KBUILD_REGISTRY_TIMEOUT`, `KBUILD_MAX_LAYER_BYTES`, `KBUILD_MAX_UNPACKED_BYTES`,
     /// `SOURCE_DATE_EPOCH`.
     pub fn from_env(env: &Env) -> OciOptions {
-        let limits = Limits::from_env(env);
+        let limits = ArchiveLimits::from_env(env);
         OciOptions {
             ca_file: env.path(names::KBUILD_REGISTRY_CA_FILE),
             auth: AuthConfig::from_env(env),
@@ -74,10 +74,10 @@ impl Default for OciOptions {
             retries: 4,
             backoff: Duration::from_millis(250),
             timeout: DEFAULT_TIMEOUT,
-            max_layer_bytes: Limits::default().max_unpacked,
+            max_layer_bytes: ArchiveLimits::default().max_unpacked,
             ca_file: None,
             auth: AuthConfig::default(),
-            limits: Limits::default(),
+            limits: ArchiveLimits::default(),
             source_date_epoch: 0,
         }
     }

@@ -14,7 +14,7 @@ use kbuild_base::env::Env;
 use kbuild_base::time::Date;
 use kbuild_build::sides::load_side;
 use kbuild_build::worktree::build_base_and_head;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::gate::{self, GateReport};
 use kbuild_report::diff::{self, load_allowlist, Diff};
@@ -58,7 +58,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
         Some(p) => load_allowlist(p)?,
         None => Vec::new(),
     };
-    let limits = Limits::from_env(env);
+    let limits = ArchiveLimits::from_env(env);
     let side = |path: &std::path::Path, which: &str| -> Result<(Snapshot, String), Failed> {
         Ok(any_side(path, which, &args.registry, limits, env)?)
     };
@@ -99,7 +99,7 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
 /// read.
 pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
     let made = || -> anyhow::Result<()> {
-        let limits = Limits::from_env(env);
+        let limits = ArchiveLimits::from_env(env);
         let side = |path, which| any_side(path, which, &args.registry, limits, env);
         let ((prev, prev_label), (next, next_label)) =
             (side(&args.prev, "PREV")?, side(&args.next, "NEXT")?);
@@ -128,7 +128,7 @@ fn any_side(
     path: &std::path::Path,
     which: &str,
     registry: &RegistryArgs,
-    limits: Limits,
+    limits: ArchiveLimits,
     env: &Env,
 ) -> anyhow::Result<(Snapshot, String)> {
     match published_spec(path) {

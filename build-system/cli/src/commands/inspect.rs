@@ -8,13 +8,13 @@ use std::process::ExitCode;
 
 use kbuild_base::env::Env;
 use kbuild_build::sides::inspect_path;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_manifest::resources::{BlockSize, InspectReport, INSPECT_SCHEMA};
 use kbuild_report::inspect::inspect_table;
 
 /// Inspect `files`; exit 1 when any could not be read. `block_size`: `--block-size`.
 pub fn run(files: &[PathBuf], json: bool, block_size: Option<u32>, env: &Env) -> ExitCode {
-    let limits = Limits::from_env(env);
+    let limits = ArchiveLimits::from_env(env);
     let block_size = block_size.map(BlockSize::flag);
     let mut objects = Vec::new();
     let mut errors = Vec::new();

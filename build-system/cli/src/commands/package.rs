@@ -10,7 +10,7 @@ use kbuild_base::env::Env;
 use kbuild_build::package::verify_reproducible;
 use kbuild_build::package::{build_for_package, manifest_targets, packaged_targets};
 use kbuild_build::package::{Reproduce, Reproduced};
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::output::{self, PackageReport, SplitReport, Written};
 use kbuild_bundle::Bundle;
 
@@ -114,7 +114,8 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
 fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
     let mut inputs = Vec::new();
     for p in &args.merge {
-        let b = Bundle::open(p, Limits::from_env(env)).with_context(|| p.display().to_string())?;
+        let b = Bundle::open(p, ArchiveLimits::from_env(env))
+            .with_context(|| p.display().to_string())?;
         inputs.push((p.display().to_string(), b));
     }
     let (bundle, report) = kbuild_bundle::merge::merge(&inputs, args.allow_partial)?;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::output::{default_bundle_path, read_for_publish};
 use kbuild_registry::oci::PublishOutcome;
 use kbuild_registry::report::PublishReport;
@@ -23,7 +23,12 @@ pub fn run(args: PublishArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     let explicit = args.bundle.is_some();
-    let found = read_for_publish(&path, explicit, args.allow_partial, Limits::from_env(env))?;
+    let found = read_for_publish(
+        &path,
+        explicit,
+        args.allow_partial,
+        ArchiveLimits::from_env(env),
+    )?;
     let (bundle, sigs) = (&found.bundle, found.signatures.as_ref());
     let registry = args.registry.open(env)?;
     let outcome = registry.publish(bundle, &found.bytes, sigs, &Bars::new(args.json))?;

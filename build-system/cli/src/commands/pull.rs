@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use kbuild_base::env::Env;
-use kbuild_bundle::archive::Limits;
-use kbuild_bundle::sign::Verdict;
+use kbuild_bundle::archive::ArchiveLimits;
+use kbuild_bundle::sign::TrustVerdict;
 use kbuild_loader::{detect, PickError};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
@@ -115,7 +115,7 @@ fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
         index,
         cache: &cache,
         trust: &trust,
-        limits: Limits::from_env(env),
+        limits: ArchiveLimits::from_env(env),
     };
     let got = release::pull_release(&req, &|m| select(&device, m))?;
     let pulled = &got.pulled;
@@ -168,7 +168,7 @@ fn finish(
     shown: &Shown,
     release: Option<ReleaseParts>,
 ) -> Result<Option<PathBuf>> {
-    if let Verdict::Warning(w) = &pulled.verdict {
+    if let TrustVerdict::Warning(w) = &pulled.verdict {
         if !args.json {
             eprintln!("warning: {w}");
         }

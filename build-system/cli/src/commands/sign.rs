@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
-use kbuild_bundle::archive::Limits;
+use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::assets::{is_index_path, AssetIndex};
 use kbuild_bundle::sign::{default_secret_key, sign_file, SecretKey};
 use kbuild_bundle::Bundle;
@@ -37,7 +37,7 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
                 i.manifest_digest().into(),
             )
         } else {
-            let b = Bundle::open(file, Limits::from_env(env))?;
+            let b = Bundle::open(file, ArchiveLimits::from_env(env))?;
             (
                 b.name().into(),
                 b.version().into(),
