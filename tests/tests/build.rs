@@ -494,3 +494,39 @@ fn toolchain_list_names_paths_versions_and_buildable_targets_and_clean_removes_o
     assert!(c.status.success(), "{}", text(&c));
     assert!(!k.join("out").exists());
 }
+
+/// A cloned project's `out-dir = ".."` does not make `kbuild clean` remove the directory that
+/// holds the project (with its siblings), and a directory kbuild did not make (no
+/// `.kbuild-out` marker) is not removed either; both refusals name the directory and why.
+#[test]
+fn clean_removes_only_an_out_dir_kbuild_made() {
+    let s = Scratch::new();
+    let parent = s.path().join("parent");
+    let k = parent.join("proj");
+    std::fs::create_dir_all(&k).unwrap();
+    std::fs::write(parent.join("sibling.txt"), "keep me").unwrap();
+    std::fs::write(k.join("a.cu"), "__global__ void a() {}\n").unwrap();
+    std::fs::write(
+        k.join("Kbuild.toml"),
+        "[package]\nname = \"p\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\"]\n\
+         out-dir = \"..\"\n\n[kernels.a]\nsource = \"a.cu\"\nentries = [\"a\"]\n",
+    )
+    .unwrap();
+    let o = s.kbuild(&k, &["clean"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("refusing to remove") && e.contains("holds the project itself"),
+        "{e}"
+    );
+    assert!(parent.join("sibling.txt").is_file() && k.join("Kbuild.toml").is_file());
+
+    let mine = s.path().join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "mine").unwrap();
+    let o = s.kbuild(&k, &["clean", "--out", mine.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("no .kbuild-out marker"), "{e}");
+    assert!(mine.join("notes.txt").is_file());
+}

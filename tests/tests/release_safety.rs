@@ -348,13 +348,14 @@ fn interrupts_kill_the_compilers_and_leave_nothing_behind() {
             !dir.join("out").join("manifest.json").exists(),
             "SIG{signal}: no manifest"
         );
-        // kbuild's compat header is written whole (temp file + rename) before any job; nothing
-        // else may stay, and no temp file at all.
+        // kbuild's compat header and the out-dir's marker are written whole (temp file +
+        // rename) before any job; nothing else may stay, and no temp file at all.
         let include = dir.join("out").join("include");
+        let marker = dir.join("out").join(".kbuild-out");
         let leftovers: Vec<PathBuf> = walk(&dir.join("out"))
             .into_iter()
             .filter(|p| {
-                !p.starts_with(&include)
+                (!p.starts_with(&include) && *p != marker)
                     || p.file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with(".tmp"))
             })

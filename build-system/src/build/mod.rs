@@ -67,6 +67,9 @@ pub struct BuildOptions {
 pub enum BuildError {
     #[error("no targets: pass --targets or set [build] targets in {0}")]
     NoTargets(String),
+    /// The out-dir is a symbolic link, or cannot be made.
+    #[error(transparent)]
+    OutDir(#[from] crate::clean::MarkError),
     /// Every (kernel, target) pair was excluded: the build would produce an empty manifest.
     #[error("nothing to build for {targets}: {why}")]
     NothingToBuild { targets: String, why: String },
@@ -186,6 +189,7 @@ pub fn build(
     let cache = Cache::open(&cache_dir);
     let remote = open_remote(project, opts, reporter)?;
     let out_dir = out_dir_of(project, opts);
+    crate::clean::mark_out_dir(&out_dir)?;
     let compat_dir = write_compat_header(project, &out_dir)?;
     order_longest_first(&mut jobs, &cache_dir);
 

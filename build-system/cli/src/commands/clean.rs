@@ -9,11 +9,15 @@ use kbuild_base::env::Env;
 use crate::cli::CleanArgs;
 
 pub fn run(args: CleanArgs, env: &Env) -> Result<ExitCode> {
-    let out = match args.out {
-        Some(o) => o,
-        None => args.project.open()?.out_dir,
+    // The project (when there is one) is never removed, nor anything above it.
+    let (out, root) = match (args.out, args.project.open()) {
+        (Some(o), project) => (o, project.ok().map(|p| p.root)),
+        (None, project) => {
+            let p = project?;
+            (p.out_dir, Some(p.root))
+        }
     };
-    kbuild_build::clean::clean(&out, args.cache, env, &mut |dir| {
+    kbuild_build::clean::clean(&out, root.as_deref(), args.cache, env, &mut |dir| {
         println!("removed {}", dir.display())
     })?;
     Ok(ExitCode::SUCCESS)
