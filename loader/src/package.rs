@@ -77,6 +77,9 @@ impl std::fmt::Debug for Package {
     }
 }
 
+/// The manifest crate's limit for a manifest file.
+const MAX_JSON_BYTES: u64 = kbuild_manifest::manifest::MAX_JSON_BYTES;
+
 impl Package {
     /// Open a build directory (holding `manifest.json`), a manifest file or a bundle: through
     /// the load index `manifest.kbi` when that matches the manifest, else from the JSON, whose
@@ -142,6 +145,14 @@ impl Package {
         // The metadata and the bytes of one open file make the in-memory index's stamp.
         let mut file = std::fs::File::open(&manifest_path).map_err(read_err)?;
         let meta = file.metadata().map_err(read_err)?;
+        if !meta.is_file() || meta.len() > MAX_JSON_BYTES {
+            return Err(LoaderError::Package {
+                path: manifest_path.clone(),
+                what: format!(
+                    "not a regular file of at most {MAX_JSON_BYTES} bytes (kbuild's limit for a manifest); refusing to read it"
+                ),
+            });
+        }
         if cached {
             let hit = index_cache().lock().ok().and_then(|c| {
                 c.get(&manifest_path)
@@ -281,21 +292,15 @@ impl Package {
     /// Any bundle in memory.
     #[cfg(feature = "registry")]
     pub fn from_bundle(bundle: Bundle, origin: PathBuf) -> Result<Package> {
-        let json = bundle.manifest_json().to_vec();
+        // The bundle's parsed manifest is the one indexed: no second parse or copy of it.
+        // A subset bundle lists only the objects it holds.
+        let (mut manifest, objects) = bundle.into_parts();
+        manifest.objects.retain(|o| objects.contains_key(&o.sha256));
         let source = BundleSource {
             origin: origin.display().to_string(),
-            bundle,
+            objects,
         };
-        let present = |sha: &str| source.bundle.object(sha).is_some();
-        let mut package = Package::from_json(
-            json,
-            Box::new(EmptySource {
-                origin: origin.clone(),
-            }),
-            origin,
-        )?;
-        package.retain_objects(present);
-        Ok(package.with_source(Box::new(source)))
+        Package::from_parts(manifest, Box::new(source), origin)
     }
 
     /// Every object, in manifest order.
@@ -348,7 +353,12 @@ impl Package {
             });
         };
         let data =
-            std::fs::read(path).map_err(|e| LoaderError::io(path, "reading the manifest", e))?;
+            kbuild_base::read::read_capped(path, MAX_JSON_BYTES, "a manifest").map_err(|e| {
+                LoaderError::Package {
+                    path: path.clone(),
+                    what: e.to_string(),
+                }
+            })?;
         let m = parse_manifest(&data, path)?;
         Ok(self.index.manifest.get_or_init(|| m))
     }
@@ -438,24 +448,6 @@ impl Package {
         self.source.as_ref()
     }
 
-    /// Keep only the objects whose sha256 passes `keep` (a subset bundle's present ones): the
-    /// index is encoded again from the manifest without the others, so indices, selection
-    /// and [`Package::manifest`] agree.
-    #[cfg(feature = "registry")]
-    pub(crate) fn retain_objects(&mut self, keep: impl Fn(&str) -> bool) {
-        let Ok(manifest) = self.manifest() else {
-            // Only packages made from a manifest are retained (bundles): it is in memory.
-            return;
-        };
-        let mut subset = manifest.clone();
-        subset.objects.retain(|o| keep(&o.sha256));
-        // The subset of an index that encoded encodes too; were it not to, every object
-        // stays listed and reading a missing one names the bundle.
-        if let Ok(index) = PackageIndex::encode(subset, NOT_A_FILE, None, &self.origin) {
-            self.index = Arc::new(index);
-        }
-    }
-
     /// What the signature policy said when this bundle or pulled entry was opened; `None`
     /// for a build directory or manifest, which are local and unsigned.
     #[cfg(feature = "registry")]
@@ -474,12 +466,6 @@ impl Package {
     #[cfg(feature = "registry")]
     pub fn with_trust(mut self, verdict: crate::bundle::TrustVerdict) -> Package {
         self.trust = Some(verdict);
-        self
-    }
-
-    #[cfg(feature = "registry")]
-    pub(crate) fn with_source(mut self, source: Box<dyn ObjectSource>) -> Package {
-        self.source = source;
         self
     }
 }

@@ -20,7 +20,14 @@ pub fn pick_targets(manifest: &Manifest, device: &Device) -> Result<Vec<String>,
         return Err(PickError::NoMatch(missing));
     }
     let mut picked = selection.selected_targets();
-    picked.sort_by_key(|t| manifest.targets.iter().position(|m| m == t));
+    let position: std::collections::HashMap<&str, usize> = manifest
+        .targets
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    picked.sort_by_key(|t| position.get(t.as_str()).copied());
     Ok(picked)
 }
 

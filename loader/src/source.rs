@@ -4,9 +4,6 @@
 
 use std::path::PathBuf;
 
-#[cfg(feature = "registry")]
-use kbuild_bundle::bundle::Bundle;
-
 use crate::error::{LoaderError, Result};
 
 /// Something that hands out the bytes of a manifest's objects.
@@ -94,16 +91,17 @@ impl ObjectSource for EmptySource {
 #[cfg(feature = "registry")]
 /// The objects of a verified bundle in memory.
 pub struct BundleSource {
-    pub(crate) bundle: Bundle,
+    /// sha256 hex → bytes, verified when the bundle was read.
+    pub(crate) objects: std::collections::BTreeMap<String, Vec<u8>>,
     pub(crate) origin: String,
 }
 
 #[cfg(feature = "registry")]
 impl ObjectSource for BundleSource {
     fn read(&self, path: &str, sha256: &str) -> Result<Vec<u8>> {
-        self.bundle
-            .object(sha256)
-            .map(<[u8]>::to_vec)
+        self.objects
+            .get(sha256)
+            .cloned()
             .ok_or_else(|| LoaderError::Package {
                 path: PathBuf::from(&self.origin),
                 what: format!("object {path} ({sha256}) is not in this bundle"),

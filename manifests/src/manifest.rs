@@ -21,6 +21,18 @@ fn check_sha256(field: &str, hex: &str) -> Result<(), IdentError> {
 /// The schema tag every manifest carries.
 pub const SCHEMA: &str = "kbuild.manifest/v1";
 
+/// The largest manifest.json kbuild reads (a build dir's, a bundle's first entry, the OCI
+/// config blob): far above any real project's (a few MiB for thousands of kernel × target
+/// records), far below what would exhaust memory when parsed into records.
+pub const MAX_JSON_BYTES: u64 = 64 << 20;
+
+/// The most a manifest may cost to read, as [`kbuild_base::json_cost::estimate`] counts it (an
+/// estimate of the peak memory of reading and selecting from it): real manifests up to about
+/// 50 MB of text pass (13,500 objects with their parameter tables, the largest tried, estimate
+/// 231 MB and peak at 199 MB in `kbuild explain`), while a document of tiny values (22 million
+/// `""` in 66 MB, 2.1 GB when it was read) is refused before it is parsed.
+pub const MAX_PARSE_COST: u64 = 224 << 20;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -204,11 +216,20 @@ pub enum ManifestError {
     /// A name, version, target or path that would not be safe as a file name or path.
     #[error("manifest: {0}")]
     Field(#[from] IdentError),
+    #[error("manifest would cost about {cost} bytes of memory to parse ({len} bytes of JSON), over kbuild's limit of {MAX_PARSE_COST}; refusing it before parsing")]
+    TooCostly { cost: u64, len: u64 },
 }
 
 impl Manifest {
     /// Parse a manifest, refusing any schema but [`SCHEMA`] before looking at the rest.
     pub fn from_json(data: &[u8]) -> Result<Self, ManifestError> {
+        let cost = kbuild_base::json_cost::estimate(data);
+        if cost > MAX_PARSE_COST {
+            return Err(ManifestError::TooCostly {
+                cost,
+                len: data.len() as u64,
+            });
+        }
         #[derive(Deserialize)]
         struct Probe {
             schema: Option<String>,

@@ -207,8 +207,8 @@ impl DirStore {
         version: &str,
     ) -> Result<Option<PublishOutcome>, DirError> {
         let p = vdir.join(file);
-        match std::fs::read(&p) {
-            Ok(old) => {
+        match self.read_file(&p, self.max_bundle_file(), "a published bundle") {
+            Ok(Some(old)) => {
                 let existing = digest::oci_digest(&old);
                 if existing == new {
                     Ok(Some(PublishOutcome::AlreadyPublished { digest: existing }))
@@ -222,8 +222,31 @@ impl DirStore {
                     })
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(&p)(e)),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The largest bundle file read: its unpacked-size cap, with room for tar headers and a
+    /// compressor that could not shrink it.
+    fn max_bundle_file(&self) -> u64 {
+        let cap = self.limits.max_unpacked;
+        cap.saturating_add(cap / 64).saturating_add(1 << 20)
+    }
+
+    /// A file of the registry through a cap (a regular file of at most `limit` bytes); `None`
+    /// when it is not there.
+    fn read_file(
+        &self,
+        p: &Path,
+        limit: u64,
+        what: &'static str,
+    ) -> Result<Option<Vec<u8>>, DirError> {
+        match kbuild_base::read::read_capped(p, limit, what) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(kbuild_base::read::ReadError::Io { source, .. }) => Err(io(p)(source)),
+            Err(e) => Err(DirError::Invalid(e.to_string())),
         }
     }
 
@@ -235,7 +258,8 @@ impl DirStore {
         };
         for v in self.versions(name)? {
             let p = self.bundle_path(name, &v)?;
-            let Ok(bytes) = std::fs::read(&p) else {
+            let Ok(Some(bytes)) = self.read_file(&p, self.max_bundle_file(), "a published bundle")
+            else {
                 continue;
             };
             let Ok(b) = Bundle::from_bytes(&bytes, self.limits) else {
@@ -260,23 +284,22 @@ impl DirStore {
     /// The bundle bytes of a version, `None` when it is not published.
     pub fn read(&self, name: &str, version: &str) -> Result<Option<Vec<u8>>, DirError> {
         let p = self.bundle_path(name, version)?;
-        match std::fs::read(&p) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(&p)(e)),
-        }
+        self.read_file(&p, self.max_bundle_file(), "a published bundle")
     }
 
     pub fn signatures(&self, name: &str, version: &str) -> Result<Option<SignatureFile>, DirError> {
         let p = self
             .bundle_path(name, version)?
             .with_extension("kbundle.sig");
-        match std::fs::read(&p) {
-            Ok(b) => SignatureFile::from_json(&b)
+        match self.read_file(
+            &p,
+            kbuild_bundle::sign::MAX_SIG_FILE_BYTES,
+            "a signature file",
+        )? {
+            Some(b) => SignatureFile::from_json(&b)
                 .map(Some)
                 .map_err(|e| DirError::Invalid(format!("{}: {e}", p.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(&p)(e)),
+            None => Ok(None),
         }
     }
 

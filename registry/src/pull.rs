@@ -292,7 +292,9 @@ pub fn pull(
         (_, Want::Digest(d)) => d.clone(),
         (None, Want::Req(r)) => newest_matching(req.registry, req.name, r, req.progress)?,
     };
-    let resolved = req.registry.resolve(req.name, &reference, req.progress)?;
+    let resolved =
+        req.registry
+            .resolve_trusted(req.name, &reference, req.progress, Some(req.trust))?;
     let available = resolved.targets();
     let targets = select(&resolved.manifest).map_err(PullError::Select)?;
     if let Some(t) = targets.iter().find(|t| !available.contains(t)) {

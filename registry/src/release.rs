@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use kbuild_base::digest;
 use kbuild_bundle::archive::ArchiveLimits;
-use kbuild_bundle::assets::{AssetError, AssetIndex};
+use kbuild_bundle::assets::AssetIndex;
 use kbuild_bundle::bundle::Bundle;
 use kbuild_bundle::cache::BundleCache;
 use kbuild_bundle::sign::Trust;
@@ -84,16 +84,20 @@ pub fn pull_release(
     select: &dyn Fn(&Manifest) -> Result<Vec<String>, SelectError>,
 ) -> Result<ReleasePulled, PullError> {
     let shown = req.index.display().to_string();
-    let index_bytes = std::fs::read(req.index).map_err(|err| AssetError::Io {
-        path: shown.clone(),
-        err,
-    })?;
-    let index = AssetIndex::from_bytes(&index_bytes, &shown)?;
+    let index_bytes = kbuild_bundle::assets::read_index(req.index)?;
+    let sigs = kbuild_bundle::sign::read_signatures(req.index)
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    // Under `require` the signature is checked on the manifest's bytes before they are parsed
+    // or selected from.
+    let mut check = |json: &[u8]| {
+        req.trust
+            .check_before_parse(&digest::oci_digest(json), sigs.as_ref())
+            .map_err(|e| kbuild_bundle::BundleError::Refused(Box::new(e)))
+    };
+    let index = AssetIndex::from_bytes_checked(&index_bytes, &shown, &mut check)?;
     let registry = describe(req.index);
     let artifact = digest::oci_digest(&index_bytes);
     let targets = select(index.manifest()).map_err(PullError::Select)?;
-    let sigs = kbuild_bundle::sign::read_signatures(req.index)
-        .map_err(|e| StoreError::Invalid(e.to_string()))?;
     // Signatures before any part is read or cached: a refused release leaves nothing.
     let verdict = req.trust.check(
         index.name(),
@@ -151,8 +155,10 @@ pub fn pull_release(
     let mut objects = BTreeMap::new();
     let mut bytes = 0u64;
     let mut parts_read = Vec::new();
+    // One budget for every part this pull unpacks.
+    let mut budget = kbuild_bundle::archive::UnpackBudget::new(req.limits);
     for part in &needed {
-        let b = index.read_part(&dir, part, &shown, req.limits)?;
+        let b = index.read_part(&dir, part, &shown, &mut budget)?;
         bytes += part.size;
         parts_read.push(dir.join(&part.file));
         for t in part.targets.iter().filter(|t| targets.contains(t)) {
@@ -229,7 +235,7 @@ mod tests {
         assert!(got.pulled.lock.layers.contains_key("sm_90"));
         let e = pull_release(&req, &|m| Ok(m.targets.clone())).unwrap_err();
         assert!(
-            matches!(&e, PullError::Asset(AssetError::MissingPart { file, .. }) if file.ends_with("pkg-1.2.3.sm_8x.kbundle")),
+            matches!(&e, PullError::Asset(kbuild_bundle::assets::AssetError::MissingPart { file, .. }) if file.ends_with("pkg-1.2.3.sm_8x.kbundle")),
             "{e}"
         );
         let refused = pull_release(&req, &|_| Err("nothing runs here".into())).unwrap_err();

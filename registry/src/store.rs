@@ -11,7 +11,7 @@ use crate::progress::Progress;
 use kbuild_base::digest;
 use kbuild_bundle::archive::{self, ArchiveLimits};
 use kbuild_bundle::bundle::{Bundle, BundleError};
-use kbuild_bundle::sign::SignatureFile;
+use kbuild_bundle::sign::{Policy, SignatureFile, Trust};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -237,6 +237,20 @@ impl Registry {
         reference: &str,
         progress: &dyn Progress,
     ) -> Result<Resolved, StoreError> {
+        self.resolve_trusted(name, reference, progress, None)
+    }
+
+    /// [`Registry::resolve`]; under a `require` policy in `trust`, the version's signatures
+    /// are checked on its manifest's digest before the manifest is fetched or parsed.
+    pub fn resolve_trusted(
+        &self,
+        name: &str,
+        reference: &str,
+        progress: &dyn Progress,
+        trust: Option<&Trust>,
+    ) -> Result<Resolved, StoreError> {
+        let trust = trust.filter(|t| t.policy == Policy::Require);
+        let refused = |e| StoreError::Bundle(BundleError::Refused(Box::new(e)));
         let resolved = match self {
             Registry::Dir(d) => {
                 let version = if reference.starts_with("sha256:") {
@@ -260,7 +274,16 @@ impl Registry {
                 let bytes = d.read(name, &version)?.ok_or_else(|| {
                     StoreError::NotFound(format!("{name} {version} in {}", self.describe()))
                 })?;
-                let bundle = Bundle::from_bytes(&bytes, d.limits())?;
+                let bundle = match trust {
+                    Some(t) => {
+                        let sigs = d.signatures(name, &version)?;
+                        Bundle::from_reader_checked(&bytes[..], d.limits(), &mut |json| {
+                            t.check_before_parse(&digest::oci_digest(json), sigs.as_ref())
+                                .map_err(|e| BundleError::Refused(Box::new(e)))
+                        })?
+                    }
+                    None => Bundle::from_bytes(&bytes, d.limits())?,
+                };
                 Resolved {
                     name: name.into(),
                     version: bundle.version().into(),
@@ -284,6 +307,11 @@ impl Registry {
                         art.manifest.config.size,
                         kbuild_bundle::bundle::MAX_MANIFEST_BYTES
                     )));
+                }
+                if let Some(t) = trust {
+                    let sigs = client.get_signatures(&fetched.digest, progress)?;
+                    t.check_before_parse(&art.manifest.config.digest, sigs.as_ref())
+                        .map_err(refused)?;
                 }
                 let config = client.get_blob(&art.manifest.config, progress)?;
                 let manifest = Manifest::from_json(&config).map_err(|e| OciError::NotKbuild {
@@ -345,15 +373,19 @@ impl Registry {
             Source::Oci { client, layers, .. } => {
                 let mut objects = BTreeMap::new();
                 let mut bytes = 0u64;
+                // One budget for every layer this pull unpacks.
+                let mut budget = archive::UnpackBudget::new(self.limits());
                 for t in targets {
                     let desc = layers.get(t).ok_or_else(|| {
                         StoreError::Invalid(format!("{}: no layer for target {t}", r.artifact))
                     })?;
                     let blob = spooled_blob(client, desc, spool, progress)?;
                     bytes += blob.len() as u64;
-                    let entries = archive::read(&blob, self.limits()).map_err(|e| {
+                    let entries = archive::read(&blob, budget.next()).map_err(|e| {
+                        let e = budget.explain(e);
                         StoreError::Invalid(format!("layer for {t} ({}): {e}", desc.digest))
                     })?;
+                    budget.spend(entries.iter().map(|e| e.data.len() as u64).sum());
                     for e in entries {
                         let Some(hex) = e.name.strip_prefix("objects/sha256/") else {
                             return Err(StoreError::Invalid(format!(

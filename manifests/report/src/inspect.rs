@@ -128,7 +128,7 @@ pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
         }
         return inspect_manifest_file(&m, block_size);
     }
-    let data = match std::fs::read(path) {
+    let data = match kbuild_base::read::read_capped(path, MAX_INPUT_BYTES, "an input of inspect") {
         Ok(d) => d,
         Err(e) => return Inspected::fail(label, e),
     };
@@ -145,11 +145,16 @@ pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
 }
 
 fn inspect_manifest_file(m: &Path, block_size: Option<BlockSize>) -> Inspected {
-    match std::fs::read(m) {
+    match kbuild_base::read::read_capped(m, kbuild_manifest::manifest::MAX_JSON_BYTES, "a manifest")
+    {
         Ok(data) => inspect_manifest(m, &data, block_size),
         Err(e) => Inspected::fail(m.display().to_string(), e),
     }
 }
+
+/// The largest file inspect reads whole: a code object, fat binary or host library (the
+/// largest real ones are a few hundred MiB).
+const MAX_INPUT_BYTES: u64 = 2 << 30;
 
 /// A build's manifest: each object it lists, read from the build dir beside it.
 fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> Inspected {

@@ -54,6 +54,49 @@ impl ArchiveLimits {
     }
 }
 
+/// One budget of unpacked bytes for a whole operation. A pull reads several layers or parts;
+/// each was capped alone, so a 55 KB split release of many small parts unpacked to 2 GB.
+/// The cap of [`ArchiveLimits`] is now on all of them together.
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackBudget {
+    limits: ArchiveLimits,
+    used: u64,
+}
+
+impl UnpackBudget {
+    pub fn new(limits: ArchiveLimits) -> UnpackBudget {
+        UnpackBudget { limits, used: 0 }
+    }
+
+    /// The limits for the operation's next archive: what is left of the budget.
+    pub fn next(&self) -> ArchiveLimits {
+        ArchiveLimits {
+            max_unpacked: self.limits.max_unpacked.saturating_sub(self.used),
+            ..self.limits
+        }
+    }
+
+    /// Count `bytes` unpacked by the operation.
+    pub fn spend(&mut self, bytes: u64) {
+        self.used = self.used.saturating_add(bytes);
+    }
+
+    /// An archive's error, with the whole budget named when an earlier archive of the
+    /// operation had used part of it.
+    pub fn explain(&self, err: ArchiveError) -> ArchiveError {
+        match err {
+            ArchiveError::TooLarge { what, .. } if self.used > 0 => ArchiveError::TooLarge {
+                limit: self.limits.max_unpacked,
+                what: format!(
+                    "{what}, after {} bytes unpacked by the same operation",
+                    self.used
+                ),
+            },
+            other => other,
+        }
+    }
+}
+
 /// Why an archive was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {

@@ -212,6 +212,23 @@ struct IndexFile {
     parts: Vec<Part>,
 }
 
+/// The bytes of an index file, through the index's cap (a regular file of at most
+/// [`MAX_INDEX_BYTES`]).
+pub fn read_index(path: &Path) -> Result<Vec<u8>, AssetError> {
+    kbuild_base::read::read_capped(path, MAX_INDEX_BYTES, "a split release's index").map_err(|e| {
+        match e {
+            kbuild_base::read::ReadError::Io { source, .. } => AssetError::Io {
+                path: path.display().to_string(),
+                err: source,
+            },
+            other => AssetError::NotAnIndex {
+                path: path.display().to_string(),
+                what: other.to_string(),
+            },
+        }
+    })
+}
+
 /// The index of a split release, checked: the manifest it carries hashes to `manifest` and
 /// names its package, every part name is a plain file name, every target of the manifest is
 /// in exactly one part.
@@ -225,6 +242,17 @@ pub struct AssetIndex {
 impl AssetIndex {
     /// Read and check an index held in memory; `origin` names it in errors.
     pub fn from_bytes(bytes: &[u8], origin: &str) -> Result<AssetIndex, AssetError> {
+        AssetIndex::from_bytes_checked(bytes, origin, &mut |_| Ok(()))
+    }
+
+    /// [`AssetIndex::from_bytes`] with `check` judging the carried manifest's bytes (once
+    /// they hash to what assets.json records) before they are parsed: the signature, under
+    /// the `require` policy.
+    pub fn from_bytes_checked(
+        bytes: &[u8],
+        origin: &str,
+        check: &mut crate::bundle::ManifestCheck,
+    ) -> Result<AssetIndex, AssetError> {
         let bad = |what: String| AssetError::NotAnIndex {
             path: origin.to_string(),
             what,
@@ -270,6 +298,7 @@ impl AssetIndex {
                 file.manifest
             )));
         }
+        check(&manifest_json).map_err(|e| bad(e.to_string()))?;
         let manifest = Manifest::from_json(&manifest_json).map_err(|e| bad(e.to_string()))?;
         if manifest.package.name != file.name || manifest.package.version != file.version {
             return Err(bad(format!(
@@ -278,6 +307,7 @@ impl AssetIndex {
             )));
         }
         let mut seen = BTreeSet::new();
+        let listed: BTreeSet<&str> = manifest.targets.iter().map(String::as_str).collect();
         for p in &file.parts {
             kbuild_base::ident::check_component("part file", &p.file)
                 .map_err(|e| bad(e.to_string()))?;
@@ -285,7 +315,7 @@ impl AssetIndex {
                 return Err(bad(format!("part {}: `{}` is no sha256", p.file, p.sha256)));
             }
             for t in &p.targets {
-                if !manifest.targets.contains(t) {
+                if !listed.contains(t.as_str()) {
                     return Err(bad(format!(
                         "part {} holds target {t}, which the manifest does not list",
                         p.file
@@ -308,18 +338,7 @@ impl AssetIndex {
 
     /// Read and check an index file.
     pub fn open(path: &Path) -> Result<AssetIndex, AssetError> {
-        use std::io::Read;
-        let io = |err| AssetError::Io {
-            path: path.display().to_string(),
-            err,
-        };
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .map_err(io)?
-            .take(MAX_INDEX_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        AssetIndex::from_bytes(&bytes, &path.display().to_string())
+        AssetIndex::from_bytes(&read_index(path)?, &path.display().to_string())
     }
 
     /// `assets.json`: fields in the documented order, pretty-printed, newline-terminated.
@@ -398,7 +417,7 @@ impl AssetIndex {
         dir: &Path,
         part: &Part,
         index: &str,
-        limits: ArchiveLimits,
+        budget: &mut crate::archive::UnpackBudget,
     ) -> Result<Bundle, AssetError> {
         let path = dir.join(&part.file);
         let io = |err: std::io::Error| {
@@ -416,10 +435,22 @@ impl AssetIndex {
                 }
             }
         };
-        // Size and sha256 streamed from the file before anything of it is unpacked; then the
-        // bundle is read streaming too (a part can be GiBs: it is never held compressed).
-        let size = std::fs::metadata(&path).map_err(io)?.len();
-        let actual = digest::sha256_file(&path).map_err(io)?;
+        // A regular file of the recorded size, then its sha256 streamed from it, before
+        // anything of it is unpacked (a symlink to /dev/zero was hashed forever); the bundle
+        // is read streaming too (a part can be GiBs: it is never held compressed).
+        let meta = std::fs::metadata(&path).map_err(io)?;
+        if !meta.is_file() {
+            return Err(AssetError::BadPart {
+                file: path.display().to_string(),
+                what: "not a regular file; refusing to read it".into(),
+            });
+        }
+        let size = meta.len();
+        let actual = if size == part.size {
+            digest::sha256_file(&path).map_err(io)?
+        } else {
+            "(not hashed: the size differs)".to_string()
+        };
         if actual != part.sha256 || size != part.size {
             return Err(AssetError::PartDigest {
                 file: path.display().to_string(),
@@ -436,7 +467,26 @@ impl AssetIndex {
         };
         // Whatever is read now is checked as a bundle and against the index's manifest, so a
         // file swapped after hashing still yields only objects that manifest names.
-        let bundle = Bundle::open(&path, limits).map_err(|e| bad(e.to_string()))?;
+        // A part carries the index's manifest: anything else is refused before it is parsed.
+        let mut same_manifest = |json: &[u8]| {
+            let d = digest::oci_digest(json);
+            if d == self.manifest_digest() {
+                Ok(())
+            } else {
+                Err(BundleError::NotABundle(format!(
+                    "its manifest is {d}, the index's is {}: a part of another build",
+                    self.manifest_digest()
+                )))
+            }
+        };
+        let bundle =
+            Bundle::open_checked(&path, budget.next(), &mut same_manifest).map_err(|e| {
+                bad(match e {
+                    BundleError::Archive(a) => budget.explain(a).to_string(),
+                    other => other.to_string(),
+                })
+            })?;
+        budget.spend(bundle.unpacked_bytes());
         if bundle.manifest_digest() != self.manifest_digest() {
             return Err(bad(format!(
                 "its manifest is {}, the index's is {}: a part of another build",

@@ -20,10 +20,8 @@ use kbuild_manifest::manifest::{Manifest, ManifestError};
 use crate::archive::{self, ArchiveError, ArchiveLimits, Entry};
 use crate::digest;
 
-/// The largest manifest.json kbuild reads (a bundle's first entry, the OCI config blob):
-/// far above any real project's (a few MiB for thousands of kernel × target records), far
-/// below what would exhaust memory when parsed into records.
-pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+/// The largest manifest.json kbuild reads: the manifest crate's limit.
+pub const MAX_MANIFEST_BYTES: u64 = kbuild_manifest::manifest::MAX_JSON_BYTES;
 
 /// Why a bundle was refused.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +58,9 @@ pub enum BundleError {
     Io { path: String, err: std::io::Error },
     #[error("{0}")]
     Build(String),
+    /// The manifest's bytes were refused before they were parsed (its signature).
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
     #[error("its manifest.json is {0} bytes, over kbuild's limit of {MAX_MANIFEST_BYTES} bytes; refusing an oversize manifest")]
     ManifestTooLarge(u64),
     /// A shard bundle (`kbuild build --shard`) at publish, without `--allow-partial`.
@@ -83,13 +84,23 @@ pub enum BundleError {
     },
 }
 
+/// A bundle's manifest as parsed to admit its entries, with its objects by sha256.
+struct Declared {
+    manifest: Manifest,
+    by_sha256: std::collections::HashMap<String, usize>,
+}
+
+/// A judgement of a manifest's bytes before they are parsed.
+pub type ManifestCheck<'a> = dyn FnMut(&[u8]) -> Result<(), BundleError> + 'a;
+
 /// Whether a bundle's next archive entry `name` of `size` bytes may be inflated, given the
 /// entries read so far (`manifest`: the first entry, parsed once it is read).
 fn admit_entry(
-    manifest: &mut Option<Manifest>,
+    manifest: &mut Option<Declared>,
     so_far: &[archive::Entry],
     name: &str,
     size: u64,
+    check: &mut ManifestCheck,
 ) -> Result<(), ArchiveError> {
     let refuse = |why: String| ArchiveError::Refused {
         name: name.to_string(),
@@ -107,14 +118,30 @@ fn admit_entry(
         return Ok(());
     };
     if manifest.is_none() {
+        check(&first.data)
+            .map_err(|e| refuse(format!("comes after a manifest.json that was refused: {e}")))?;
         let m = Manifest::from_json(&first.data).map_err(|e| {
             refuse(format!(
                 "comes after a manifest.json that is not valid: {e}"
             ))
         })?;
-        *manifest = Some(m);
+        let by_sha256 = m
+            .objects
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, o)| (o.sha256.clone(), i))
+            .collect();
+        *manifest = Some(Declared {
+            manifest: m,
+            by_sha256,
+        });
     }
-    let Some(m) = manifest.as_ref() else {
+    let Some(Declared {
+        manifest: m,
+        by_sha256,
+    }) = manifest.as_ref()
+    else {
         return Ok(());
     };
     if name == "targets.json" {
@@ -130,7 +157,8 @@ fn admit_entry(
         ));
     }
     let hex = name.trim_start_matches("objects/sha256/");
-    match m.objects.iter().find(|o| o.sha256 == hex) {
+    // Looked up, not searched: a bundle of 40,000 objects has as many entries.
+    match by_sha256.get(hex).map(|&i| &m.objects[i]) {
         None => Err(refuse("no object of the manifest has this sha256".into())),
         Some(o) if o.size != size => Err(refuse(format!(
             "declares {size} bytes; the manifest records {} for {} on {}",
@@ -188,11 +216,7 @@ impl Bundle {
     /// Read and verify a bundle file, streaming: what is held in memory is what the archive
     /// unpacks to, within `limits`, never the compressed file as well.
     pub fn open(path: &Path, limits: ArchiveLimits) -> Result<Bundle, BundleError> {
-        let file = std::fs::File::open(path).map_err(|err| BundleError::Io {
-            path: path.display().to_string(),
-            err,
-        })?;
-        Bundle::from_reader(std::io::BufReader::with_capacity(256 << 10, file), limits)
+        Bundle::open_checked(path, limits, &mut |_| Ok(()))
     }
 
     /// Verify a bundle held in memory.
@@ -205,11 +229,36 @@ impl Bundle {
         reader: impl std::io::Read,
         limits: ArchiveLimits,
     ) -> Result<Bundle, BundleError> {
+        Bundle::from_reader_checked(reader, limits, &mut |_| Ok(()))
+    }
+
+    /// [`Bundle::open`] with `check` judging the manifest's bytes before they are parsed
+    /// (the signature, under the `require` policy).
+    pub fn open_checked(
+        path: &Path,
+        limits: ArchiveLimits,
+        check: &mut ManifestCheck,
+    ) -> Result<Bundle, BundleError> {
+        let file = std::fs::File::open(path).map_err(|err| BundleError::Io {
+            path: path.display().to_string(),
+            err,
+        })?;
+        let reader = std::io::BufReader::with_capacity(256 << 10, file);
+        Bundle::from_reader_checked(reader, limits, check)
+    }
+
+    /// [`Bundle::from_reader`] with `check` judging the manifest's bytes before they are
+    /// parsed; its error refuses the bundle.
+    pub fn from_reader_checked(
+        reader: impl std::io::Read,
+        limits: ArchiveLimits,
+        check: &mut ManifestCheck,
+    ) -> Result<Bundle, BundleError> {
         // Each entry is judged from its tar header before it is inflated: manifest.json first
         // and bounded, then only objects it declares, at the sizes it declares.
-        let mut declared: Option<Manifest> = None;
+        let mut declared: Option<Declared> = None;
         let entries = archive::read_stream(reader, limits, &mut |so_far, name, size| {
-            admit_entry(&mut declared, so_far, name, size)
+            admit_entry(&mut declared, so_far, name, size, check)
         })?;
         let mut it = entries.into_iter();
         let first = it
@@ -240,8 +289,12 @@ impl Bundle {
                 objects.insert(hex, e.data);
             }
         }
+        if declared.is_none() {
+            // A bundle of a manifest alone: nothing came after it to have it checked.
+            check(&first.data)?;
+        }
         // The manifest parsed to admit the entries is the one verified (no second parse).
-        Bundle::assemble(first.data, declared, objects, subset)
+        Bundle::assemble(first.data, declared.map(|d| d.manifest), objects, subset)
     }
 
     /// Assemble and verify a bundle from a manifest's bytes and objects keyed by sha256 hex.
@@ -493,6 +546,17 @@ impl Bundle {
                 .unwrap_or_else(|| "it is marked partial".to_string()),
             action: "publish",
         })
+    }
+
+    /// What the bundle unpacked to: its manifest and its objects' bytes.
+    pub fn unpacked_bytes(&self) -> u64 {
+        self.manifest_json.len() as u64 + self.objects.values().map(|o| o.len() as u64).sum::<u64>()
+    }
+
+    /// The parsed manifest and the objects (sha256 hex → bytes), for a reader that keeps
+    /// them apart (the loader indexes the manifest; no second parse, no second copy).
+    pub fn into_parts(self) -> (Manifest, BTreeMap<String, Vec<u8>>) {
+        (self.manifest, self.objects)
     }
 
     pub fn manifest(&self) -> &Manifest {

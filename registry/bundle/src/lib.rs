@@ -49,11 +49,18 @@ pub fn verify_bundle_file(
     trust: &sign::Trust,
     limits: archive::ArchiveLimits,
 ) -> Result<(Bundle, sign::TrustVerdict), VerifyError> {
-    let bundle = Bundle::open(path, limits).map_err(|err| VerifyError::Bundle {
-        path: path.display().to_string(),
-        err,
-    })?;
     let sigs = sign::read_signatures(path).map_err(sign::SignError::from)?;
+    // Under `require` the signature is checked on the manifest's bytes before they are parsed.
+    let mut check = |json: &[u8]| {
+        trust
+            .check_before_parse(&digest::oci_digest(json), sigs.as_ref())
+            .map_err(|e| BundleError::Refused(Box::new(e)))
+    };
+    let bundle =
+        Bundle::open_checked(path, limits, &mut check).map_err(|err| VerifyError::Bundle {
+            path: path.display().to_string(),
+            err,
+        })?;
     let verdict = trust.check(
         bundle.name(),
         bundle.version(),
@@ -94,10 +101,15 @@ pub fn prune_stale_signatures(path: &Path, bundle: &Bundle) -> Result<Pruned, Pr
         path: sig_path.display().to_string(),
         err,
     };
-    let bytes = match std::fs::read(&sig_path) {
+    let bytes = match kbuild_base::read::read_capped(
+        &sig_path,
+        sign::MAX_SIG_FILE_BYTES,
+        "a signature file",
+    ) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Pruned::Nothing),
-        Err(e) => return Err(io(e)),
+        Err(e) if e.is_not_found() => return Ok(Pruned::Nothing),
+        Err(kbuild_base::read::ReadError::Io { source, .. }) => return Err(io(source)),
+        Err(e) => return Err(io(std::io::Error::new(std::io::ErrorKind::InvalidData, e))),
     };
     let (keep, why) = match sign::SignatureFile::from_json(&bytes) {
         Ok(file) => {

@@ -29,6 +29,9 @@ pub enum OpenError {
     Io { path: String, err: std::io::Error },
     #[error("{path}: not a readable kbuild bundle: {err}")]
     Bundle { path: String, err: BundleError },
+    /// Not there, over its size limit, or not a regular file.
+    #[error(transparent)]
+    Refused(kbuild_base::read::ReadError),
 }
 
 impl OpenError {
@@ -47,24 +50,30 @@ pub fn open_side(path: &Path, which: &str, limits: ArchiveLimits) -> Result<Side
             path: path.display().to_string(),
         });
     }
+    // Manifests and baselines are read through the manifest's cap; a bundle streams.
+    let max = kbuild_manifest::manifest::MAX_JSON_BYTES;
     if path.is_dir() {
         let m = path.join("manifest.json");
-        let data = std::fs::read(&m).map_err(|_| OpenError::NoManifest {
-            path: path.display().to_string(),
+        let data = kbuild_base::read::read_capped(&m, max, "a manifest").map_err(|e| {
+            if e.is_not_found() {
+                OpenError::NoManifest {
+                    path: path.display().to_string(),
+                }
+            } else {
+                OpenError::Refused(e)
+            }
         })?;
         return Ok(Side::Json { path: m, data });
     }
-    let data = std::fs::read(path).map_err(|err| OpenError::Io {
-        path: path.display().to_string(),
-        err,
-    })?;
-    if kbuild_base::looks_like_bundle(&data) {
-        let bundle = Bundle::from_bytes(&data, limits).map_err(|err| OpenError::Bundle {
+    if starts_like_bundle(path) {
+        let bundle = Bundle::open(path, limits).map_err(|err| OpenError::Bundle {
             path: path.display().to_string(),
             err,
         })?;
         return Ok(Side::Bundle(Box::new(bundle)));
     }
+    let data = kbuild_base::read::read_capped(path, max, "a manifest or baseline")
+        .map_err(OpenError::Refused)?;
     Ok(Side::Json {
         path: path.to_path_buf(),
         data,

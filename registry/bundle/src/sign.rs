@@ -27,15 +27,21 @@ const SECRET_TAG: &str = "kbuild-ed25519-secret";
 mod files;
 pub use files::{
     default_key_dir, default_secret_key, read_signatures, sign_file, write_signatures,
-    SigFileError, Signed,
+    SigFileError, Signed, MAX_SIG_FILE_BYTES,
 };
 #[cfg(feature = "keygen")]
 pub use files::{write_key_pair, KeyFileError, KeyPair};
+
+/// The largest key or kbuild config file read (a key is one line; a config a few dozen).
+const MAX_KEY_FILE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("{path}: {err}")]
     Io { path: String, err: std::io::Error },
+    /// An outside file over its size limit or not a regular file.
+    #[error(transparent)]
+    Read(#[from] kbuild_base::read::ReadError),
     #[error("{what}: not a kbuild key (expected `{tag} <base64 of 32 bytes>`)")]
     BadKey { what: String, tag: &'static str },
     #[error("signature file: {0}")]
@@ -320,10 +326,7 @@ impl SecretKey {
     }
 
     pub fn load(path: &Path) -> Result<SecretKey, SignError> {
-        let text = std::fs::read_to_string(path).map_err(|err| SignError::Io {
-            path: path.display().to_string(),
-            err,
-        })?;
+        let text = kbuild_base::read::read_capped_string(path, MAX_KEY_FILE_BYTES, "a key file")?;
         SecretKey::parse(&text, &path.display().to_string())
     }
 
@@ -433,15 +436,14 @@ impl Trust {
         let path = Dirs::from_env(env)
             .map_err(|e| SignError::Config(e.to_string()))?
             .config_file;
-        let mut trust = match std::fs::read_to_string(&path) {
+        let mut trust = match kbuild_base::read::read_capped_string(
+            &path,
+            MAX_KEY_FILE_BYTES,
+            "a kbuild config file",
+        ) {
             Ok(text) => Trust::from_config(&text, &path)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Trust::default(),
-            Err(err) => {
-                return Err(SignError::Io {
-                    path: path.display().to_string(),
-                    err,
-                })
-            }
+            Err(e) if e.is_not_found() => Trust::default(),
+            Err(e) => return Err(e.into()),
         };
         trust.apply_env(env)?;
         Ok(trust)
@@ -494,10 +496,7 @@ impl Trust {
             PublicKey::parse(spec, "trusted key")?
         } else {
             let p = base.join(spec);
-            let text = std::fs::read_to_string(&p).map_err(|err| SignError::Io {
-                path: p.display().to_string(),
-                err,
-            })?;
+            let text = kbuild_base::read::read_capped_string(&p, MAX_KEY_FILE_BYTES, "a key file")?;
             PublicKey::parse(&text, &p.display().to_string())?
         };
         if !self.keys.contains(&key) {
@@ -528,6 +527,43 @@ impl Trust {
             Policy::Require => Err(SignError::Refused { package, reason }),
             _ => Ok(TrustVerdict::Warning(format!("{package}: {reason}"))),
         }
+    }
+
+    /// Under `require`, before a manifest is parsed: whether `sigs` hold a valid signature by
+    /// a trusted key over `manifest_digest` (for the name and version it claims; [`Trust::check`]
+    /// then checks them against the parsed manifest). Nothing of an unsigned or forged
+    /// manifest is parsed or selected from. Other policies decide after the parse.
+    pub fn check_before_parse(
+        &self,
+        manifest_digest: &str,
+        sigs: Option<&SignatureFile>,
+    ) -> Result<(), SignError> {
+        if self.policy != Policy::Require {
+            return Ok(());
+        }
+        let claims = sigs
+            .map(|f| f.signatures.iter().map(|s| &s.payload).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let mut reason = Unverified::NotSigned;
+        for p in claims.iter().filter(|p| p.manifest == manifest_digest) {
+            match self.verify(&p.name, &p.version, manifest_digest, sigs) {
+                Ok(_) => return Ok(()),
+                Err(r) => reason = r,
+            }
+        }
+        if matches!(reason, Unverified::NotSigned) {
+            if let Some(p) = claims.first() {
+                // Signed, but none over this manifest: say what the signatures are for.
+                reason = self
+                    .verify(&p.name, &p.version, manifest_digest, sigs)
+                    .err()
+                    .unwrap_or(Unverified::NotSigned);
+            }
+        }
+        Err(SignError::Refused {
+            package: format!("manifest {manifest_digest}"),
+            reason,
+        })
     }
 
     fn verify(

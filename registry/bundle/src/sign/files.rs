@@ -12,6 +12,9 @@ use super::{Payload, SecretKey, SignError, SignatureFile, SignatureProblem};
 pub enum SigFileError {
     #[error("reading {path}: {err}")]
     Read { path: String, err: std::io::Error },
+    /// Over the size limit, or not a regular file.
+    #[error(transparent)]
+    Refused(kbuild_base::read::ReadError),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
     /// There, but not a signature file.
@@ -26,25 +29,30 @@ impl From<SigFileError> for SignError {
                 SignError::Io { path, err }
             }
             SigFileError::Bad { err, .. } => err,
+            SigFileError::Refused(e) => SignError::Read(e),
         }
     }
 }
 
+/// The largest `.sig` file read: a signature is under 1 KiB; a thousand of them fit.
+pub const MAX_SIG_FILE_BYTES: u64 = 1 << 20;
+
 /// The signatures beside `file` (`FILE.sig`): `None` when there is no such file.
 pub fn read_signatures(file: &Path) -> Result<Option<SignatureFile>, SigFileError> {
     let path = crate::signature_path(file);
-    match std::fs::read(&path) {
+    match kbuild_base::read::read_capped(&path, MAX_SIG_FILE_BYTES, "a signature file") {
         Ok(b) => SignatureFile::from_json(&b)
             .map(Some)
             .map_err(|err| SigFileError::Bad {
                 path: path.display().to_string(),
                 err,
             }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(SigFileError::Read {
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(kbuild_base::read::ReadError::Io { source, .. }) => Err(SigFileError::Read {
             path: path.display().to_string(),
-            err,
+            err: source,
         }),
+        Err(e) => Err(SigFileError::Refused(e)),
     }
 }
 
