@@ -161,8 +161,19 @@ pub fn pull_release(
         let b = index.read_part(&dir, part, &shown, &mut budget)?;
         bytes += part.size;
         parts_read.push(dir.join(&part.file));
-        for t in part.targets.iter().filter(|t| targets.contains(t)) {
-            objects.extend(b.target_objects(t));
+        // Moved out of the part, never copied: what a pull holds is its budget.
+        let wanted: Vec<String> = b
+            .manifest()
+            .objects
+            .iter()
+            .filter(|o| part.targets.contains(&o.target) && targets.contains(&o.target))
+            .map(|o| o.sha256.clone())
+            .collect();
+        let (_, mut held) = b.into_parts();
+        for sha in wanted {
+            if let Some(data) = held.remove(&sha) {
+                objects.insert(sha, data);
+            }
         }
     }
     let bundle = Bundle::from_parts(

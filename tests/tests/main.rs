@@ -8,6 +8,7 @@ mod kbuild_tests;
 
 mod abi_oracle;
 mod asset_split;
+mod budgets;
 mod build;
 mod buildrs;
 mod bundle;

@@ -24,7 +24,7 @@ use kbuild_tests::text;
 
 /// A one-kernel sm_89 bundle `kb-trust-VERSION.kbundle` in `dir` whose object is `fill`
 /// repeated; no compiler needed.
-fn fixture_bundle(dir: &Path, version: &str, fill: &str) -> PathBuf {
+pub(crate) fn fixture_bundle(dir: &Path, version: &str, fill: &str) -> PathBuf {
     let data = fill.repeat(100).into_bytes();
     let o = fixtures::object("k", "sm_89", "cubin", &data);
     let mut objects = BTreeMap::new();
@@ -209,7 +209,7 @@ fn zstd_bomb(head: &[u8], zeros: u64) -> Vec<u8> {
 }
 
 /// A ustar header for a regular file `name` of `size` bytes.
-fn tar_header(name: &str, size: u64) -> Vec<u8> {
+pub(crate) fn tar_header(name: &str, size: u64) -> Vec<u8> {
     let mut h = tar::Header::new_ustar();
     h.set_path(name).unwrap();
     h.set_size(size);
@@ -220,7 +220,7 @@ fn tar_header(name: &str, size: u64) -> Vec<u8> {
 }
 
 /// `kbuild ARGS` under /usr/bin/time: (output, peak RSS in KiB, wall time).
-fn measured(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, u64, Duration) {
+pub(crate) fn measured(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> (Output, u64, Duration) {
     let rss = env.path().join("rss.txt");
     let mut c = Command::new("/usr/bin/time");
     c.arg("-f")

@@ -20,10 +20,12 @@ use kbuild_base::env::{names, Env};
 /// zstd level of every archive kbuild writes. Changing it changes every bundle's bytes.
 pub const ZSTD_LEVEL: i32 = 12;
 
-/// Default cap on the unpacked bytes of one archive (tar stream), 256 MiB: a bundle is
-/// unpacked into memory, so this bounds what any bundle, honest or hostile, can make a reader
-/// hold. `KBUILD_MAX_UNPACKED_BYTES` raises it for a genuinely larger bundle.
-pub const DEFAULT_MAX_UNPACKED: u64 = 256 << 20;
+/// Default cap on the unpacked bytes of one operation (a bundle opened; every layer or part
+/// of one pull together), 192 MiB: a bundle is unpacked into memory, so this bounds what any
+/// bundle, honest or hostile, can make a reader hold, and keeps a reader's peak under 256 MiB
+/// with its manifest and index beside it. `KBUILD_MAX_UNPACKED_BYTES` raises it for a
+/// genuinely larger bundle.
+pub const DEFAULT_MAX_UNPACKED: u64 = 192 << 20;
 
 /// What a reader accepts.
 #[derive(Debug, Clone, Copy)]
