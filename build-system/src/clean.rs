@@ -82,7 +82,11 @@ pub fn real_dir(base: &Path, rel: &Path) -> Result<PathBuf, MarkError> {
             Component::Normal(name) => dir.push(name),
             Component::CurDir => continue,
             // Only kbuild's own relative names come here.
-            _ => return Err(MarkError::NotADirectory(base.join(rel).display().to_string())),
+            _ => {
+                return Err(MarkError::NotADirectory(
+                    base.join(rel).display().to_string(),
+                ))
+            }
         }
         let shown = || dir.display().to_string();
         let meta = match std::fs::symlink_metadata(&dir) {

@@ -398,11 +398,16 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         .iter()
         .map(|d| dir(d, "build.include-dirs"))
         .collect::<Result<Vec<_>, _>>()?;
-    let defines = |map: &BTreeMap<String, Spanned<DefineValue>>, table: &str| -> Result<BTreeMap<String, String>, ConfigError> {
+    let defines = |map: &BTreeMap<String, Spanned<DefineValue>>,
+                   table: &str|
+     -> Result<BTreeMap<String, String>, ConfigError> {
         map.iter()
             .map(|(k, v)| {
                 if !is_identifier(k) {
-                    return Err(at(v.span(), format!("define name `{k}` is not a C identifier")));
+                    return Err(at(
+                        v.span(),
+                        format!("define name `{k}` is not a C identifier"),
+                    ));
                 }
                 let text = v.get_ref().text();
                 plain(&format!("{table}.defines.{k}"), &text, v.span())?;

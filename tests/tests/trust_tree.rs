@@ -58,11 +58,8 @@ impl Tree {
         std::fs::create_dir_all(t.outside()).expect("mkdir");
         for script in ["x.sh", "cc-wrap.sh"] {
             let p = t.proj().join("tools").join(script);
-            std::fs::write(
-                &p,
-                format!("#!/bin/sh\ntouch '{}'\n", t.marker().display()),
-            )
-            .expect("write script");
+            std::fs::write(&p, format!("#!/bin/sh\ntouch '{}'\n", t.marker().display()))
+                .expect("write script");
             kbuild_tests::make_executable(&p);
         }
         std::fs::write(t.proj().join("ok.cu"), KERNEL).expect("write source");
@@ -235,7 +232,9 @@ fn compile_commands_cannot_write_a_launcher_into_kbuild_toml() {
     let report = t.init();
     let skipped = Tree::skipped(&report);
     assert!(
-        skipped.contains("-I `x\\nlauncher = \\\"./tools/cc-wrap.sh\\\"\\n#` holds the control character U+000A"),
+        skipped.contains(
+            "-I `x\\nlauncher = \\\"./tools/cc-wrap.sh\\\"\\n#` holds the control character U+000A"
+        ),
         "{report:#}"
     );
     let file = t.written();

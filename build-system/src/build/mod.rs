@@ -194,10 +194,8 @@ pub fn build(
     crate::clean::mark_out_dir(&out_dir, &project.root)?;
     // Every directory the build writes into, made before any job runs and never through a
     // symbolic link (a cloned tree may plant `target/kbuild/sm_89 -> /elsewhere`).
-    let mut subdirs: std::collections::BTreeSet<&Path> = jobs
-        .iter()
-        .filter_map(|j| j.out_rel.parent())
-        .collect();
+    let mut subdirs: std::collections::BTreeSet<&Path> =
+        jobs.iter().filter_map(|j| j.out_rel.parent()).collect();
     if opts.fat {
         subdirs.insert(Path::new("fat"));
     }

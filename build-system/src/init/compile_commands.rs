@@ -71,9 +71,12 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
             // Nothing from the tree may reach a shell (nvcc's sub-steps) or, unescaped, the
             // written file: a value with a shell or control character is left out, named.
             let refused = |flag: &str, v: &str| {
-                kbuild_base::ident::check_compiler_arg(&format!("{shown_file} entry {i}: {flag}"), v)
-                    .err()
-                    .map(|e| e.to_string())
+                kbuild_base::ident::check_compiler_arg(
+                    &format!("{shown_file} entry {i}: {flag}"),
+                    v,
+                )
+                .err()
+                .map(|e| e.to_string())
             };
             if let Some(d) = value("-isystem").or_else(|| value("-I")) {
                 let p = Path::new(&d);
@@ -91,24 +94,18 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
                 };
                 // What Kbuild.toml and the compiler would get (`directory` included).
                 if let Some(note) = refused("-I", &shown) {
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                     continue;
                 }
                 if !abs.is_dir() {
                     let note = format!("include directory {shown} (does not exist)");
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                 } else if !s.include_dirs.contains(&shown) {
                     s.include_dirs.push(shown);
                 }
             } else if let Some(d) = value("-D") {
                 if let Some(note) = refused("-D", &d) {
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                     continue;
                 }
                 let (k, v) = match d.split_once('=') {
@@ -122,17 +119,13 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
                     && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !is_ident {
                     let note = format!("-D{d} (a function-like or unusual macro)");
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                     continue;
                 }
                 s.defines.entry(k).or_insert(v);
             } else if let Some(std) = a.strip_prefix("-std=") {
                 if let Some(note) = refused("-std=", std) {
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                 } else if s.std.is_none() {
                     s.std = Some(format!("-std={std}"));
                 }
@@ -154,4 +147,11 @@ pub(super) fn lexical(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Note what was left out, once.
+fn skip(skipped: &mut Vec<String>, note: String) {
+    if !skipped.contains(&note) {
+        skipped.push(note);
+    }
 }

@@ -22,8 +22,8 @@ pub use scan::defines_kernel;
 use compile_commands::compile_settings;
 use discover::{discover, discovery_targets, vendor_of, DEFAULT_AMD, DEFAULT_NVIDIA};
 use scan::scan;
-use toml_out::{array, comment, define_value, header, kernel_section, package_section, put, Out};
 use toml_edit::{Item, Table};
+use toml_out::{array, comment, define_value, header, kernel_section, package_section, put, Out};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -454,7 +454,9 @@ fn check_written(file: &Path, doc: &toml_edit::DocumentMut, text: &str) -> Resul
     let read: toml::Table =
         toml::from_str(text).map_err(|e| bad(format!("its text does not parse: {e}")))?;
     if read != meant {
-        return Err(bad("its text parses to other keys or values than were meant".into()));
+        return Err(bad(
+            "its text parses to other keys or values than were meant".into(),
+        ));
     }
     for (key, value) in &read {
         let allowed: Option<&[&str]> = match key.as_str() {
@@ -469,7 +471,9 @@ fn check_written(file: &Path, doc: &toml_edit::DocumentMut, text: &str) -> Resul
         };
         if let (Some(allowed), Some(table)) = (allowed, value.as_table()) {
             if let Some(k) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
-                return Err(bad(format!("it holds `{key}.{k}`, which init never writes")));
+                return Err(bad(format!(
+                    "it holds `{key}.{k}`, which init never writes"
+                )));
             }
         }
     }

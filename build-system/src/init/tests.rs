@@ -241,7 +241,10 @@ fn scanned_text_in_a_comment_stays_a_comment() {
     let read: toml::Table = toml::from_str(&text).unwrap();
     assert_eq!(read.keys().collect::<Vec<_>>(), ["build"], "{text}");
     assert_eq!(read["build"].as_table().unwrap().len(), 1, "{text}");
-    assert!(text.contains("# not carried over: inc\\nlauncher"), "{text}");
+    assert!(
+        text.contains("# not carried over: inc\\nlauncher"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -272,5 +275,8 @@ fn a_written_file_that_reads_back_otherwise_is_refused() {
     let e = check_written(file, &doc, &doc.to_string())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("`build.launcher`, which init never writes"), "{e}");
+    assert!(
+        e.contains("`build.launcher`, which init never writes"),
+        "{e}"
+    );
 }

@@ -352,7 +352,9 @@ pub(super) fn header(out: &mut Out, dir: &Path, discovery: &[Target]) {
         "compile_commands.json; each kernel's entries were found by building it once for {}.",
         names.join(", ")
     ));
-    out.comment("Edit it freely. To regenerate: `kbuild init --force [DIR] [--targets LIST]` (that");
+    out.comment(
+        "Edit it freely. To regenerate: `kbuild init --force [DIR] [--targets LIST]` (that",
+    );
     out.comment("replaces this file).");
     out.blank();
 }
