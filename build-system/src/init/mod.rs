@@ -355,6 +355,8 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         build.insert("flags", Item::Table(flag_table));
     }
     out.table("build", build);
+    // "From compile_commands.json:" when only `[build.defines]` follows it.
+    out.carry(above);
     if many_defines {
         out.subtable("build", "defines", defines);
     }

@@ -51,6 +51,12 @@ impl Out {
         self.pending.push_str(&comment(text));
     }
 
+    /// Comment lines (already [`comment`]s) that had no key to precede, before whatever is
+    /// added next.
+    pub(super) fn carry(&mut self, comments: String) {
+        self.pending.push_str(&comments);
+    }
+
     /// A blank line before whatever is added next.
     pub(super) fn blank(&mut self) {
         self.pending.push('\n');
