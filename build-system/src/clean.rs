@@ -32,24 +32,85 @@ pub enum MarkError {
         "out-dir {0} is a symbolic link: kbuild writes its output only into a directory of its own"
     )]
     Symlink(String),
+    #[error(
+        "{0} is a symbolic link: kbuild writes its output only into directories of its own (remove the link)"
+    )]
+    LinkInside(String),
+    #[error("{0} is not a directory: kbuild needs a directory of its own there")]
+    NotADirectory(String),
     #[error("creating out-dir {path}: {err}")]
     Io { path: String, err: std::io::Error },
 }
 
 /// Create `out_dir` if needed and put kbuild's marker in it. An out-dir that is a symbolic
-/// link is refused (the build would write wherever it points).
-pub fn mark_out_dir(out_dir: &Path) -> Result<(), MarkError> {
+/// link is refused (the build would write wherever it points), and so is a link on the way to
+/// it from `project_root` (a cloned tree's `target -> /elsewhere`) when it lies inside the
+/// project: those directories are created one at a time, links never followed.
+pub fn mark_out_dir(out_dir: &Path, project_root: &Path) -> Result<(), MarkError> {
     let shown = || out_dir.display().to_string();
     if std::fs::symlink_metadata(out_dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(MarkError::Symlink(shown()));
     }
     let io = |err| MarkError::Io { path: shown(), err };
-    std::fs::create_dir_all(out_dir).map_err(io)?;
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match abs(out_dir).strip_prefix(abs(project_root)) {
+        Ok(rel) if !rel.as_os_str().is_empty() => {
+            real_dir(project_root, rel)?;
+        }
+        _ => std::fs::create_dir_all(out_dir).map_err(io)?,
+    }
+    if !std::fs::symlink_metadata(out_dir).is_ok_and(|m| m.is_dir()) {
+        return Err(MarkError::Symlink(shown()));
+    }
     let marker = out_dir.join(OUT_DIR_MARKER);
     if !marker.is_file() {
         kbuild_base::fs::write_atomic(&marker, MARKER_TEXT).map_err(io)?;
     }
     Ok(())
+}
+
+/// `base/rel` as a real directory: each component of `rel` that exists must be a directory,
+/// not a symbolic link; each missing one is made with `create_dir` (never through a link) and
+/// checked again. The build makes every directory it writes into under its out-dir (per-target
+/// dirs, `include`, `fat`) this way, so a planted `target/kbuild/sm_89 -> /elsewhere` is
+/// refused, not written through. `base` itself is the caller's to check.
+pub fn real_dir(base: &Path, rel: &Path) -> Result<PathBuf, MarkError> {
+    use std::path::Component;
+    let mut dir = base.to_path_buf();
+    for c in rel.components() {
+        match c {
+            Component::Normal(name) => dir.push(name),
+            Component::CurDir => continue,
+            // Only kbuild's own relative names come here.
+            _ => {
+                return Err(MarkError::NotADirectory(
+                    base.join(rel).display().to_string(),
+                ))
+            }
+        }
+        let shown = || dir.display().to_string();
+        let meta = match std::fs::symlink_metadata(&dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => {}
+                    // Made by a concurrent build meanwhile: checked below like any other.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(err) => return Err(MarkError::Io { path: shown(), err }),
+                }
+                std::fs::symlink_metadata(&dir)
+                    .map_err(|err| MarkError::Io { path: shown(), err })?
+            }
+            Err(err) => return Err(MarkError::Io { path: shown(), err }),
+        };
+        if meta.file_type().is_symlink() {
+            return Err(MarkError::LinkInside(shown()));
+        }
+        if !meta.is_dir() {
+            return Err(MarkError::NotADirectory(shown()));
+        }
+    }
+    Ok(dir)
 }
 
 /// Remove `out_dir` (only when it holds kbuild's marker), and with `cache` the compile cache of
@@ -139,7 +200,8 @@ mod tests {
     fn a_marked_out_dir_is_removed() {
         let t = tempfile::tempdir().expect("tempdir");
         let out = t.path().join("proj/out");
-        mark_out_dir(&out).expect("mark");
+        std::fs::create_dir_all(t.path().join("proj")).expect("mkdir");
+        mark_out_dir(&out, &t.path().join("proj")).expect("mark");
         std::fs::write(out.join("manifest.json"), "{}").expect("write");
         let mut gone = Vec::new();
         clean(
@@ -195,11 +257,57 @@ mod tests {
         std::fs::write(elsewhere.join(OUT_DIR_MARKER), "").expect("write");
         let out = t.path().join("out");
         std::os::unix::fs::symlink(&elsewhere, &out).expect("symlink");
-        assert!(matches!(mark_out_dir(&out), Err(MarkError::Symlink(_))));
+        assert!(matches!(
+            mark_out_dir(&out, t.path()),
+            Err(MarkError::Symlink(_))
+        ));
         let e = clean(&out, None, false, &env_with_home(t.path()), &mut |_| {})
             .expect_err("refused")
             .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(elsewhere.join(OUT_DIR_MARKER).is_file());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_planted_inside_the_out_dir_or_on_the_way_to_it_are_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let proj = t.path().join("proj");
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).expect("mkdir");
+        std::fs::create_dir_all(&proj).expect("mkdir");
+        // `target -> elsewhere`: the default out-dir would be made through it.
+        std::os::unix::fs::symlink(&elsewhere, proj.join("target")).expect("symlink");
+        let e = mark_out_dir(&proj.join("target/kbuild"), &proj)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("proj/target is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), 0);
+
+        // Inside a real out-dir: a per-target dir and `include` pointing outside.
+        let out = proj.join("out");
+        mark_out_dir(&out, &proj).expect("mark");
+        for name in ["sm_89", "include"] {
+            std::os::unix::fs::symlink(&elsewhere, out.join(name)).expect("symlink");
+            let e = real_dir(&out, Path::new(name))
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains(&format!("out/{name} is a symbolic link")), "{e}");
+        }
+        let e = real_dir(&out, Path::new("include/hip-shim"))
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("out/include is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).expect("ls").count(), 0);
+        // A file where a directory belongs.
+        std::fs::write(out.join("gfx1100"), "").expect("write");
+        assert!(matches!(
+            real_dir(&out, Path::new("gfx1100")),
+            Err(MarkError::NotADirectory(_))
+        ));
+        // Real directories are made and reused.
+        let made = real_dir(&out, Path::new("fat")).expect("made");
+        assert!(made.is_dir());
+        assert_eq!(real_dir(&out, Path::new("fat")).expect("again"), made);
     }
 }

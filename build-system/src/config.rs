@@ -349,7 +349,40 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             .any(|item| parse_target_spec(item.get_ref()).is_ok_and(|s| s.all))
     });
 
-    let dir = |s: &Spanned<String>| -> Result<PathBuf, ConfigError> {
+    // Everything below that reaches a compiler's command line (sources, include dirs,
+    // defines, variant values, flags, the out-dir holding the compat header) must be plain
+    // text: nvcc runs its sub-steps through `sh`.
+    let plain = |field: &str, value: &str, span: Range<usize>| -> Result<(), ConfigError> {
+        kbuild_base::ident::check_compiler_arg(field, value).map_err(|e| at(span, e.to_string()))
+    };
+    let plain_flags = |field: &str, flags: &VendorFlags, span: Option<Range<usize>>| {
+        for (vendor, list) in [("cuda", &flags.cuda), ("hip", &flags.hip)] {
+            for f in list {
+                let field = format!("{field}.{vendor}");
+                if let Err(e) = kbuild_base::ident::check_compiler_arg(&field, f) {
+                    return Err(match &span {
+                        Some(span) => at(span.clone(), e.to_string()),
+                        None => ConfigError::File {
+                            path: file.display().to_string(),
+                            message: e.to_string(),
+                        },
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+    plain_flags("build.flags", &raw.build.flags, None)?;
+    if let Some(out) = &raw.build.out_dir {
+        kbuild_base::ident::check_compiler_arg("build.out-dir", out).map_err(|e| {
+            ConfigError::File {
+                path: file.display().to_string(),
+                message: e.to_string(),
+            }
+        })?;
+    }
+    let dir = |s: &Spanned<String>, field: &str| -> Result<PathBuf, ConfigError> {
+        plain(field, s.get_ref(), s.span())?;
         let p = PathBuf::from(s.get_ref());
         if !root.join(&p).is_dir() {
             return Err(at(
@@ -363,19 +396,26 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         .build
         .include_dirs
         .iter()
-        .map(dir)
+        .map(|d| dir(d, "build.include-dirs"))
         .collect::<Result<Vec<_>, _>>()?;
-    let defines = |map: &BTreeMap<String, Spanned<DefineValue>>| -> Result<BTreeMap<String, String>, ConfigError> {
+    let defines = |map: &BTreeMap<String, Spanned<DefineValue>>,
+                   table: &str|
+     -> Result<BTreeMap<String, String>, ConfigError> {
         map.iter()
             .map(|(k, v)| {
                 if !is_identifier(k) {
-                    return Err(at(v.span(), format!("define name `{k}` is not a C identifier")));
+                    return Err(at(
+                        v.span(),
+                        format!("define name `{k}` is not a C identifier"),
+                    ));
                 }
-                Ok((k.clone(), v.get_ref().text()))
+                let text = v.get_ref().text();
+                plain(&format!("{table}.defines.{k}"), &text, v.span())?;
+                Ok((k.clone(), text))
             })
             .collect()
     };
-    let global_defines = defines(&raw.build.defines)?;
+    let global_defines = defines(&raw.build.defines, "build")?;
 
     let mut kernels = Vec::new();
     for (kname, spanned) in &raw.kernels {
@@ -386,6 +426,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
                 format!("kernel name `{kname}` must be letters, digits and `_`"),
             ));
         }
+        let table = format!("kernels.{kname}");
+        plain(
+            &format!("{table}.source"),
+            k.source.get_ref(),
+            k.source.span(),
+        )?;
         let source = PathBuf::from(k.source.get_ref());
         if !root.join(&source).is_file() {
             return Err(at(
@@ -398,10 +444,20 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         let mut include_dirs = global_includes.clone();
         for d in &k.include_dirs {
-            include_dirs.push(dir(d)?);
+            include_dirs.push(dir(d, &format!("{table}.include-dirs"))?);
         }
         let mut kdefines = global_defines.clone();
-        kdefines.extend(defines(&k.defines)?);
+        kdefines.extend(defines(&k.defines, &table)?);
+        for (axis, values) in &k.variants {
+            for v in values.get_ref() {
+                plain(
+                    &format!("{table}.variants.{axis}"),
+                    &v.text(),
+                    values.span(),
+                )?;
+            }
+        }
+        plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span()))?;
         let variants = variant_matrix(kname, &k.variants, &at)?;
         if k.entries.get_ref().is_empty() || k.entries.get_ref().iter().any(|e| e.is_empty()) {
             return Err(at(
@@ -861,6 +917,68 @@ variants = { ROWS = [1, 2], VEC = [4, 8] }
         let syntax = GOOD.replace("[kernels.gemv]", "[kernels.gemv");
         let e = project(d.path(), &syntax).unwrap_err().to_string();
         assert!(e.contains("Kbuild.toml:10:"), "{e}");
+    }
+
+    #[test]
+    fn values_that_reach_a_compiler_refuse_shell_characters() {
+        let d = tempfile::tempdir().unwrap();
+        for (from, to, want) in [
+            (
+                "FAST = true",
+                "FAST = true, VERSION = \"$(sh tools/x.sh)\"",
+                "Kbuild.toml:14:48: kernels.gemv.defines.VERSION `$(sh tools/x.sh)` holds `$`",
+            ),
+            (
+                "include-dirs = [\"include\"]",
+                "include-dirs = [\"include\"]\ndefines = { V = \"a;b\" }",
+                "build.defines.V `a;b` holds `;`",
+            ),
+            (
+                "include-dirs = [\"include\"]",
+                "include-dirs = [\"include\"]\nflags.cuda = [\"-DX=`id`\"]",
+                "build.flags.cuda `-DX=`id`` holds a backtick",
+            ),
+            (
+                "block-size = 256",
+                "block-size = 256\nflags.hip = [\"-O3\", \"-DV=a|b\"]",
+                "kernels.gemv.flags.hip `-DV=a|b` holds `|`",
+            ),
+            (
+                "VEC = [4, 8]",
+                "VEC = [4, \"8)\"]",
+                "kernels.gemv.variants.VEC `8)` holds `)`",
+            ),
+            (
+                "include-dirs = [\"include\"]",
+                "include-dirs = [\"include\\nlauncher = 1\"]",
+                "build.include-dirs `include\\nlauncher = 1` holds the control character U+000A",
+            ),
+            (
+                "include-dirs = [\"include\"]",
+                "include-dirs = [\"include\"]\nout-dir = \"out$(x)\"",
+                "build.out-dir `out$(x)` holds `$`",
+            ),
+        ] {
+            let e = project(d.path(), &GOOD.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}\nwanted: {want}");
+        }
+        // A source file named to run a command.
+        let name = "k$(sh tools$(printf \\057)x.sh).cu";
+        std::fs::write(d.path().join(name), "").unwrap();
+        let toml = GOOD.replace("\"k.cu\"", &format!("'{name}'"));
+        let e = project(d.path(), &toml).unwrap_err().to_string();
+        assert!(
+            e.contains("Kbuild.toml:11:10: kernels.gemv.source `k$(sh tools$(printf \\\\057)x.sh).cu` holds `$`"),
+            "{e}"
+        );
+        // What real projects pass stays allowed.
+        let fine = GOOD.replace(
+            "block-size = 256",
+            "block-size = 256\nflags = { cuda = [\"--fmad=false\", \"-Xptxas=-O3,-v\", \"-maxrregcount=32\"], hip = [\"-ffp-contract=off\"] }",
+        );
+        project(d.path(), &fine).unwrap();
     }
 
     #[test]

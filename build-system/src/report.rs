@@ -215,6 +215,9 @@ pub fn init_summary(r: &InitReport, dir: &Path) -> String {
             format!(", flags {}", flags.join(" "))
         }
     );
+    for note in &r.skipped {
+        let _ = writeln!(s, "  skipped: {note}");
+    }
     for u in &r.units {
         let what = match u.status {
             "failed" => "commented out",

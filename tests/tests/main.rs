@@ -33,3 +33,4 @@ mod shards;
 mod trust;
 mod trust_local;
 mod trust_net;
+mod trust_tree;

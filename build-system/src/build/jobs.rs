@@ -126,6 +126,15 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
             String::new(),
         );
     };
+    // The last gate before a compiler (and, through nvcc, `sh`) sees the arguments: it also
+    // covers what Kbuild.toml's checks do not see, such as the resolved out-dir path.
+    if let Some(e) = cmd
+        .args()
+        .iter()
+        .find_map(|a| kbuild_base::ident::check_compiler_arg("compile argument", a).err())
+    {
+        return fail(e.to_string(), None, String::new());
+    }
     let target_name = job.target.to_string();
     let action = cmd.action_key(&target_name);
     let remote_hit = || {

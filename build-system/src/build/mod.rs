@@ -158,7 +158,9 @@ pub fn commands(
 ) -> Result<Vec<(Job, CompileCommand)>, BuildError> {
     let Prepared { jobs, tcs, .. } = prepare(project, opts, observer)?;
     // Written here too: the printed commands are meant to be run.
-    let compat_dir = write_compat_header(project, &out_dir_of(project, opts))?;
+    let out_dir = out_dir_of(project, opts);
+    crate::clean::mark_out_dir(&out_dir, &project.root)?;
+    let compat_dir = write_compat_header(project, &out_dir)?;
     Ok(jobs
         .into_iter()
         .filter_map(|j| {
@@ -189,7 +191,17 @@ pub fn build(
     let cache = Cache::open(&cache_dir);
     let remote = open_remote(project, opts, reporter)?;
     let out_dir = out_dir_of(project, opts);
-    crate::clean::mark_out_dir(&out_dir)?;
+    crate::clean::mark_out_dir(&out_dir, &project.root)?;
+    // Every directory the build writes into, made before any job runs and never through a
+    // symbolic link (a cloned tree may plant `target/kbuild/sm_89 -> /elsewhere`).
+    let mut subdirs: std::collections::BTreeSet<&Path> =
+        jobs.iter().filter_map(|j| j.out_rel.parent()).collect();
+    if opts.fat {
+        subdirs.insert(Path::new("fat"));
+    }
+    for rel in subdirs {
+        crate::clean::real_dir(&out_dir, rel)?;
+    }
     let compat_dir = write_compat_header(project, &out_dir)?;
     order_longest_first(&mut jobs, &cache_dir);
 

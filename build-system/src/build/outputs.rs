@@ -27,6 +27,13 @@ pub(super) fn write_compat_header(
         return Ok(None);
     }
     let abs = std::path::absolute(out_dir).unwrap_or_else(|_| out_dir.to_path_buf());
+    // `include` and `include/hip-shim` are kbuild's own: never written through a link.
+    let include = crate::compat_header::include_dir(Path::new(""));
+    for (name, _) in crate::compat_header::FILES {
+        if let Some(rel) = include.join(name).parent() {
+            crate::clean::real_dir(&abs, rel)?;
+        }
+    }
     let dir = crate::compat_header::write(&abs).map_err(|e| BuildError::Write {
         path: e.path.display().to_string(),
         err: e.source,

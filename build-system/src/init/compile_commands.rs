@@ -33,6 +33,7 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
         ..CompileSettings::default()
     };
     let canon_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let shown_file = super::rel_display(dir, &file).unwrap_or_else(|| file.display().to_string());
     for (i, entry) in list.iter().enumerate() {
         let cwd = match entry.get("directory").and_then(|d| d.as_str()) {
             Some(d) => PathBuf::from(d),
@@ -67,6 +68,16 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
                     None => None,
                 }
             };
+            // Nothing from the tree may reach a shell (nvcc's sub-steps) or, unescaped, the
+            // written file: a value with a shell or control character is left out, named.
+            let refused = |flag: &str, v: &str| {
+                kbuild_base::ident::check_compiler_arg(
+                    &format!("{shown_file} entry {i}: {flag}"),
+                    v,
+                )
+                .err()
+                .map(|e| e.to_string())
+            };
             if let Some(d) = value("-isystem").or_else(|| value("-I")) {
                 let p = Path::new(&d);
                 let abs = if p.is_absolute() {
@@ -81,15 +92,22 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
                     Ok(r) => slash(r),
                     Err(_) => abs.display().to_string(),
                 };
+                // What Kbuild.toml and the compiler would get (`directory` included).
+                if let Some(note) = refused("-I", &shown) {
+                    skip(&mut s.skipped, note);
+                    continue;
+                }
                 if !abs.is_dir() {
                     let note = format!("include directory {shown} (does not exist)");
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                 } else if !s.include_dirs.contains(&shown) {
                     s.include_dirs.push(shown);
                 }
             } else if let Some(d) = value("-D") {
+                if let Some(note) = refused("-D", &d) {
+                    skip(&mut s.skipped, note);
+                    continue;
+                }
                 let (k, v) = match d.split_once('=') {
                     Some((k, v)) => (k.to_string(), v.to_string()),
                     None => (d.clone(), "1".to_string()),
@@ -101,14 +119,14 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
                     && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if !is_ident {
                     let note = format!("-D{d} (a function-like or unusual macro)");
-                    if !s.skipped.contains(&note) {
-                        s.skipped.push(note);
-                    }
+                    skip(&mut s.skipped, note);
                     continue;
                 }
                 s.defines.entry(k).or_insert(v);
             } else if let Some(std) = a.strip_prefix("-std=") {
-                if s.std.is_none() {
+                if let Some(note) = refused("-std=", std) {
+                    skip(&mut s.skipped, note);
+                } else if s.std.is_none() {
                     s.std = Some(format!("-std={std}"));
                 }
             }
@@ -129,4 +147,11 @@ pub(super) fn lexical(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Note what was left out, once.
+fn skip(skipped: &mut Vec<String>, note: String) {
+    if !skipped.contains(&note) {
+        skipped.push(note);
+    }
 }

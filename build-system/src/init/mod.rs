@@ -22,10 +22,10 @@ pub use scan::defines_kernel;
 use compile_commands::compile_settings;
 use discover::{discover, discovery_targets, vendor_of, DEFAULT_AMD, DEFAULT_NVIDIA};
 use scan::scan;
-use toml_out::{define_value, header, kernel_section, package_section, toml_array};
+use toml_edit::{Item, Table};
+use toml_out::{array, comment, define_value, header, kernel_section, package_section, put, Out};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::path::{Component, Path, PathBuf};
 
 use kbuild_base::dirs::Dirs;
@@ -97,6 +97,12 @@ pub enum InitError {
         path: String,
         err: config::ConfigError,
     },
+    /// The generated text does not read back as what init meant to write: not written.
+    #[error("the generated {path} is not what kbuild init meant to write ({why}); not written")]
+    NotAsMeant { path: String, why: String },
+    /// A value given on init's command line that a compiler must not see.
+    #[error(transparent)]
+    ShellChars(#[from] kbuild_base::ident::ShellCharError),
     #[error("writing {path}: {err}")]
     Write { path: String, err: std::io::Error },
 }
@@ -148,6 +154,10 @@ pub struct InitReport {
     pub failures: usize,
     /// Units that build but export no kernel (host code only), left out.
     pub host_only: usize,
+    /// What was left out, each naming the file or compile_commands.json entry and the value:
+    /// source files and values holding a character a shell acts on (never compiled, never
+    /// written), function-like macros, include directories that do not exist.
+    pub skipped: Vec<String>,
 }
 /// A unit found by the scan.
 #[derive(Debug, Clone)]
@@ -180,7 +190,20 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     if file.exists() && !opts.force {
         return Err(InitError::Exists(file.display().to_string()));
     }
-    let units = scan(dir)?;
+    // Values given on the command line reach the compiler as the tree's do: refused alike.
+    for d in &opts.include_dirs {
+        kbuild_base::ident::check_compiler_arg("-I", d)?;
+    }
+    for (k, v) in &opts.defines {
+        kbuild_base::ident::check_compiler_arg(&format!("-D {k}"), v)?;
+    }
+    for f in &opts.cuda_flags {
+        kbuild_base::ident::check_compiler_arg("--cuda-flags", f)?;
+    }
+    for f in &opts.hip_flags {
+        kbuild_base::ident::check_compiler_arg("--hip-flags", f)?;
+    }
+    let (units, skipped_units) = scan(dir)?;
     if units.is_empty() {
         return Err(InitError::NoUnits(dir.display().to_string()));
     }
@@ -276,52 +299,66 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     };
 
     let mut reports = Vec::new();
-    let mut text = header(dir, &discovery);
-    text.push_str(&package_section(dir));
-    let _ = write!(
-        text,
-        "\n[build]\n# Every kernel is built for each of these (`kbuild build --targets` overrides).\ntargets = {}\n",
-        toml_array(&target_items)
-    );
+    let mut out = Out::new();
+    header(&mut out, dir, &discovery);
+    package_section(&mut out, dir);
+    let mut build = Table::new();
+    let mut above = String::new();
+    for s in &skipped_units {
+        above.push_str(&comment(&format!("not scanned: {s}")));
+    }
+    for s in &settings.skipped {
+        above.push_str(&comment(&format!("not carried over: {s}")));
+    }
+    above.push_str(&comment(
+        "Every kernel is built for each of these (`kbuild build --targets` overrides).",
+    ));
+    put(&mut build, "targets", array(&target_items), &mut above);
     if let Some(cc) = &settings.file {
-        let _ = writeln!(
-            text,
-            "# From {}:",
+        above.push_str(&comment(&format!(
+            "From {}:",
             rel_display(dir, cc).unwrap_or_else(|| cc.display().to_string())
-        );
+        )));
     }
     if !settings.include_dirs.is_empty() {
-        let _ = writeln!(
-            text,
-            "include-dirs = {}",
-            toml_array(&settings.include_dirs)
+        put(
+            &mut build,
+            "include-dirs",
+            array(&settings.include_dirs),
+            &mut above,
         );
     }
     // A few defines inline; many (ggml's 52) one per line, in their own table after the rest of
     // `[build]`, so the file stays readable.
     const INLINE_DEFINES: usize = 4;
-    let items: Vec<String> = settings
-        .defines
-        .iter()
-        .map(|(k, v)| format!("{k} = {}", define_value(v)))
-        .collect();
-    if !items.is_empty() && items.len() <= INLINE_DEFINES {
-        let _ = writeln!(text, "defines = {{ {} }}", items.join(", "));
+    let many_defines = settings.defines.len() > INLINE_DEFINES;
+    let mut defines = Table::new();
+    for (k, v) in &settings.defines {
+        defines.insert(k, Item::Value(define_value(v)));
     }
-    if !flags.cuda.is_empty() {
-        let _ = writeln!(text, "flags.cuda = {}", toml_array(&flags.cuda));
+    if !settings.defines.is_empty() && !many_defines {
+        put(
+            &mut build,
+            "defines",
+            defines.clone().into_inline_table(),
+            &mut above,
+        );
     }
-    if !flags.hip.is_empty() {
-        let _ = writeln!(text, "flags.hip = {}", toml_array(&flags.hip));
-    }
-    for s in &settings.skipped {
-        let _ = writeln!(text, "# not carried over: {s}");
-    }
-    if items.len() > INLINE_DEFINES {
-        let _ = writeln!(text, "\n[build.defines]");
-        for i in &items {
-            let _ = writeln!(text, "{i}");
+    let mut flag_table = Table::new();
+    flag_table.set_dotted(true);
+    for (vendor, list) in [("cuda", &flags.cuda), ("hip", &flags.hip)] {
+        if !list.is_empty() {
+            flag_table.insert(vendor, Item::Value(array(list).into()));
         }
+    }
+    if !flag_table.is_empty() {
+        build.insert("flags", Item::Table(flag_table));
+    }
+    out.table("build", build);
+    // "From compile_commands.json:" when only `[build.defines]` follows it.
+    out.carry(above);
+    if many_defines {
+        out.subtable("build", "defines", defines);
     }
 
     // Kernels, grouped by directory.
@@ -337,15 +374,15 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     }
     let (mut kernels, mut entries, mut failures, mut host_only) = (0, 0, 0, 0);
     for (group, members) in &groups {
-        let _ = write!(
-            text,
-            "\n# ── {group}/ ({} translation unit{}) ──\n",
+        out.blank();
+        out.comment(&format!(
+            "── {group}/ ({} translation unit{}) ──",
             members.len(),
             if members.len() == 1 { "" } else { "s" }
-        );
+        ));
         for u in members {
             let d = found.get(&u.kernel).cloned().unwrap_or_default();
-            let r = kernel_section(&mut text, u, &d, &build_targets);
+            let r = kernel_section(&mut out, u, &d, &build_targets);
             if r.status == "failed" {
                 failures += 1;
             } else if r.status == "host-only" {
@@ -358,11 +395,12 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         }
     }
     if kernels == 0 {
-        let _ = write!(
-            text,
-            "\n# No translation unit built: uncomment a kernel above once it compiles.\n"
-        );
+        out.blank();
+        out.comment("No translation unit built: uncomment a kernel above once it compiles.");
     }
+    let doc = out.finish();
+    let text = doc.to_string();
+    check_written(&file, &doc, &text)?;
 
     // What is written must be what kbuild reads (a unit that built nowhere leaves no kernel:
     // then the file is still written, for a person to fix, but cannot parse).
@@ -391,7 +429,57 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         entries,
         failures,
         host_only,
+        skipped: skipped_units
+            .into_iter()
+            .chain(settings.skipped.iter().cloned())
+            .collect(),
     })
+}
+
+/// The keys init may write: never `launcher`, `[toolchain]`, `remote-cache` or `out-dir`,
+/// which would make the next `kbuild build` run or write what the scanned tree chose.
+const WRITTEN_KEYS: &[(&str, &[&str])] = &[
+    ("package", &["name", "version"]),
+    ("build", &["targets", "include-dirs", "defines", "flags"]),
+];
+
+/// The text parses back to exactly the document built (a comment that turned into a key, or
+/// a value that ended its string, would change it), and holds only [`WRITTEN_KEYS`] and
+/// kernels.
+fn check_written(file: &Path, doc: &toml_edit::DocumentMut, text: &str) -> Result<(), InitError> {
+    let bad = |why: String| InitError::NotAsMeant {
+        path: file.display().to_string(),
+        why,
+    };
+    let meant: toml::Table = toml_edit::de::from_document(doc.clone())
+        .map_err(|e| bad(format!("the document built does not convert: {e}")))?;
+    let read: toml::Table =
+        toml::from_str(text).map_err(|e| bad(format!("its text does not parse: {e}")))?;
+    if read != meant {
+        return Err(bad(
+            "its text parses to other keys or values than were meant".into(),
+        ));
+    }
+    for (key, value) in &read {
+        let allowed: Option<&[&str]> = match key.as_str() {
+            "kernels" => None,
+            k => Some(
+                WRITTEN_KEYS
+                    .iter()
+                    .find(|(t, _)| *t == k)
+                    .map(|(_, keys)| *keys)
+                    .ok_or_else(|| bad(format!("it holds `{k}`, which init never writes")))?,
+            ),
+        };
+        if let (Some(allowed), Some(table)) = (allowed, value.as_table()) {
+            if let Some(k) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
+                return Err(bad(format!(
+                    "it holds `{key}.{k}`, which init never writes"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn slash(p: &Path) -> String {

@@ -25,14 +25,28 @@ pub(super) const SKIPPED_DIRS: &[&str] = &[
 
 /// The translation units under `dir`, sorted by path, each with a unique kernel name. All of
 /// them: a template-instance file defines no `__global__` of its own, yet its object holds
-/// the kernels it instantiates, which only the discovery build shows.
-pub(super) fn scan(dir: &Path) -> Result<Vec<Unit>, InitError> {
+/// the kernels it instantiates, which only the discovery build shows. Also the notes on files
+/// left out: a path a shell would act on (`k$(sh x.sh).cu`: nvcc runs its steps through
+/// `sh`) or one that is not UTF-8 is never compiled nor written to Kbuild.toml.
+pub(super) fn scan(dir: &Path) -> Result<(Vec<Unit>, Vec<String>), InitError> {
     let mut files = Vec::new();
     walk(dir, dir, &mut files, 0)?;
     files.sort();
     let mut units = Vec::new();
+    let mut skipped = Vec::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
     for rel in files {
+        let Some(text) = rel.to_str() else {
+            skipped.push(format!(
+                "source file {}: its name is not UTF-8; skipped",
+                rel.to_string_lossy().escape_debug()
+            ));
+            continue;
+        };
+        if let Err(e) = kbuild_base::ident::check_compiler_arg("source file", text) {
+            skipped.push(format!("{e}; skipped"));
+            continue;
+        }
         let path = dir.join(&rel);
         let text = std::fs::read(&path).map_err(|err| InitError::Read {
             path: path.display().to_string(),
@@ -51,7 +65,7 @@ pub(super) fn scan(dir: &Path) -> Result<Vec<Unit>, InitError> {
             defines_kernel,
         });
     }
-    Ok(units)
+    Ok((units, skipped))
 }
 
 pub(super) fn walk(

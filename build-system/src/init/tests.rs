@@ -4,7 +4,7 @@ use super::compile_commands::compile_settings;
 use super::discover::Discovered;
 use super::scan::unique_name;
 use super::shell::split_command;
-use super::toml_out::{display_entry, kernel_section};
+use super::toml_out::{display_entry, kernel_section, Out};
 
 use super::*;
 
@@ -14,16 +14,18 @@ fn cub_kernels_are_not_entries() {
     let cub = "_ZN3cub16_V_300500_SM_8906detail11EmptyKernelIvEEvv".to_string();
     let mut d = Discovered::default();
     d.exported.insert("sm_89".into(), vec![cub.clone()]);
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("sum"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("sum"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.status, "host-only");
     assert!(text.contains("exports only CUB/Thrust kernels"), "{text}");
     assert!(!text.contains("[kernels.sum]"), "{text}");
 
     d.exported
         .insert("sm_89".into(), vec![cub, "_Z10arange_f32Pfiff".into()]);
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("sum"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("sum"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.entries, ["arange_f32(float*, int, float, float)"]);
     assert!(
         text.contains("also instantiates 1 CUB/Thrust kernel(s)"),
@@ -112,8 +114,9 @@ fn many_entries_become_star_and_vendor_differences_a_comment() {
     let mut d = Discovered::default();
     d.exported.insert("sm_89".into(), many.clone());
     d.exported.insert("gfx1100".into(), many);
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("wide"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("wide"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.entries, ["*"]);
     assert!(
         text.contains("# 10 entries found (k0, k1, k2, k3, ...)"),
@@ -129,8 +132,9 @@ fn many_entries_become_star_and_vendor_differences_a_comment() {
         "gfx1100".into(),
         vec!["_Z5scaleIfEvPT_i".into(), "both".into()],
     );
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("guarded"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("guarded"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.entries, ["scale<float>", "both"]);
     assert!(
         text.contains("# exported only for sm_89, so not listed"),
@@ -145,8 +149,9 @@ fn many_entries_become_star_and_vendor_differences_a_comment() {
     d.exported.insert("sm_89".into(), vec!["k".into()]);
     d.errors
         .insert("gfx1100".into(), "k.cu:1:1: error: nope".into());
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("cuda"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("cuda"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.status, "partial");
     assert!(
         text.contains("targets = [\"sm_89\"]") && text.contains("error: nope"),
@@ -158,8 +163,9 @@ fn many_entries_become_star_and_vendor_differences_a_comment() {
             .collect(),
         ..Discovered::default()
     };
-    let mut text = String::new();
-    let r = kernel_section(&mut text, &unit("broken"), &d, &targets);
+    let mut out = Out::new();
+    let r = kernel_section(&mut out, &unit("broken"), &d, &targets);
+    let text = out.finish().to_string();
     assert_eq!(r.status, "failed");
     assert!(
         text.contains("# [kernels.broken]") && !text.contains("\n[kernels."),
@@ -190,6 +196,87 @@ fn reads_compile_commands() {
     let e = compile_settings(d.path()).unwrap_err().to_string();
     assert!(
         e.contains("compile_commands.json: expected an array"),
+        "{e}"
+    );
+}
+
+#[test]
+fn compile_commands_values_a_shell_acts_on_are_left_out_and_named() {
+    let d = tempfile::tempdir().unwrap();
+    let evil = "inc\nlauncher = \"./tools/cc-wrap.sh\"\n#";
+    std::fs::create_dir_all(d.path().join(evil)).unwrap();
+    std::fs::create_dir_all(d.path().join("inc")).unwrap();
+    let cc = serde_json::json!([
+        {"directory": d.path().display().to_string(), "file": "a.cu",
+         "arguments": ["nvcc", format!("-I{evil}"), "-Iinc", "-DVERSION=$(sh tools/x.sh)",
+                       "-DOK=1", "-std=c++17;id", "a.cu"]}
+    ]);
+    std::fs::write(d.path().join("compile_commands.json"), cc.to_string()).unwrap();
+    let s = compile_settings(d.path()).unwrap();
+    assert_eq!(s.include_dirs, ["inc"]);
+    assert_eq!(s.defines.keys().collect::<Vec<_>>(), ["OK"]);
+    assert_eq!(s.std, None);
+    let notes = s.skipped.join("\n");
+    assert!(
+        notes.contains("compile_commands.json entry 0: -I `inc\\nlauncher = \\\"./tools/cc-wrap.sh\\\"\\n#` holds the control character U+000A"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("compile_commands.json entry 0: -D `VERSION=$(sh tools/x.sh)` holds `$`"),
+        "{notes}"
+    );
+    assert!(notes.contains("-std= `c++17;id` holds `;`"), "{notes}");
+    // Each note is one line.
+    assert_eq!(notes.lines().count(), 3, "{notes}");
+}
+
+#[test]
+fn scanned_text_in_a_comment_stays_a_comment() {
+    let mut out = Out::new();
+    out.comment("not carried over: inc\nlauncher = \"./tools/cc-wrap.sh\"\r\n[toolchain]");
+    let mut t = toml_edit::Table::new();
+    t.insert("targets", toml_edit::value("sm_89"));
+    out.table("build", t);
+    let text = out.finish().to_string();
+    let read: toml::Table = toml::from_str(&text).unwrap();
+    assert_eq!(read.keys().collect::<Vec<_>>(), ["build"], "{text}");
+    assert_eq!(read["build"].as_table().unwrap().len(), 1, "{text}");
+    assert!(
+        text.contains("# not carried over: inc\\nlauncher"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_written_file_that_reads_back_otherwise_is_refused() {
+    let file = Path::new("/p/Kbuild.toml");
+    let mut doc = toml_edit::DocumentMut::new();
+    let mut build = toml_edit::Table::new();
+    build.insert("targets", toml_edit::value("sm_89"));
+    doc.insert("build", toml_edit::Item::Table(build));
+    let text = doc.to_string();
+    check_written(file, &doc, &text).unwrap();
+    // Raw decor (what a `format!` of scanned text was) that holds a live key.
+    if let Some(mut k) = doc["build"].as_table_mut().unwrap().key_mut("targets") {
+        k.leaf_decor_mut()
+            .set_prefix("# x\nlauncher = \"./tools/cc-wrap.sh\"\n");
+    }
+    let text = doc.to_string();
+    let e = check_written(file, &doc, &text).unwrap_err().to_string();
+    assert!(
+        e.contains("/p/Kbuild.toml is not what kbuild init meant to write"),
+        "{e}"
+    );
+    // A key init never writes, even when meant.
+    let mut doc = toml_edit::DocumentMut::new();
+    let mut build = toml_edit::Table::new();
+    build.insert("launcher", toml_edit::value("./x"));
+    doc.insert("build", toml_edit::Item::Table(build));
+    let e = check_written(file, &doc, &doc.to_string())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`build.launcher`, which init never writes"),
         "{e}"
     );
 }

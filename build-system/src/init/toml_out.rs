@@ -1,12 +1,14 @@
-//! The `Kbuild.toml` that init writes, by hand so a person would keep it: the header, the
-//! package, one `[kernels.NAME]` per unit (entries by name, demangled patterns), commented-out
-//! units that do not compile.
+//! The `Kbuild.toml` that init writes, through `toml_edit` so a person would keep it: the
+//! header, the package, one `[kernels.NAME]` per unit (entries by name, demangled patterns),
+//! commented-out units that do not compile. Every value is a TOML value the library quotes;
+//! every comment goes through [`comment`], so no scanned text (a file name, a define, a
+//! symbol, a compiler's error line) can end a comment line and start a key.
 
 use std::collections::BTreeSet;
-use std::fmt::Write;
 use std::path::Path;
 
 use kbuild_manifest::target::{Target, Vendor};
+use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
 use crate::config::Language;
 use crate::entries::{EntryPattern, Exported};
@@ -14,9 +16,107 @@ use crate::entries::{EntryPattern, Exported};
 use super::discover::{vendor_of, Discovered};
 use super::{package_name, slash, Unit, UnitReport, MAX_LISTED};
 
+/// `# TEXT` and a newline, with every control character of `text` escaped (`\n`, `\r`,
+/// `\u{1b}`): scanned text in a comment stays on its comment line.
+pub(super) fn comment(text: &str) -> String {
+    let mut out = String::from("# ");
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The document being written, and comment lines waiting for what comes next (a table's
+/// header, or the end of the file).
+pub(super) struct Out {
+    pub(super) doc: DocumentMut,
+    pending: String,
+}
+
+impl Out {
+    pub(super) fn new() -> Out {
+        Out {
+            doc: DocumentMut::new(),
+            pending: String::new(),
+        }
+    }
+
+    /// A comment line before whatever is added next.
+    pub(super) fn comment(&mut self, text: &str) {
+        self.pending.push_str(&comment(text));
+    }
+
+    /// Comment lines (already [`comment`]s) that had no key to precede, before whatever is
+    /// added next.
+    pub(super) fn carry(&mut self, comments: String) {
+        self.pending.push_str(&comments);
+    }
+
+    /// A blank line before whatever is added next.
+    pub(super) fn blank(&mut self) {
+        self.pending.push('\n');
+    }
+
+    /// `[NAME]` at the top level, after the waiting comments.
+    pub(super) fn table(&mut self, name: &str, mut t: Table) {
+        t.decor_mut().set_prefix(self.take_prefix());
+        self.doc.insert(name, Item::Table(t));
+    }
+
+    /// `[PARENT.NAME]`, after the waiting comments.
+    pub(super) fn subtable(&mut self, parent: &str, name: &str, mut t: Table) {
+        t.decor_mut().set_prefix(self.take_prefix());
+        let parent = self.doc.entry(parent).or_insert_with(|| {
+            let mut p = Table::new();
+            p.set_implicit(true);
+            Item::Table(p)
+        });
+        if let Some(p) = parent.as_table_mut() {
+            p.insert(name, Item::Table(t));
+        }
+    }
+
+    /// The text, the waiting comments at its end.
+    pub(super) fn finish(mut self) -> DocumentMut {
+        let tail = std::mem::take(&mut self.pending);
+        self.doc.set_trailing(tail);
+        self.doc
+    }
+
+    fn take_prefix(&mut self) -> String {
+        let p = std::mem::take(&mut self.pending);
+        // A blank line between tables, as a person would write them.
+        if p.starts_with('\n') || self.doc.is_empty() {
+            p
+        } else {
+            format!("\n{p}")
+        }
+    }
+}
+
+/// `key = value` in `t`, with `comments` (already [`comment`] lines) above it.
+pub(super) fn put(t: &mut Table, key: &str, v: impl Into<Value>, comments: &mut String) {
+    t.insert(key, Item::Value(v.into()));
+    if !comments.is_empty() {
+        if let Some(mut k) = t.key_mut(key) {
+            k.leaf_decor_mut().set_prefix(std::mem::take(comments));
+        }
+    }
+}
+
+/// A TOML array of strings.
+pub(super) fn array(items: &[String]) -> Array {
+    items.iter().map(String::as_str).collect()
+}
+
 /// Write one `[kernels.NAME]` (or its commented-out form) and say what it is.
 pub(super) fn kernel_section(
-    text: &mut String,
+    out: &mut Out,
     u: &Unit,
     d: &Discovered,
     targets: &[Target],
@@ -65,63 +165,58 @@ pub(super) fn kernel_section(
             .all(|e| e.contains("match no exported symbol"));
     if library_only {
         report.status = "host-only";
-        let _ = write!(
-            text,
-            "\n# kbuild init: {source} exports only CUB/Thrust kernels, which their host code launches; not listed\n"
-        );
+        out.blank();
+        out.comment(&format!(
+            "kbuild init: {source} exports only CUB/Thrust kernels, which their host code launches; not listed"
+        ));
         return report;
     }
     if d.exported.is_empty() && host_only {
         report.status = "host-only";
         report.errors.clear();
-        let _ = write!(
-            text,
-            "\n# kbuild init: {source} compiles but exports no kernel (host code only); not listed\n"
-        );
+        out.blank();
+        out.comment(&format!(
+            "kbuild init: {source} compiles but exports no kernel (host code only); not listed"
+        ));
         return report;
     }
     if d.exported.is_empty() {
         report.status = "failed";
-        let _ = writeln!(text);
+        out.blank();
         for (t, e) in &d.errors {
-            let _ = writeln!(text, "# kbuild init: does not compile for {t}: {e}");
+            out.comment(&format!("kbuild init: does not compile for {t}: {e}"));
         }
         if d.errors.is_empty() {
-            let _ = writeln!(
-                text,
-                "# kbuild init: was not built (no toolchain for its language)"
-            );
+            out.comment("kbuild init: was not built (no toolchain for its language)");
         }
-        let _ = writeln!(text, "# [kernels.{}]", u.kernel);
-        let _ = writeln!(text, "# source = {}", toml_str(&source));
+        out.comment(&format!("[kernels.{}]", u.kernel));
+        out.comment(&format!("source = {}", Value::from(source.as_str())));
         if u.language == Language::Hip {
-            let _ = writeln!(text, "# language = \"hip\"");
+            out.comment("language = \"hip\"");
         }
-        let _ = writeln!(text, "# entries = [\"*\"]");
+        out.comment("entries = [\"*\"]");
         return report;
     }
-    let _ = write!(
-        text,
-        "\n[kernels.{}]\nsource = {}\n",
-        u.kernel,
-        toml_str(&source)
-    );
+    let mut t = Table::new();
+    let mut above = String::new();
+    put(&mut t, "source", source.as_str(), &mut above);
     if u.language == Language::Hip {
-        let _ = writeln!(text, "language = \"hip\"");
+        put(&mut t, "language", "hip", &mut above);
     }
     if !library.is_empty() {
-        let _ = writeln!(
-            text,
-            "# also instantiates {} CUB/Thrust kernel(s), which their host code launches; not listed",
+        above.push_str(&comment(&format!(
+            "also instantiates {} CUB/Thrust kernel(s), which their host code launches; not listed",
             library.len()
-        );
+        )));
     }
     // Built for some vendors only: restrict it to the targets of those.
     let built: BTreeSet<Vendor> = d.exported.keys().filter_map(|t| vendor_of(t)).collect();
     if !d.errors.is_empty() {
         report.status = "partial";
         for (t, e) in &d.errors {
-            let _ = writeln!(text, "# kbuild init: does not compile for {t}: {e}");
+            above.push_str(&comment(&format!(
+                "kbuild init: does not compile for {t}: {e}"
+            )));
         }
         let keep: Vec<String> = targets
             .iter()
@@ -130,7 +225,7 @@ pub(super) fn kernel_section(
             .collect();
         // Only when the list also holds targets of the vendor it failed for.
         if !keep.is_empty() && keep.len() < targets.len() {
-            let _ = writeln!(text, "targets = {}", toml_array(&keep));
+            put(&mut t, "targets", array(&keep), &mut above);
         }
     }
     // The symbols every discovery target exports; the rest are named in a comment.
@@ -141,61 +236,69 @@ pub(super) fn kernel_section(
         .copied()
         .filter(|s| sets.iter().all(|set| set.contains(s)))
         .collect();
-    for (t, e) in &d.exported {
+    for (target, e) in &d.exported {
         let only: Vec<&str> = e
             .iter()
             .filter(|s| !common.contains(s))
             .map(String::as_str)
             .collect();
         if !only.is_empty() {
-            let _ = writeln!(
-                text,
-                "# exported only for {t}, so not listed (every target must export a listed entry): {}",
+            above.push_str(&comment(&format!(
+                "exported only for {target}, so not listed (every target must export a listed entry): {}",
                 only.join(", ")
-            );
+            )));
         }
     }
     let same_everywhere = common.len() == union.len();
     if same_everywhere && common.len() > MAX_LISTED {
         let preview: Vec<String> = common.iter().take(4).map(|s| display_entry(s).0).collect();
-        let _ = writeln!(
-            text,
-            "# {} entries found ({}, ...): `*` is every exported kernel",
+        above.push_str(&comment(&format!(
+            "{} entries found ({}, ...): `*` is every exported kernel",
             common.len(),
             preview.join(", ")
-        );
-        let _ = writeln!(text, "entries = [\"*\"]");
+        )));
         report.entries = vec!["*".into()];
+        put(&mut t, "entries", array(&report.entries), &mut above);
+        out.subtable("kernels", &u.kernel, t);
         return report;
     }
     let mut written: Vec<(String, Option<String>)> = Vec::new();
     for s in &common {
-        let (entry, comment) = display_entry(s);
+        let (entry, c) = display_entry(s);
         if !written.iter().any(|(e, _)| *e == entry) {
-            written.push((entry, comment));
+            written.push((entry, c));
         }
     }
     report.entries = written.iter().map(|(e, _)| e.clone()).collect();
     if written.iter().all(|(_, c)| c.is_none()) {
-        let _ = writeln!(text, "entries = {}", toml_array(&report.entries));
+        put(&mut t, "entries", array(&report.entries), &mut above);
     } else {
-        let _ = writeln!(
-            text,
-            "# C++ entries are written demangled (matched against the demangled name; the mangled symbol is in the comment)."
-        );
-        let _ = writeln!(text, "entries = [");
-        for (e, c) in &written {
-            match c {
-                Some(c) => {
-                    let _ = writeln!(text, "    {}, # {c}", toml_str(e));
-                }
-                None => {
-                    let _ = writeln!(text, "    {},", toml_str(e));
-                }
+        above.push_str(&comment(
+            "C++ entries are written demangled (matched against the demangled name; the mangled symbol is in the comment).",
+        ));
+        // One entry a line, each followed by its mangled symbol: a comment after an item is
+        // the next item's prefix (or the array's trailing text, after the last one).
+        let mut a = array(&report.entries);
+        let mut after_previous: Option<&String> = None;
+        for (i, (_, c)) in written.iter().enumerate() {
+            let prefix = match after_previous {
+                Some(prev) => format!(" {}    ", comment(prev)),
+                None => "\n    ".to_string(),
+            };
+            if let Some(v) = a.get_mut(i) {
+                v.decor_mut().set_prefix(prefix);
+                v.decor_mut().set_suffix("");
             }
+            after_previous = c.as_ref();
         }
-        let _ = writeln!(text, "]");
+        a.set_trailing_comma(true);
+        a.set_trailing(match after_previous {
+            Some(prev) => format!(" {}", comment(prev)),
+            None => "\n".to_string(),
+        });
+        put(&mut t, "entries", a, &mut above);
     }
+    out.subtable("kernels", &u.kernel, t);
     report
 }
 
@@ -239,43 +342,41 @@ pub(super) fn without_compile_names(demangled: &str) -> String {
     out
 }
 
-pub(super) fn header(dir: &Path, discovery: &[Target]) -> String {
+/// The comment lines the file starts with.
+pub(super) fn header(out: &mut Out, dir: &Path, discovery: &[Target]) {
     let names: Vec<String> = discovery.iter().map(Target::to_string).collect();
     let shown = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| ".".into());
-    format!(
-        "# Kbuild.toml: the kbuild project file (docs/kbuild-toml.md).\n\
-         # Generated by `kbuild init` {} from the *.cu/*.hip files under {shown}/ and, when present,\n\
-         # compile_commands.json; each kernel's entries were found by building it once for {}.\n\
-         # Edit it freely. To regenerate: `kbuild init --force [DIR] [--targets LIST]` (that\n\
-         # replaces this file).\n",
-        env!("CARGO_PKG_VERSION"),
-        names.join(", "),
-    )
+    out.comment("Kbuild.toml: the kbuild project file (docs/kbuild-toml.md).");
+    out.comment(&format!(
+        "Generated by `kbuild init` {} from the *.cu/*.hip files under {shown}/ and, when present,",
+        env!("CARGO_PKG_VERSION")
+    ));
+    out.comment(&format!(
+        "compile_commands.json; each kernel's entries were found by building it once for {}.",
+        names.join(", ")
+    ));
+    out.comment(
+        "Edit it freely. To regenerate: `kbuild init --force [DIR] [--targets LIST]` (that",
+    );
+    out.comment("replaces this file).");
+    out.blank();
 }
 
-pub(super) fn package_section(dir: &Path) -> String {
-    format!(
-        "\n[package]\nname = {}\nversion = \"0.1.0\"\n",
-        toml_str(&package_name(dir))
-    )
-}
-
-pub(super) fn toml_str(s: &str) -> String {
-    toml::Value::String(s.to_string()).to_string()
-}
-
-pub(super) fn toml_array(items: &[String]) -> String {
-    let parts: Vec<String> = items.iter().map(|s| toml_str(s)).collect();
-    format!("[{}]", parts.join(", "))
+pub(super) fn package_section(out: &mut Out, dir: &Path) {
+    let mut t = Table::new();
+    let mut none = String::new();
+    put(&mut t, "name", package_name(dir), &mut none);
+    put(&mut t, "version", "0.1.0", &mut none);
+    out.table("package", t);
 }
 
 /// A define's value in TOML: an integer as an integer, anything else as a string.
-pub(super) fn define_value(v: &str) -> String {
+pub(super) fn define_value(v: &str) -> Value {
     match v.parse::<i64>() {
-        Ok(i) if i.to_string() == v => v.to_string(),
-        _ => toml_str(v),
+        Ok(i) if i.to_string() == v => Value::from(i),
+        _ => Value::from(v),
     }
 }

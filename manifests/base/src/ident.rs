@@ -136,6 +136,46 @@ pub fn confined(root: &Path, field: &str, rel: &str) -> Result<PathBuf, IdentErr
     Ok(root.join(rel))
 }
 
+/// The characters a shell acts on. nvcc runs its sub-steps through `sh`, so a compiler
+/// argument holding one of these (`-DV=$(sh x.sh)`, a file named `k$(…).cu`) would run
+/// commands; kbuild passes only plain text. `=,-+./:@%` and spaces stay allowed.
+pub const SHELL_CHARS: &str = "$`;|&<>(){}*?[]!~#'\"\\";
+
+/// A compiler argument (a path, include dir, define or flag) that a shell would act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} `{value}` holds {found}, which a shell acts on: kbuild passes compiler arguments (sources, include dirs, defines, flags) only as plain text, without any of {SHELL_CHARS} or control characters")]
+pub struct ShellCharError {
+    /// Where the value came from: `kernels.gdn.defines.VERSION`, `compile_commands.json -D`, ….
+    pub field: String,
+    /// The value, with control characters escaped.
+    pub value: String,
+    /// The first refused character, as shown: `` `$` ``, `a backtick`, `the control character U+000A`.
+    pub found: String,
+}
+
+/// Refuse `value` when it holds a shell metacharacter ([`SHELL_CHARS`]) or a control
+/// character (newline, CR, tab, NUL, …). The one check for everything that reaches a
+/// compiler's command line, used by `Kbuild.toml`'s parser and by `kbuild init`.
+pub fn check_compiler_arg(field: &str, value: &str) -> Result<(), ShellCharError> {
+    match value
+        .chars()
+        .find(|c| c.is_control() || SHELL_CHARS.contains(*c))
+    {
+        None => Ok(()),
+        Some(c) => Err(ShellCharError {
+            field: field.to_string(),
+            value: value.escape_debug().take(200).collect(),
+            found: if c.is_control() {
+                format!("the control character U+{:04X}", u32::from(c))
+            } else if c == '`' {
+                "a backtick".into()
+            } else {
+                format!("`{c}`")
+            },
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +244,52 @@ mod tests {
         assert!(e
             .to_string()
             .starts_with("objects[0].path `../../etc/passwd`"));
+    }
+
+    #[test]
+    fn compiler_args_refuse_what_a_shell_acts_on() {
+        for ok in [
+            "-DVERSION=1.2.3",
+            "-maxrregcount=32",
+            "--fmad=false",
+            "-Xcompiler=-Wall,-Wextra",
+            "inc dir/sub",
+            "a+b@c%d:e",
+            "ops/rms_norm.cu",
+            "-1e-06",
+        ] {
+            assert_eq!(check_compiler_arg("f", ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "$(sh tools/x.sh)",
+            "k$(sh tools$(printf \\057)x.sh).cu",
+            "`id`",
+            "a;b",
+            "a|b",
+            "a&b",
+            "<x",
+            ">x",
+            "{a,b}",
+            "*.cu",
+            "?",
+            "[a]",
+            "!x",
+            "~/inc",
+            "#x",
+            "'x'",
+            "\"x\"",
+            "a\\b",
+            "inc\nlauncher = \"./tools/cc-wrap.sh\"",
+            "a\rb",
+            "a\tb",
+            "a\0b",
+        ] {
+            let e = check_compiler_arg("kernels.k.defines.V", bad).unwrap_err();
+            assert!(!e.to_string().contains('\n'), "{e}");
+            assert!(e.to_string().starts_with("kernels.k.defines.V `"), "{e}");
+        }
+        let e = check_compiler_arg("f", "a\nb").unwrap_err();
+        assert_eq!(e.found, "the control character U+000A");
+        assert_eq!(e.value, "a\\nb");
     }
 }
