@@ -292,3 +292,38 @@ fn selection_is_linear_in_the_kernels() {
     assert!(kib < PEAK_KIB, "{kib} KiB");
     assert!(wall < Duration::from_secs(30), "{wall:?}");
 }
+
+/// `kbuild init` read whole files: a 256 MiB `.cu` cost 1.5 GB, a 96 MiB
+/// compile_commands.json 1.6 GB. A source over its cap (or a FIFO) is skipped and named; a
+/// compile_commands.json over its cap, or of tiny values that would cost more to parse than
+/// the limit, is refused naming the file.
+#[test]
+fn init_reads_sources_and_compile_commands_through_a_cap() {
+    let env = Env::new();
+    let tree = env.path().join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::File::create(tree.join("huge.cu"))
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let t = tree.display().to_string();
+    let (_, out, kib, _) = run(&env, "init, 256 MiB .cu", &["init", &t]);
+    assert!(out.contains("huge.cu") && out.contains("limit"), "{out}");
+    assert!(kib < PEAK_KIB, "{kib} KiB");
+
+    let tree2 = env.path().join("tree2");
+    std::fs::create_dir_all(&tree2).unwrap();
+    std::fs::write(tree2.join("k.cu"), "__global__ void k() {}\n").unwrap();
+    let mut cc = b"[".to_vec();
+    cc.extend(std::iter::repeat_n(&b"\"\","[..], 7_000_000).flatten());
+    cc.extend_from_slice(b"\"\"]");
+    std::fs::write(tree2.join("compile_commands.json"), &cc).unwrap();
+    let t2 = tree2.display().to_string();
+    let (code, out, kib, _) = run(&env, "init, 21 MB of empty strings", &["init", &t2]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        out.contains("compile_commands.json") && out.contains("over kbuild's limit"),
+        "{out}"
+    );
+    assert!(kib < PEAK_KIB, "{kib} KiB");
+}

@@ -5,6 +5,12 @@ use std::path::{Component, Path, PathBuf};
 use super::shell::split_command;
 use super::{slash, CompileSettings, InitError};
 
+/// The largest compile_commands.json init reads (a large C++ project's is tens of MiB).
+const MAX_COMPILE_COMMANDS_BYTES: u64 = 64 << 20;
+
+/// The most its parse may cost, as [`kbuild_base::json_cost::estimate`] counts it.
+const MAX_PARSE_COST: u64 = 160 << 20;
+
 /// Include dirs, defines and `-std` from `DIR/compile_commands.json` or
 /// `DIR/build/compile_commands.json` (the union over its entries; paths relative to DIR).
 pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError> {
@@ -19,10 +25,27 @@ pub(super) fn compile_settings(dir: &Path) -> Result<CompileSettings, InitError>
         path: file.display().to_string(),
         message,
     };
-    let bytes = std::fs::read(&file).map_err(|err| InitError::Read {
-        path: file.display().to_string(),
-        err,
-    })?;
+    let bytes = match kbuild_base::read::read_capped(
+        &file,
+        MAX_COMPILE_COMMANDS_BYTES,
+        "a compile_commands.json",
+    ) {
+        Ok(b) => b,
+        Err(kbuild_base::read::ReadError::Io { source, .. }) => {
+            return Err(InitError::Read {
+                path: file.display().to_string(),
+                err: source,
+            })
+        }
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    // A document of tiny values costs many times its size once parsed (96 MiB cost 1.6 GB).
+    let cost = kbuild_base::json_cost::estimate(&bytes);
+    if cost > MAX_PARSE_COST {
+        return Err(bad(format!(
+            "would cost about {cost} bytes of memory to parse, over kbuild's limit of {MAX_PARSE_COST}; refusing it before parsing"
+        )));
+    }
     let doc: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
     let list = doc

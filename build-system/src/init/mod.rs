@@ -73,8 +73,8 @@ pub enum InitError {
     NotADirectory(String),
     #[error("{0} already exists; pass --force to replace it")]
     Exists(String),
-    #[error("no translation unit under {0} (looked for *.cu and *.hip, skipping hidden and build directories)")]
-    NoUnits(String),
+    #[error("no translation unit under {dir} (looked for *.cu and *.hip, skipping hidden and build directories){}", skipped.iter().map(|s| format!("\n  skipped: {s}")).collect::<String>())]
+    NoUnits { dir: String, skipped: Vec<String> },
     #[error("reading {path}: {err}")]
     Read { path: String, err: std::io::Error },
     #[error("{path}: {message}")]
@@ -205,7 +205,10 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     }
     let (units, skipped_units) = scan(dir)?;
     if units.is_empty() {
-        return Err(InitError::NoUnits(dir.display().to_string()));
+        return Err(InitError::NoUnits {
+            dir: dir.display().to_string(),
+            skipped: skipped_units,
+        });
     }
     let mut settings = compile_settings(dir)?;
     for d in &opts.include_dirs {

@@ -28,6 +28,10 @@ pub(super) const SKIPPED_DIRS: &[&str] = &[
 /// the kernels it instantiates, which only the discovery build shows. Also the notes on files
 /// left out: a path a shell would act on (`k$(sh x.sh).cu`: nvcc runs its steps through
 /// `sh`) or one that is not UTF-8 is never compiled nor written to Kbuild.toml.
+/// The largest source file init reads: real kernel sources are well under a MiB, generated
+/// ones a few; a 256 MiB one cost 1.5 GB to scan.
+const MAX_SOURCE_BYTES: u64 = 16 << 20;
+
 pub(super) fn scan(dir: &Path) -> Result<(Vec<Unit>, Vec<String>), InitError> {
     let mut files = Vec::new();
     walk(dir, dir, &mut files, 0)?;
@@ -48,10 +52,21 @@ pub(super) fn scan(dir: &Path) -> Result<(Vec<Unit>, Vec<String>), InitError> {
             continue;
         }
         let path = dir.join(&rel);
-        let text = std::fs::read(&path).map_err(|err| InitError::Read {
-            path: path.display().to_string(),
-            err,
-        })?;
+        let text = match kbuild_base::read::read_capped(&path, MAX_SOURCE_BYTES, "a kernel source")
+        {
+            Ok(t) => t,
+            Err(kbuild_base::read::ReadError::Io { source, .. }) => {
+                return Err(InitError::Read {
+                    path: path.display().to_string(),
+                    err: source,
+                })
+            }
+            // Over the cap or not a regular file (a FIFO would block the scan): left out.
+            Err(e) => {
+                skipped.push(format!("{e}; skipped"));
+                continue;
+            }
+        };
         let defines_kernel = defines_kernel(&String::from_utf8_lossy(&text));
         let language = match rel.extension().and_then(|e| e.to_str()) {
             Some("hip") => Language::Hip,
