@@ -10,31 +10,14 @@
 
 use std::path::{Path, PathBuf};
 
-use kbuild_manifest::target::{ObjectKind, Target};
+use kbuild_manifest::target::Target;
 
 use crate::config::Project;
 use crate::plan::plan;
 
-/// Estimated cost of one job by the kind of object it makes: the mean compile seconds per job
-/// (× 10) of a default-target build of the repository's kernels (kernels/Kbuild.toml, 26 jobs
-/// per target, cold cache, `timings.json` of the compile cache): sm_* cubins 5.4 s
-/// (nvcc + ptxas), gfx* code objects 4.8 s (hip-clang), `compute_*` PTX 5.6 s (nvcc to PTX).
-/// Only their ratios matter.
-pub const WEIGHTS: [(ObjectKind, u64); 3] = [
-    (ObjectKind::Cubin, 54),
-    (ObjectKind::Hsaco, 48),
-    (ObjectKind::Ptx, 56),
-];
-
-/// The weight of one job for `target` (see [`WEIGHTS`]).
-pub fn weight(target: &Target) -> u64 {
-    let kind = target.object_kind();
-    WEIGHTS
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .map(|(_, w)| *w)
-        .unwrap_or(1)
-}
+/// The weights and the assignment live with the manifest, where `kbuild package --merge`
+/// checks each shard's targets against the same function.
+pub use kbuild_manifest::shard::{assign, weight, WEIGHTS};
 
 /// `I/N` of `--shard I/N`: shard `index` (1-based) of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,28 +82,6 @@ pub fn estimate(project: &Project, targets: &[Target]) -> Vec<u64> {
         .iter()
         .map(|t| jobs.iter().filter(|j| j.target == *t).count() as u64 * weight(t))
         .collect()
-}
-
-/// The shard (0-based) of each item of `costs`, longest-processing-time first: items by
-/// decreasing cost (ties: earlier item first), each to the shard with the least load so far
-/// (ties: the lowest shard). `count` 0 is taken as 1.
-pub fn assign(costs: &[u64], count: u32) -> Vec<usize> {
-    let count = count.max(1) as usize;
-    let mut order: Vec<usize> = (0..costs.len()).collect();
-    order.sort_by(|&a, &b| costs[b].cmp(&costs[a]).then(a.cmp(&b)));
-    let mut load = vec![0u64; count];
-    let mut out = vec![0usize; costs.len()];
-    for i in order {
-        let mut best = 0;
-        for (s, l) in load.iter().enumerate() {
-            if *l < load[best] {
-                best = s;
-            }
-        }
-        load[best] = load[best].saturating_add(costs[i]);
-        out[i] = best;
-    }
-    out
 }
 
 /// `targets` split into `count` shards of `project`'s jobs (see [`assign`]); a shard may be

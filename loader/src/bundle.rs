@@ -28,6 +28,17 @@ pub fn trust_note(v: &TrustVerdict) -> String {
     }
 }
 
+/// The message of a verdict that let a package through with a warning (the `warn` policy: an
+/// unsigned bundle, or one signed by no trusted key): what `kbuild pull` prints as
+/// `warning: …` and the Python package raises as a `kbuild.TrustWarning`. `None` for a
+/// verified package or a policy that checks nothing.
+pub fn trust_warning(v: &TrustVerdict) -> Option<&str> {
+    match v {
+        TrustVerdict::Warning(m) => Some(m),
+        TrustVerdict::Verified { .. } | TrustVerdict::NotChecked => None,
+    }
+}
+
 pub(crate) fn untrusted(path: &Path, e: impl std::fmt::Display) -> LoaderError {
     LoaderError::Untrusted {
         path: path.to_path_buf(),

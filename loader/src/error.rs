@@ -23,6 +23,10 @@ pub enum LoaderError {
     },
     #[error("{path}: {what}")]
     Package { path: PathBuf, what: String },
+    /// A build directory's manifest records an object larger than the loader reads
+    /// ([`crate::source::MAX_OBJECT_BYTES`]): refused before anything is allocated.
+    #[error("{path}: the manifest records {size} bytes for this code object, over the loader's cap of {cap} bytes per object; refusing to read it")]
+    ObjectTooLarge { path: PathBuf, size: u64, cap: u64 },
     /// The signature policy refused a bundle or pulled entry (`require` and no valid
     /// signature by a trusted key).
     #[error("{path}: {reason}")]

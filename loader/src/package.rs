@@ -31,7 +31,7 @@ use kbuild_manifest::resources::Resources;
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "registry")]
-use crate::bundle::{trust_note, untrusted, Trust};
+use crate::bundle::{trust_note, trust_warning, untrusted, Trust};
 use crate::error::{LoaderError, Result};
 pub use crate::index::ObjectRef;
 use crate::index::{index_cache, open_load_index, PackageIndex, NOT_A_FILE};
@@ -55,6 +55,11 @@ type TrustVerdict = std::convert::Infallible;
 
 #[cfg(not(feature = "registry"))]
 fn trust_note(v: &TrustVerdict) -> String {
+    match *v {}
+}
+
+#[cfg(not(feature = "registry"))]
+fn trust_warning(v: &TrustVerdict) -> Option<&str> {
     match *v {}
 }
 
@@ -459,6 +464,12 @@ impl Package {
     /// message).
     pub fn trust_note(&self) -> Option<String> {
         self.trust.as_ref().map(trust_note)
+    }
+
+    /// The policy's warning when it let this bundle or pulled entry through with one
+    /// ([`crate::bundle::trust_warning`]); `None` otherwise.
+    pub fn trust_warning(&self) -> Option<&str> {
+        self.trust.as_ref().and_then(trust_warning)
     }
 
     /// The package with the verdict the signature policy gave it (a bundle verified by the

@@ -6,6 +6,11 @@ use std::path::PathBuf;
 
 use crate::error::{LoaderError, Result};
 
+/// The most bytes the loader reads for one code object, as a bundle admits per member
+/// (`kbuild_bundle::archive::DEFAULT_MAX_UNPACKED`): a build directory is unsigned, so its
+/// manifest's recorded size must not decide how much is allocated.
+pub const MAX_OBJECT_BYTES: u64 = 256 << 20;
+
 /// Something that hands out the bytes of a manifest's objects.
 pub trait ObjectSource: Send + Sync {
     /// The bytes of the object at `path` (manifest-relative) with digest `sha256`,
@@ -45,11 +50,34 @@ impl DirSource {
 impl ObjectSource for DirSource {
     fn read(&self, path: &str, _sha256: &str) -> Result<Vec<u8>> {
         let full = self.file(path)?;
-        std::fs::read(&full).map_err(|e| LoaderError::io(full, "reading the code object", e))
+        let io = |e| LoaderError::io(&full, "reading the code object", e);
+        // One byte past the cap tells an oversize file without reading all of it.
+        let file = std::fs::File::open(&full).map_err(io)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_OBJECT_BYTES + 1),
+            &mut bytes,
+        )
+        .map_err(io)?;
+        if bytes.len() as u64 > MAX_OBJECT_BYTES {
+            return Err(LoaderError::ObjectTooLarge {
+                path: full,
+                size: bytes.len() as u64,
+                cap: MAX_OBJECT_BYTES,
+            });
+        }
+        Ok(bytes)
     }
 
     fn read_sized(&self, path: &str, _sha256: &str, size: u64) -> Result<Vec<u8>> {
         let full = self.file(path)?;
+        if size > MAX_OBJECT_BYTES {
+            return Err(LoaderError::ObjectTooLarge {
+                path: full,
+                size,
+                cap: MAX_OBJECT_BYTES,
+            });
+        }
         // The size the manifest records: open and one read (no stat, no probe for the end).
         // Only these bytes are verified and handed on, so a longer file changes nothing; a
         // shorter one fails its digest.

@@ -12,4 +12,5 @@ pub mod occupancy;
 pub mod params;
 pub mod read;
 pub mod resources;
+pub mod shard;
 pub mod target;

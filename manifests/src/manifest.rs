@@ -83,6 +83,12 @@ pub struct Shard {
     pub sources: String,
     /// The version of kbuild that built the shard.
     pub kbuild: String,
+    /// Each target of `targets`' estimated cost (its jobs times its kind's weight,
+    /// [`crate::shard::weight`]): what the assignment was computed from, so that a merge can
+    /// recompute it ([`crate::shard::assign`]) and refuse a shard holding other targets.
+    /// Empty in shards of a kbuild before it (a merge refuses those).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costs: Vec<u64>,
 }
 
 /// A (kernel, variant, target) object the build planned but did not produce.
@@ -439,6 +445,7 @@ mod tests {
             targets: vec!["sm_89".into(), "gfx1100".into()],
             sources: "2".repeat(64),
             kbuild: "0.1.0".into(),
+            costs: vec![54, 48],
         });
         let value = serde_json::to_value(&m).unwrap();
         check(&schema, &schema, &value, "$");

@@ -50,6 +50,14 @@ pub enum LockError {
         version: String,
         what: String,
     },
+    /// A plain pull of a locked package from another registry than the lock's.
+    #[error("{path}: {name} is locked from {locked}, but this pull is from {new}; refusing to switch registries for a locked package: pass --update to accept it and rewrite the lockfile entry")]
+    RegistryChanged {
+        path: String,
+        name: String,
+        locked: String,
+        new: String,
+    },
     /// A plain pull resolved an older version than the locked one for the same requirement.
     #[error("{path}: {name} is locked at {locked}, but `{req}` now resolves to the older {resolved} (newer versions hidden or withdrawn?); refusing to roll back: pass --update, or ask for ={resolved} explicitly")]
     Rollback {
@@ -151,12 +159,17 @@ impl Lockfile {
     }
 
     /// Insert or replace `name`'s entry; layers of targets pulled before are kept when the
-    /// artifact is the same.
+    /// artifact is the same. The locked registry string stays when the source is the same
+    /// ([`same_source`]): a release index downloaded into another directory does not rewrite
+    /// the entry.
     pub fn upsert(&mut self, mut p: LockedPackage) {
         if let Some(old) = self.packages.iter().find(|o| o.name == p.name) {
-            if old.artifact == p.artifact && old.registry == p.registry {
-                for (t, d) in &old.layers {
-                    p.layers.entry(t.clone()).or_insert_with(|| d.clone());
+            if same_source(&old.registry, &p.registry) {
+                p.registry = old.registry.clone();
+                if old.artifact == p.artifact {
+                    for (t, d) in &old.layers {
+                        p.layers.entry(t.clone()).or_insert_with(|| d.clone());
+                    }
                 }
             }
         }
@@ -166,6 +179,20 @@ impl Lockfile {
     }
 }
 
+/// Whether two lock entries' registries are one source. A split release's index
+/// (`file://DIR/NAME-VERSION.kbindex`) is the same source wherever it was downloaded: the
+/// directory is where a CI job put the files, not where they came from, and the digests
+/// (which the lock keeps by name and version) say what they are. Any other registry string
+/// must be equal.
+pub fn same_source(a: &str, b: &str) -> bool {
+    let index_file = |r: &str| {
+        r.strip_prefix("file://")
+            .filter(|p| p.ends_with(".kbindex"))
+            .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+    };
+    a == b || matches!((index_file(a), index_file(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Compare what a pull resolved with the lock; the error names the first drifting field.
 pub fn check(locked: &LockedPackage, got: &LockedPackage, path: &Path) -> Result<(), LockError> {
     let drift = |what: String| LockError::Drift {
@@ -173,7 +200,7 @@ pub fn check(locked: &LockedPackage, got: &LockedPackage, path: &Path) -> Result
         name: locked.name.clone(),
         what,
     };
-    if locked.registry != got.registry {
+    if !same_source(&locked.registry, &got.registry) {
         return Err(drift(format!(
             "registry drifted: locked {}, now {}",
             locked.registry, got.registry
@@ -216,12 +243,12 @@ pub fn check(locked: &LockedPackage, got: &LockedPackage, path: &Path) -> Result
     Ok(())
 }
 
-/// A plain pull's check against the lock entry `locked` (the lock at `path`): the same
-/// version must have the same digests (registry, artifact, manifest, the layers of targets in
-/// both), and the resolution must not be older than the locked version unless `explicit`
-/// (the user named an exact version or a digest) or the locked version no longer satisfies
-/// the requirement `req` (the requirement changed). A package from another registry is a
-/// new entry and not compared.
+/// A plain pull's check against the lock entry `locked` (the lock at `path`), which is keyed
+/// by name and version: the same version must have the same digests (artifact, manifest, the
+/// layers of targets in both) whatever registry or download directory it comes from; the
+/// registry must be the locked one ([`same_source`]); and the resolution must not be older
+/// than the locked version unless `explicit` (the user named an exact version or a digest) or
+/// the locked version no longer satisfies the requirement `req` (the requirement changed).
 pub fn check_keep(
     locked: &LockedPackage,
     got: &LockedPackage,
@@ -229,8 +256,15 @@ pub fn check_keep(
     req: Option<&semver::VersionReq>,
     explicit: bool,
 ) -> Result<(), LockError> {
-    if locked.registry != got.registry {
-        return Ok(());
+    // The registry first: artifact digests of different kinds of registry are not
+    // comparable (an OCI manifest, a bundle file, an index), so a move is named as one.
+    if !same_source(&locked.registry, &got.registry) {
+        return Err(LockError::RegistryChanged {
+            path: path.display().to_string(),
+            name: locked.name.clone(),
+            locked: locked.registry.clone(),
+            new: got.registry.clone(),
+        });
     }
     let changed = |what: String| LockError::Changed {
         path: path.display().to_string(),
@@ -353,10 +387,52 @@ mod tests {
         check_keep(&locked, &pkg(), p, Some(&any), true).unwrap();
         let old = semver::VersionReq::parse("<0.2").unwrap();
         check_keep(&locked, &pkg(), p, Some(&old), false).unwrap();
-        // Another registry: a new entry.
+        // Another registry: refused, whether the digests changed too or not.
         let mut g = pkg();
         g.registry = "oci://other/r".into();
+        let e = check_keep(&pkg(), &g, p, Some(&any), false).unwrap_err();
+        assert!(matches!(e, LockError::RegistryChanged { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("k is locked from oci://h/r, but this pull is from oci://other/r")
+                && msg.contains("--update"),
+            "{msg}"
+        );
+        g.version = "0.2.0".into();
+        assert!(check_keep(&pkg(), &g, p, Some(&any), false).is_err());
+        g.version = "0.1.0".into();
         g.artifact = "sha256:z".into();
-        check_keep(&pkg(), &g, p, Some(&any), false).unwrap();
+        let e = check_keep(&pkg(), &g, p, Some(&any), false).unwrap_err();
+        assert!(matches!(e, LockError::RegistryChanged { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_release_index_is_one_source_wherever_it_was_downloaded() {
+        let p = Path::new("Kbuild.lock");
+        let index = |dir: &str| LockedPackage {
+            registry: format!("file://{dir}/k-0.1.0.kbindex"),
+            ..pkg()
+        };
+        assert!(same_source(
+            &index("/a").registry,
+            &index("/tmp/b").registry
+        ));
+        assert!(!same_source(
+            &index("/a").registry,
+            "file:///a/other-0.1.0.kbindex"
+        ));
+        assert!(!same_source(&index("/a").registry, "oci://h/r"));
+        // Same digests from a new directory: fine, and the entry keeps its registry.
+        check_keep(&index("/a"), &index("/b"), p, None, true).unwrap();
+        check(&index("/a"), &index("/b"), p).unwrap();
+        let mut lock = Lockfile::default();
+        lock.upsert(index("/a"));
+        lock.upsert(index("/b"));
+        assert_eq!(lock.packages, vec![index("/a")]);
+        // A re-pointed digest from a new directory: refused.
+        let mut g = index("/b");
+        g.artifact = "sha256:other".into();
+        let e = check_keep(&index("/a"), &g, p, None, true).unwrap_err();
+        assert!(matches!(e, LockError::Changed { .. }), "{e}");
     }
 }

@@ -214,8 +214,12 @@ pub fn record_lock(
     if exact {
         return Ok(());
     }
-    let mut l = current.unwrap_or_default();
+    let mut l = current.clone().unwrap_or_default();
     l.upsert(got.clone());
+    // Unchanged (the same entry again): the file is left as it is.
+    if current.as_ref() == Some(&l) {
+        return Ok(());
+    }
     l.write(path)
 }
 

@@ -380,3 +380,153 @@ fn bad_shard_values_are_usage_errors() {
         assert!(e.contains("--shard"), "{bad}: {e}");
     }
 }
+
+/// Shard bundles of fixture objects (no compile): sm_89 goes to shard 1/2, gfx1100 to 2/2,
+/// as `assign` over their recorded costs gives them. Each as `(file, bundle)`, written to
+/// `dir`.
+fn fixture_shards(dir: &Path) -> Vec<(std::path::PathBuf, kbuild_bundle::Bundle)> {
+    use kbuild_manifest::manifest::{Manifest, Shard};
+    let targets = ["sm_89", "gfx1100"];
+    let (m, objects) = kbuild_manifest::fixtures::bundle_parts(&targets);
+    let whole = Manifest::from_json(&m).unwrap();
+    let costs = vec![54, 48];
+    let of = kbuild_manifest::shard::assign(&costs, 2);
+    assert_eq!(of, [0, 1]);
+    std::fs::create_dir_all(dir).unwrap();
+    (0..2)
+        .map(|i| {
+            let mut s = whole.clone();
+            s.targets = vec![targets[i].to_string()];
+            s.objects.retain(|o| o.target == targets[i]);
+            s.shard = Some(Shard {
+                index: i as u32 + 1,
+                count: 2,
+                targets: whole.targets.clone(),
+                sources: "s".repeat(64),
+                kbuild: "0.1.0".into(),
+                costs: costs.clone(),
+            });
+            write_shard(dir, &format!("shard-{}.kbundle", i + 1), &s, &objects)
+        })
+        .collect()
+}
+
+/// `m` with `objects` (those it names) as the bundle file `dir/name`.
+fn write_shard(
+    dir: &Path,
+    name: &str,
+    m: &kbuild_manifest::manifest::Manifest,
+    objects: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> (std::path::PathBuf, kbuild_bundle::Bundle) {
+    let keep: BTreeSet<&str> = m.objects.iter().map(|o| o.sha256.as_str()).collect();
+    let objs = objects
+        .iter()
+        .filter(|(k, _)| keep.contains(k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let b = kbuild_bundle::Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, b.to_bytes(0).unwrap()).unwrap();
+    (path, b)
+}
+
+/// Issue 26, class 5. The runner of shard 2/2 is the attacker: its bundle also lists shard
+/// 1's target sm_89 and adds a (kernel, variant) record the honest shard lacks (whose object
+/// `explain` would then pick). Merge recomputes each shard's targets from the declared list
+/// and I/N with the build's own assignment and compares every input's (kernel, variant) jobs
+/// of a target, so both forgeries are refused naming the file, the target and the key, and
+/// nothing is written.
+#[test]
+fn merge_refuses_a_forged_shard_naming_the_file_target_and_key() {
+    let env = Env::new();
+    let dir = env.path().join("shards");
+    let shards = fixture_shards(&dir);
+    let (s1, s2) = (
+        shards[0].0.display().to_string(),
+        shards[1].0.display().to_string(),
+    );
+    // The honest pair merges.
+    env.ok(
+        env.path(),
+        &["package", "--merge", &s1, &s2, "--out", "good"],
+    );
+    assert_eq!(files_under(&env.path().join("good")).len(), 1);
+
+    let forge = |m: &mut kbuild_manifest::manifest::Manifest, target: &str| {
+        let data = b"forged object".to_vec();
+        let mut o = m.objects[0].clone();
+        o.target = target.into();
+        o.variant = Some("evil".into());
+        o.path = format!("{target}/k.evil.cubin");
+        o.sha256 = kbuild_base::digest::sha256_hex(&data);
+        o.size = data.len() as u64;
+        m.objects.push(o.clone());
+        [(o.sha256, data)]
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let refused = |forged: &str, want: &[&str]| {
+        let e = env.fails(
+            env.path(),
+            &["package", "--merge", &s1, forged, "--out", "bad"],
+        );
+        for w in want {
+            assert!(e.contains(w), "`{w}` not in\n{e}");
+        }
+        assert!(
+            files_under(&env.path().join("bad")).is_empty(),
+            "a refused merge wrote"
+        );
+    };
+
+    // Shard 2/2 also lists sm_89, with k.evil for it.
+    let mut m = shards[1].1.manifest().clone();
+    m.targets.push("sm_89".into());
+    let mut objs = shards[1].1.objects().clone();
+    objs.extend(forge(&mut m, "sm_89"));
+    let (f, _) = write_shard(&dir, "forged-target.kbundle", &m, &objs);
+    let f = f.display().to_string();
+    refused(
+        &f,
+        &[
+            &format!("{f}: shard 2/2 holds target sm_89"),
+            "gives to shard 1/2",
+        ],
+    );
+
+    // Shard 2/2 keeps its own target but adds k.evil to it: more jobs than its cost.
+    let mut m = shards[1].1.manifest().clone();
+    let mut objs = shards[1].1.objects().clone();
+    objs.extend(forge(&mut m, "gfx1100"));
+    let (f, _) = write_shard(&dir, "forged-key.kbundle", &m, &objs);
+    let f = f.display().to_string();
+    refused(
+        &f,
+        &[
+            &format!("{f}: target gfx1100 has 2 (kernel, variant) jobs"),
+            "k.evil",
+        ],
+    );
+
+    // A "full" bundle (no shard object, nothing to assign) adding k.evil to sm_89, which
+    // the honest shard 1 also holds.
+    let mut m = shards[0].1.manifest().clone();
+    m.shard = None;
+    m.targets = vec!["sm_89".into(), "gfx1100".into()];
+    m.objects = shards
+        .iter()
+        .flat_map(|(_, b)| b.manifest().objects.clone())
+        .collect();
+    let mut objs = shards[0].1.objects().clone();
+    objs.extend(shards[1].1.objects().clone());
+    objs.extend(forge(&mut m, "sm_89"));
+    let (f, _) = write_shard(&dir, "forged-full.kbundle", &m, &objs);
+    let f = f.display().to_string();
+    refused(
+        &f,
+        &[
+            &format!("{f}: target sm_89 has k.evil"),
+            &format!("{s1} (also holding sm_89)"),
+        ],
+    );
+}

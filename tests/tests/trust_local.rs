@@ -695,6 +695,95 @@ fn plain_pull_with_a_lock_refuses_a_repointed_tag_and_a_rollback() {
     );
 }
 
+/// A split release (index and one part per family) of fixture objects for sm_89 and gfx1100,
+/// package `pkg` 1.2.3, written into `dir`; `salt` changes the sm_89 object's bytes (the same
+/// version re-pointed at other bytes). The index's path.
+fn fixture_release(dir: &Path, salt: &str) -> PathBuf {
+    use kbuild_bundle::assets::{pack, Packed};
+    let (m, mut objects) = kbuild_manifest::fixtures::bundle_parts(&["sm_89", "gfx1100"]);
+    let mut m = kbuild_manifest::manifest::Manifest::from_json(&m).unwrap();
+    if !salt.is_empty() {
+        let data = format!("sm_89 object {salt}").into_bytes();
+        let o = &mut m.objects[0];
+        objects.remove(&o.sha256);
+        o.sha256 = kbuild_base::digest::sha256_hex(&data);
+        o.size = data.len() as u64;
+        objects.insert(o.sha256.clone(), data);
+    }
+    let b = kbuild_bundle::Bundle::from_parts(m.to_json().into_bytes(), objects, None).unwrap();
+    let full = b.to_bytes(0).unwrap().len() as u64;
+    let Ok(Packed::Split {
+        parts,
+        index,
+        index_bytes,
+    }) = pack(&b, full, full - 1, 0)
+    else {
+        panic!("a split release of the fixture");
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    for p in &parts {
+        std::fs::write(dir.join(&p.part.file), &p.bytes).unwrap();
+    }
+    let path = dir.join(index.file_name());
+    std::fs::write(&path, index_bytes).unwrap();
+    path
+}
+
+/// Issue 26, class 6. The lock is keyed by name and version. A release index downloaded into
+/// a new directory used to count as another registry: a plain pull of the same version with
+/// other bytes passed and rewrote the entry. Now the download directory is not part of the
+/// source, a changed digest is refused and the lock left as it is, and a pull of the locked
+/// package from another registry is refused without --update, naming both.
+#[test]
+fn the_lock_holds_a_version_whatever_directory_or_registry_it_comes_from() {
+    let w = Work::new();
+    let idx = fixture_release(&w.s.path().join("dl-1"), "");
+    let lock_path = w.dir.join("Kbuild.lock");
+    w.ok(&w.dir, &["pull", idx.to_str().unwrap()]);
+    let (ver, artifact) = w.locked();
+    assert_eq!(ver, "1.2.3");
+    let locked = std::fs::read(&lock_path).unwrap();
+
+    // The same release downloaded again elsewhere: fine, and the entry is not rewritten.
+    let again = fixture_release(&w.s.path().join("dl-2"), "");
+    w.ok(&w.dir, &["pull", again.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&lock_path).unwrap(), locked, "lock rewritten");
+
+    // The attack: 1.2.3 re-pointed at other bytes, in a new download directory.
+    let repointed = fixture_release(&w.s.path().join("dl-3"), "forged");
+    let err = w.fails(&w.dir, &["pull", repointed.to_str().unwrap()]);
+    assert!(
+        err.contains("Kbuild.lock: pkg 1.2.3 is locked, but the registry's 1.2.3 differs")
+            && err.contains(&artifact)
+            && err.contains("--update"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&lock_path).unwrap(), locked, "lock rewritten");
+
+    // The locked package from another registry: refused without --update, naming both.
+    let reg = w.s.path().join("registry");
+    let bundle = w.s.path().join("pkg-1.2.3.kbundle");
+    let (m, o) = kbuild_manifest::fixtures::bundle_parts(&["sm_89", "gfx1100"]);
+    let b = kbuild_bundle::Bundle::from_parts(m, o, None).unwrap();
+    std::fs::write(&bundle, b.to_bytes(0).unwrap()).unwrap();
+    let r = reg.to_str().unwrap();
+    w.ok(
+        &w.dir,
+        &["publish", bundle.to_str().unwrap(), "--registry", r],
+    );
+    let err = w.fails(&w.dir, &["pull", "pkg@1.2.3", "--registry", r]);
+    assert!(
+        err.contains("Kbuild.lock: pkg is locked from file://")
+            && err.contains("dl-1/pkg-1.2.3.kbindex, but this pull is from ")
+            && err.contains(r),
+        "{err}"
+    );
+    assert!(err.contains("--update"), "{err}");
+    assert_eq!(std::fs::read(&lock_path).unwrap(), locked, "lock rewritten");
+    w.ok(&w.dir, &["pull", "pkg@1.2.3", "--registry", r, "--update"]);
+    assert_ne!(std::fs::read(&lock_path).unwrap(), locked);
+}
+
 // ---------------------------------------------------------------------------------------
 // Attack 9: with HOME unset, config and caches fall back to /tmp.
 // ---------------------------------------------------------------------------------------

@@ -277,6 +277,7 @@ pub fn build(
             targets: all.iter().map(Target::to_string).collect(),
             sources: shard::sources_digest(project),
             kbuild: env!("CARGO_PKG_VERSION").to_string(),
+            costs: shard::estimate(project, &all),
         }),
     };
     let manifest_path = write_manifest(&manifest, &out_dir)?;

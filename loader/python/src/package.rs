@@ -236,6 +236,13 @@ impl PyPackage {
         self.with(|p| Ok(p.trust_note()))
     }
 
+    /// The signature policy's warning, when it let a bundle or pulled version through with
+    /// one (`kbuild pull` prints it as `warning: …`); `None` otherwise.
+    #[getter]
+    fn trust_warning(&self) -> PyResult<Option<String>> {
+        self.with(|p| Ok(p.trust_warning().map(str::to_string)))
+    }
+
     /// `(kernel, entry, target, parameters JSON or None)` of what `device` selects for
     /// `name` (an entry, or a kernel with one entry).
     #[pyo3(signature = (name, variant=None, device=None))]

@@ -2,8 +2,10 @@
 simulated devices against the CLI, launch parameters, argument checks made before any driver
 call, errors with the CLI's messages, bundles and pulls."""
 import json
+import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -233,7 +235,8 @@ def test_an_unknown_device_suggests_the_nearest(cli, build):
 
 
 def test_a_bundle_opens_and_explains(cli, bundle):
-    pkg = kbuild.open(bundle)
+    with pytest.warns(kbuild.TrustWarning, match="not signed|no signature|unsigned"):
+        pkg = kbuild.open(bundle)
     assert pkg.explain("gfx1100") == json.loads(cli.run("explain", bundle, "--device", "gfx1100", "--json").stdout)
     assert pkg.trust_note  # the default policy's note on an unsigned bundle
     assert pkg.params("rmsnorm_f32", device="sm_90")[3]["size"] == 4
@@ -255,6 +258,51 @@ def test_pull_fetches_verifies_and_caches(cli, bundle, tmp_path, monkeypatch):
     assert full.explain("sm_90")["kernels"][0]["selected"]["target"] == "sm_90"
     with pytest.raises(kbuild.KbuildError, match="no version of kbuild-pyfixture .* matches"):
         kbuild.pull("kbuild-pyfixture@2", registry=str(registry))
+
+
+def test_an_untrusted_signature_warns_as_the_cli_does(cli, bundle, tmp_path, monkeypatch):
+    """Issue 26, class 7: a bundle signed by a key nobody trusts, under the default policy.
+    The CLI warns on stderr; kbuild.pull and kbuild.open raise kbuild.TrustWarning with the
+    same text (they used to say nothing unless pkg.trust_note was read)."""
+    for var, sub in (("KBUILD_DATA_DIR", "data"), ("KBUILD_CONFIG", "config")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    for var in ("KBUILD_SIGNATURE_POLICY", "KBUILD_TRUSTED_KEYS"):
+        monkeypatch.delenv(var, raising=False)
+    signed = tmp_path / bundle.name
+    shutil.copy(bundle, signed)
+    cli.run("keygen", "--out", tmp_path / "keys", "--name", "stranger")
+    cli.run("sign", signed, "--key", tmp_path / "keys" / "stranger.key")
+    registry = tmp_path / "registry"
+    cli.run("publish", signed, "--registry", registry)
+
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache-py"))
+    with pytest.warns(kbuild.TrustWarning) as caught:
+        pkg = kbuild.pull("kbuild-pyfixture@0.1.0", registry=str(registry))
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache-cli"))
+    r = cli.run("pull", "kbuild-pyfixture@0.1.0", "--registry", registry, cwd=tmp_path)
+    (line,) = [l for l in r.stderr.splitlines() if l.startswith("warning: ")]
+    said = line[len("warning: "):]
+    assert "kbuild-pyfixture 0.1.0" in said, said
+    assert [str(w.message) for w in caught] == [said]
+    assert caught[0].filename == __file__  # points at the caller
+    assert pkg.trust_note == said
+
+    # Opening the bundle: `kbuild explain` prints `BUNDLE: MESSAGE`.
+    r = cli.run("explain", signed, "--device", "gfx1100")
+    (note,) = [l for l in r.stderr.splitlines() if l.startswith(f"{signed}: ")]
+    with pytest.warns(kbuild.TrustWarning) as caught:
+        kbuild.open(signed)
+    assert [str(w.message) for w in caught] == [note]
+
+    # The key trusted: no warning at all.
+    monkeypatch.setenv("KBUILD_TRUSTED_KEYS", str(tmp_path / "keys" / "stranger.pub"))
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache-trusted"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", kbuild.TrustWarning)
+        trusted = kbuild.pull("kbuild-pyfixture@0.1.0", registry=str(registry))
+        kbuild.open(signed)
+    assert trusted.trust_note.startswith("signed by trusted key")
+    assert issubclass(kbuild.TrustWarning, UserWarning)
 
 
 def test_scalars_and_pointers():

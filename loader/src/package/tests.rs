@@ -142,6 +142,33 @@ mod reading {
         ));
     }
 
+    /// Issue 26, class 8: a build dir is unsigned, and its manifest says how many bytes to
+    /// read. A recorded size of 2^40 (the file itself is small) made the loader allocate
+    /// 1 TiB and abort; it is refused before anything is allocated, naming file, size and cap.
+    #[test]
+    fn a_recorded_size_over_the_cap_is_refused_before_allocating() {
+        let (dir, mut m) = build_dir();
+        m.objects[0].size = 1 << 40;
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        let start = std::time::Instant::now();
+        let e = p.read_verified(0).unwrap_err();
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
+        assert!(matches!(e, LoaderError::ObjectTooLarge { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("sm_90/k.cubin")
+                && msg.contains("1099511627776 bytes")
+                && msg.contains(&format!("cap of {} bytes", crate::source::MAX_OBJECT_BYTES)),
+            "{msg}"
+        );
+        // At the cap it is read: the file's bytes, checked against the digest.
+        m.objects[0].size = crate::source::MAX_OBJECT_BYTES;
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+        let p = Package::open(dir.path()).unwrap();
+        assert_eq!(p.read_verified(0).unwrap(), b"object for sm_90");
+    }
+
     #[test]
     fn object_paths_stay_inside_the_directory() {
         let (dir, mut m) = build_dir();

@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kbuild_manifest::manifest::{Manifest, ObjectRecord, ToolchainIdentity, UnbuiltObject, SCHEMA};
+use kbuild_manifest::shard;
+use kbuild_manifest::target::Target;
 
 use crate::bundle::{Bundle, BundleError};
 
@@ -33,6 +35,23 @@ pub enum MergeError {
     /// Declared targets no input holds, or failed/missing records, without `allow_partial`.
     #[error("the merge of {inputs} is incomplete: {what}; refusing to package it (build the missing shards, or pass --allow-partial to package it marked partial)")]
     Incomplete { inputs: String, what: String },
+    /// A shard holds other targets than its I/N gets from the declared list and costs.
+    #[error("{file}: shard {index}/{count} {what}; a shard holds exactly the targets its I/N is assigned (`kbuild build --print-shards {count}`)")]
+    Assignment {
+        file: String,
+        index: u32,
+        count: u32,
+        what: String,
+    },
+    /// Two inputs holding one target disagree on its (kernel, variant) jobs, or a shard's
+    /// jobs for a target do not add up to the cost it declared.
+    #[error("{file}: target {target} has {key}, {why}")]
+    Keys {
+        file: String,
+        target: String,
+        key: String,
+        why: String,
+    },
     #[error(transparent)]
     Bundle(#[from] BundleError),
 }
@@ -153,6 +172,12 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
     }
     checks.push(diff("provenance.host", json(&pa.host), json(&pb.host)));
     if let (Some(sa), Some(sb)) = (&a.shard, &b.shard) {
+        checks.push(diff("shard.count", json(&sa.count), json(&sb.count)));
+        checks.push(diff(
+            "shard.costs (the estimate the shards were assigned by)",
+            json(&sa.costs),
+            json(&sb.costs),
+        ));
         checks.push(diff(
             "shard.sources (digest of Kbuild.toml and the kernel sources)",
             sa.sources.clone(),
@@ -165,6 +190,146 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
         ));
     }
     checks.into_iter().flatten().next()
+}
+
+/// Each shard holds exactly the targets its I/N is assigned: [`shard::assign`] (the build's
+/// own function) over the declared list and the costs the shard records. A shard's own claim
+/// of what it holds is not trusted: a forged shard listing another shard's target is refused.
+fn check_assignments(inputs: &[(String, Bundle)]) -> Result<(), MergeError> {
+    for (file, b) in inputs {
+        let Some(s) = &b.manifest().shard else {
+            continue;
+        };
+        let err = |what: String| MergeError::Assignment {
+            file: file.clone(),
+            index: s.index,
+            count: s.count,
+            what,
+        };
+        if s.index == 0 || s.index > s.count {
+            return Err(err("is not a shard number (I must be 1..=N)".into()));
+        }
+        if s.costs.len() != s.targets.len() {
+            return Err(err(format!(
+                "records {} costs for {} declared targets (a shard of an older kbuild? rebuild it)",
+                s.costs.len(),
+                s.targets.len()
+            )));
+        }
+        let of = shard::assign(&s.costs, s.count);
+        let expected: BTreeSet<&str> = s
+            .targets
+            .iter()
+            .zip(&of)
+            .filter(|(_, &i)| i + 1 == s.index as usize)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        let listed: BTreeSet<&str> = b.manifest().targets.iter().map(String::as_str).collect();
+        if let Some(t) = listed.difference(&expected).next() {
+            let owner = s
+                .targets
+                .iter()
+                .position(|d| d == t)
+                .map(|i| format!("shard {}/{}", of[i] + 1, s.count))
+                .unwrap_or_else(|| "no shard (it is not a declared target)".into());
+            return Err(err(format!(
+                "holds target {t}, which the assignment gives to {owner}"
+            )));
+        }
+        if let Some(t) = expected.difference(&listed).next() {
+            return Err(err(format!(
+                "lacks target {t}, which the assignment gives to it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// (kernel, variant) of a record.
+type JobKey = (String, Option<String>);
+
+/// The (kernel, variant) jobs of each target `b` holds: built, failed or never run.
+fn jobs_by_target(b: &Bundle) -> BTreeMap<String, BTreeSet<JobKey>> {
+    let m = b.manifest();
+    let mut out: BTreeMap<String, BTreeSet<JobKey>> = b
+        .targets()
+        .into_iter()
+        .map(|t| (t, BTreeSet::new()))
+        .collect();
+    let records = m
+        .objects
+        .iter()
+        .map(|o| (&o.target, &o.kernel, &o.variant))
+        .chain(
+            m.failed
+                .iter()
+                .chain(&m.missing)
+                .map(|u| (&u.target, &u.kernel, &u.variant)),
+        );
+    for (t, k, v) in records {
+        if let Some(set) = out.get_mut(t) {
+            set.insert((k.clone(), v.clone()));
+        }
+    }
+    out
+}
+
+/// Every input holding a target has the same (kernel, variant) jobs for it, and a shard's
+/// jobs for each of its targets are what its recorded cost says: a forged shard cannot add a
+/// (kernel, variant) the honest one lacks.
+fn check_keys(inputs: &[(String, Bundle)]) -> Result<(), MergeError> {
+    let mut first: BTreeMap<String, (&str, BTreeSet<JobKey>)> = BTreeMap::new();
+    for (file, b) in inputs {
+        let jobs = jobs_by_target(b);
+        if let Some(s) = &b.manifest().shard {
+            for (t, keys) in &jobs {
+                let Some(i) = s.targets.iter().position(|d| d == t) else {
+                    continue;
+                };
+                let w = t.parse::<Target>().map(|t| shard::weight(&t)).unwrap_or(1);
+                let cost = s.costs.get(i).copied().unwrap_or(0);
+                if keys.len() as u64 * w != cost {
+                    let key = keys
+                        .iter()
+                        .next_back()
+                        .map(|(k, v)| label(k, v.as_deref()))
+                        .unwrap_or_else(|| "no job".into());
+                    return Err(MergeError::Keys {
+                        file: file.clone(),
+                        target: t.clone(),
+                        key: format!("{} (kernel, variant) jobs, among them {key}", keys.len()),
+                        why: format!(
+                            "but the shard's recorded cost {cost} is {} jobs of weight {w}",
+                            cost / w.max(1)
+                        ),
+                    });
+                }
+            }
+        }
+        for (t, keys) in jobs {
+            let Some((a, seen)) = first.get(&t) else {
+                first.insert(t, (file.as_str(), keys));
+                continue;
+            };
+            if let Some((k, v)) = keys.difference(seen).next() {
+                return Err(MergeError::Keys {
+                    file: file.clone(),
+                    target: t.clone(),
+                    key: label(k, v.as_deref()),
+                    why: format!("which {a} (also holding {t}) does not have"),
+                });
+            }
+            if let Some((k, v)) = seen.difference(&keys).next() {
+                return Err(MergeError::Keys {
+                    file: (*a).to_string(),
+                    target: t.clone(),
+                    key: label(k, v.as_deref()),
+                    why: format!("which {file} (also holding {t}) does not have"),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Merge `inputs` (each a name for messages, e.g. its file, and the bundle) into the release
@@ -204,6 +369,9 @@ pub fn merge(
             }
         }
     }
+
+    check_assignments(inputs)?;
+    check_keys(inputs)?;
 
     type Key = (String, String, Option<String>);
     let key = |target: &str, kernel: &str, variant: &Option<String>| -> Key {
@@ -347,9 +515,9 @@ mod tests {
     use kbuild_manifest::fixtures;
     use kbuild_manifest::manifest::Shard;
 
-    /// A full bundle of `targets` and its shards: the manifest restricted to each part,
-    /// marked as shard i of n of the whole list.
-    fn full_and_shards(targets: &[&str], parts: &[&[&str]]) -> (Bundle, Vec<(String, Bundle)>) {
+    /// A full bundle of `targets` and its `n` shards as a build assigns them: the manifest
+    /// restricted to each part, marked as shard i of n of the whole list with its costs.
+    fn full_and_shards(targets: &[&str], n: u32) -> (Bundle, Vec<(String, Bundle)>) {
         let (m, o) = fixtures::bundle_parts(targets);
         let mut whole = Manifest::from_json(&m).unwrap();
         // As a build sorts its records.
@@ -357,17 +525,28 @@ mod tests {
             .objects
             .sort_by(|a, b| (&a.target, &a.kernel).cmp(&(&b.target, &b.kernel)));
         let full = Bundle::from_parts(whole.to_json().into_bytes(), o.clone(), None).unwrap();
+        // One job (kernel `k`) per target.
+        let costs: Vec<u64> = targets
+            .iter()
+            .map(|t| shard::weight(&t.parse::<Target>().unwrap()))
+            .collect();
+        let of = shard::assign(&costs, n);
         let mut shards = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
+        for i in 0..n as usize {
+            let part: Vec<&str> = (0..targets.len())
+                .filter(|&j| of[j] == i)
+                .map(|j| targets[j])
+                .collect();
             let mut s = whole.clone();
             s.targets.retain(|t| part.contains(&t.as_str()));
             s.objects.retain(|r| part.contains(&r.target.as_str()));
             s.shard = Some(Shard {
                 index: i as u32 + 1,
-                count: parts.len() as u32,
+                count: n,
                 targets: whole.targets.clone(),
                 sources: "s".repeat(64),
                 kbuild: "0.1.0".into(),
+                costs: costs.clone(),
             });
             let keep: BTreeSet<&str> = s.objects.iter().map(|r| r.sha256.as_str()).collect();
             let objs = o
@@ -383,10 +562,9 @@ mod tests {
 
     #[test]
     fn shards_merge_to_the_full_bundle_byte_for_byte() {
-        let (full, shards) = full_and_shards(
-            &["sm_89", "gfx1100", "sm_80"],
-            &[&["gfx1100"], &["sm_89", "sm_80"]],
-        );
+        // 54, 48, 54: sm_89 and gfx1100 to shard 1, sm_80 to shard 2.
+        let (full, shards) = full_and_shards(&["sm_89", "gfx1100", "sm_80"], 2);
+        assert_eq!(shards[0].1.manifest().targets, ["sm_89", "gfx1100"]);
         assert_eq!(shards[0].1.file_name(), "pkg-1.2.3.shard-1-of-2.kbundle");
         let (merged, report) = merge(&shards, false).unwrap();
         assert_eq!(merged.to_bytes(7).unwrap(), full.to_bytes(7).unwrap());
@@ -401,7 +579,7 @@ mod tests {
         ];
         let (m2, r2) = merge(&with_full, false).unwrap();
         assert_eq!(m2.to_bytes(0).unwrap(), full.to_bytes(0).unwrap());
-        assert_eq!(r2.overlapping, 1);
+        assert_eq!(r2.overlapping, 2);
         let back =
             Bundle::from_bytes(&merged.to_bytes(0).unwrap(), ArchiveLimits::default()).unwrap();
         assert!(!back.is_shard());
@@ -409,7 +587,7 @@ mod tests {
 
     #[test]
     fn refuses_other_sources_conflicts_and_gaps_naming_files() {
-        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], &[&["sm_89"], &["gfx1100"]]);
+        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], 2);
         // Another version.
         let mut other = shards[1].1.manifest().clone();
         other.package.version = "1.2.4".into();
@@ -456,9 +634,83 @@ mod tests {
         assert!(matches!(merge(&[], false), Err(MergeError::NoInputs)));
     }
 
+    /// `m` with an extra record for `target`: kernel `k` variant `evil`, forged bytes.
+    fn with_forged_record(m: &mut Manifest, objs: &mut BTreeMap<String, Vec<u8>>, target: &str) {
+        let data = b"forged object".to_vec();
+        let sha = crate::digest::sha256_hex(&data);
+        let mut o = m.objects[0].clone();
+        o.target = target.into();
+        o.variant = Some("evil".into());
+        o.path = format!("{target}/k.evil.cubin");
+        o.sha256 = sha.clone();
+        o.size = data.len() as u64;
+        m.objects.push(o);
+        objs.insert(sha, data);
+    }
+
+    #[test]
+    fn refuses_a_shard_holding_other_targets_or_other_jobs() {
+        // sm_89 to shard 1, gfx1100 to shard 2.
+        let (full, shards) = full_and_shards(&["sm_89", "gfx1100"], 2);
+        let refused = |inputs: &[(String, Bundle)]| merge(inputs, false).unwrap_err().to_string();
+        // Shard 2 also lists shard 1's target, with a (kernel, variant) shard 1 lacks.
+        let mut m = shards[1].1.manifest().clone();
+        let mut objs = shards[1].1.objects().clone();
+        m.targets.push("sm_89".into());
+        with_forged_record(&mut m, &mut objs, "sm_89");
+        let forged = Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap();
+        let e = refused(&[shards[0].clone(), ("forged.kbundle".into(), forged)]);
+        assert!(
+            e.starts_with("forged.kbundle: shard 2/2 holds target sm_89")
+                && e.contains("gives to shard 1/2"),
+            "{e}"
+        );
+        // The right targets, but an extra job for its own target: more than its cost says.
+        let mut m = shards[1].1.manifest().clone();
+        let mut objs = shards[1].1.objects().clone();
+        with_forged_record(&mut m, &mut objs, "gfx1100");
+        let forged = Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap();
+        let e = refused(&[shards[0].clone(), ("forged.kbundle".into(), forged)]);
+        assert!(
+            e.starts_with("forged.kbundle: target gfx1100 has 2 (kernel, variant) jobs")
+                && e.contains("k.evil")
+                && e.contains("recorded cost 48 is 1 jobs"),
+            "{e}"
+        );
+        // A full bundle adding a job to a target a shard also holds.
+        let mut m = full.manifest().clone();
+        let mut objs = full.objects().clone();
+        with_forged_record(&mut m, &mut objs, "sm_89");
+        let forged = Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap();
+        for inputs in [
+            vec![shards[0].clone(), ("full.kbundle".into(), forged.clone())],
+            vec![("full.kbundle".into(), forged), shards[0].clone()],
+        ] {
+            let e = refused(&inputs);
+            assert!(
+                e.starts_with("full.kbundle: target sm_89 has k.evil")
+                    && e.contains("s1.kbundle (also holding sm_89) does not have"),
+                "{e}"
+            );
+        }
+        // A shard without costs (an older kbuild) cannot be checked: refused.
+        let mut m = shards[1].1.manifest().clone();
+        if let Some(s) = m.shard.as_mut() {
+            s.costs.clear();
+        }
+        let old = Bundle::from_parts(
+            m.to_json().into_bytes(),
+            shards[1].1.objects().clone(),
+            None,
+        )
+        .unwrap();
+        let e = refused(&[("old.kbundle".into(), old)]);
+        assert!(e.contains("old.kbundle") && e.contains("0 costs"), "{e}");
+    }
+
     #[test]
     fn a_shard_is_not_publishable() {
-        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], &[&["sm_89"], &["gfx1100"]]);
+        let (_, shards) = full_and_shards(&["sm_89", "gfx1100"], 2);
         let e = shards[0]
             .1
             .check_publishable("s1.kbundle", false)

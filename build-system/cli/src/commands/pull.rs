@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::ArchiveLimits;
-use kbuild_bundle::sign::TrustVerdict;
 use kbuild_loader::{detect, PickError};
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
@@ -168,7 +167,7 @@ fn finish(
     shown: &Shown,
     release: Option<ReleaseParts>,
 ) -> Result<Option<PathBuf>> {
-    if let TrustVerdict::Warning(w) = &pulled.verdict {
+    if let Some(w) = kbuild_loader::bundle::trust_warning(&pulled.verdict) {
         if !args.json {
             eprintln!("warning: {w}");
         }

@@ -14,6 +14,7 @@ launched without an explicit device or stream, and by `kbuild.torch`. Errors are
 
 import json as _json
 import sys as _sys
+import warnings as _warnings
 
 from . import _native
 from ._native import (
@@ -35,6 +36,24 @@ from ._native import (
 
 __version__ = _native.__version__
 
+
+class TrustWarning(UserWarning):
+    """The signature policy let a bundle or pulled version through with a warning (the default
+    `warn` policy: unsigned, or signed by a key that is not trusted). The message is the one
+    the kbuild CLI prints on stderr (`kbuild pull`: `warning: MESSAGE`; `kbuild explain`:
+    `BUNDLE: MESSAGE`). Turn it into an error with
+    `warnings.simplefilter("error", kbuild.TrustWarning)`, or require signatures outright with
+    KBUILD_SIGNATURE_POLICY=require."""
+
+
+def _warn_trust(pkg, prefix=""):
+    """Warn as the CLI does when the signature policy let `pkg` through with a warning."""
+    message = pkg._native.trust_warning
+    if message:
+        # stacklevel 3: the caller of kbuild.open / kbuild.pull.
+        _warnings.warn(prefix + message, TrustWarning, stacklevel=3)
+    return pkg
+
 __all__ = [
     "EXPLAIN_SCHEMA",
     "KbuildError",
@@ -46,6 +65,7 @@ __all__ = [
     "Pointer",
     "Scalar",
     "SimulatedError",
+    "TrustWarning",
     "float32",
     "float64",
     "int32",
@@ -60,8 +80,9 @@ __all__ = [
 def open(path):  # noqa: A001 - the package's verb, as kbuild's
     """Open a build directory (holding manifest.json), a manifest file or a bundle (.kbundle).
 
-    A bundle is checked against the user's signature policy, as `kbuild explain` checks it."""
-    return Package(_native.open(str(path)))
+    A bundle is checked against the user's signature policy, as `kbuild explain` checks it;
+    where the policy lets it through with a warning, a TrustWarning says so."""
+    return _warn_trust(Package(_native.open(str(path))), f"{path}: ")
 
 
 def pull(spec, registry=None, plain_http=False, device=None):
@@ -69,8 +90,9 @@ def pull(spec, registry=None, plain_http=False, device=None):
     directory, file://DIR or oci://HOST[:PORT]/REPO; default: kbuild's local registry), fetch
     it (only the targets `device` runs, when a device is named: a target such as "sm_90", or
     "auto" for the detected GPU), verify it, check signatures, cache it, and return the
-    pulled Package. No lockfile is read or written."""
-    return Package(_native.pull(spec, registry, plain_http, device))
+    pulled Package (with a TrustWarning where the signature policy warns, as `kbuild pull`
+    does). No lockfile is read or written."""
+    return _warn_trust(Package(_native.pull(spec, registry, plain_http, device)))
 
 
 def _torch():

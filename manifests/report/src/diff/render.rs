@@ -287,12 +287,93 @@ fn target_heading(t: &TargetDiff) -> String {
 
 // ---------------------------------------------------------------------------------- markdown
 
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
+// Names (kernels, entries, objects, sides) come from the PR's sources and go into a comment
+// the PR workflow posts: nothing in them may become markup, a link, HTML or a new table cell.
+
+/// A character that cannot show literally in markdown text: shown as its Rust escape (`\n`,
+/// `\u{1b}`), whose backslash is escaped in turn.
+fn control(c: char, out: &mut String) {
+    for e in c.escape_default() {
+        if e == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(e);
+        }
+    }
 }
 
-fn md_code(s: &str) -> String {
-    format!("`{}`", md_escape(s).replace('`', "'"))
+/// Whether `s` shows literally in a code span, in a table cell too: no backtick (the fence),
+/// no `|` (a cell), no control character (a line break), no `&` and no `<` that could start a
+/// tag (`scale_by<4>(float*)` is fine; `x<img` is not).
+fn plain_name(s: &str) -> bool {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let tag = c == '<'
+            && chars
+                .peek()
+                .is_some_and(|n| n.is_ascii_alphabetic() || matches!(n, '/' | '!' | '?'));
+        if c.is_control() || matches!(c, '`' | '|' | '&') || tag {
+            return false;
+        }
+    }
+    true
+}
+
+/// `s` as markdown text that GitHub shows literally: HTML-escaped, every markdown
+/// metacharacter backslash-escaped, control characters spelled out.
+fn md_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '(' | ')' | '!' | '|' | '#' | '~' | '{' | '}' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => control(c, &mut out),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A name: a code span when that shows it literally (every ordinary name), else the same
+/// look as HTML `<code>` around [`md_literal`] (in which GitHub reads escapes and entities).
+fn md_name(s: &str) -> String {
+    if plain_name(s) {
+        format!("`{s}`")
+    } else {
+        format!("<code>{}</code>", md_literal(s))
+    }
+}
+
+/// Free text that may quote names (cells, gate messages, allowlist entries): escaped so that
+/// it cannot open HTML, a link or an image, code, emphasis or a new cell, while the
+/// brackets and parentheses of ordinary text (`[registers]`, `(+8 B)`) stay as they are.
+fn md_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut prev = None;
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '|' | '~' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // A link's or image's opening: `](` and `![`.
+            '(' if prev == Some(']') => out.push_str("\\("),
+            '!' if chars.peek() == Some(&'[') => out.push_str("\\!"),
+            c if c.is_control() => control(c, &mut out),
+            c => out.push(c),
+        }
+        prev = Some(c);
+    }
+    out
 }
 
 fn md_table(out: &mut String, t: &Table) {
@@ -307,7 +388,7 @@ fn md_table(out: &mut String, t: &Table) {
             .enumerate()
             .map(|(i, c)| {
                 let text = if i == 0 {
-                    md_code(&c.text)
+                    md_name(&c.text)
                 } else {
                     md_escape(&c.text)
                 };
@@ -333,19 +414,22 @@ fn md_gates(out: &mut String, g: &GateReport) {
     blank_line(out);
     out.push_str("#### Gates\n\n");
     for r in &g.results {
+        let (rule, message) = (md_name(&r.rule), md_escape(&r.message));
         let line = match (&r.allowed_by, r.tripped, r.rule.as_str()) {
-            (_, true, "allowlist") => format!(":x: allowlist entry expired: {}", r.message),
-            (_, true, _) => format!(":x: `{}` tripped: {}", r.rule, r.message),
+            (_, true, "allowlist") => format!(":x: allowlist entry expired: {message}"),
+            (_, true, _) => format!(":x: {rule} tripped: {message}"),
             (Some(a), false, _) => format!(
-                ":heavy_minus_sign: `{}` allowed: {} (by {} until {}: {})",
-                r.rule, r.message, a.origin, a.expires, a.justification
+                ":heavy_minus_sign: {rule} allowed: {message} (by {} until {}: {})",
+                md_escape(&a.origin),
+                md_escape(&a.expires.to_string()),
+                md_escape(&a.justification)
             ),
-            (None, false, _) => format!(":white_check_mark: `{}` passed: {}", r.rule, r.message),
+            (None, false, _) => format!(":white_check_mark: {rule} passed: {message}"),
         };
         let _ = writeln!(out, "- {line}");
     }
     for w in &g.warnings {
-        let _ = writeln!(out, "- :warning: {w}");
+        let _ = writeln!(out, "- :warning: {}", md_escape(w));
     }
 }
 
@@ -355,8 +439,8 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
     let _ = writeln!(
         out,
         "### Kernel resources: {} → {}\n",
-        md_code(&diff.base_label),
-        md_code(&diff.head_label)
+        md_name(&diff.base_label),
+        md_name(&diff.head_label)
     );
     if diff.targets.is_empty() {
         out.push_str("No targets on either side.\n");
@@ -364,21 +448,21 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
     for t in &diff.targets {
         let line = t.summary_line();
         let (name, rest) = line.split_once(": ").unwrap_or((&line, ""));
-        let _ = writeln!(out, "- **{name}**: {rest}");
+        let _ = writeln!(out, "- **{}**: {}", md_escape(name), md_escape(rest));
     }
     if let Some(g) = gates {
         md_gates(&mut out, g);
     }
     for t in diff.targets.iter().filter(|t| t.differs()) {
         blank_line(&mut out);
-        let _ = writeln!(out, "#### {}\n", target_heading(t));
+        let _ = writeln!(out, "#### {}\n", md_escape(&target_heading(t)));
         let abi = abi_lines(t);
         if !abi.is_empty() {
             out.push_str(
                 "**ABI changes** (launch parameters; callers built against the base break):\n\n",
             );
             for (kernel, what) in abi {
-                let _ = writeln!(out, "- :x: {}: {}", md_code(kernel), md_escape(&what));
+                let _ = writeln!(out, "- :x: {}: {}", md_name(kernel), md_escape(&what));
             }
             out.push('\n');
         }
@@ -393,7 +477,7 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
             .flat_map(|r| {
                 other_changes(r)
                     .into_iter()
-                    .map(move |c| format!("- {}: {c}", md_code(&r.entry.kernel)))
+                    .map(move |c| format!("- {}: {}", md_name(&r.entry.kernel), md_escape(&c)))
             })
             .collect();
         if !others.is_empty() {
@@ -419,7 +503,7 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
             }
         }
         if !t.removed.is_empty() {
-            let names: Vec<String> = t.removed.iter().map(|e| md_code(&e.kernel)).collect();
+            let names: Vec<String> = t.removed.iter().map(|e| md_name(&e.kernel)).collect();
             let _ = writeln!(out, "Removed: {}\n", names.join(", "));
         }
         let sizes: Vec<_> = t
@@ -438,7 +522,7 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {} |",
-                    md_code(&s.object),
+                    md_name(&s.object),
                     bytes(s.base),
                     bytes(s.head),
                     size_delta(s.base.unwrap_or(0), s.head.unwrap_or(0))

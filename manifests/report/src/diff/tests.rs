@@ -569,3 +569,78 @@ fn abi_changes_come_first_in_text_markdown_and_json() {
         .iter()
         .all(|c| c["class"] == "abi" || c.get("param").is_none()));
 }
+
+/// Issue 26, class 8: kernel names come from the PR. A name carrying HTML, a link, a table
+/// cell, code fences and line breaks renders literally: no raw tag, no link, every table row
+/// keeps its columns.
+#[test]
+fn hostile_kernel_names_cannot_inject_markdown_or_html() {
+    let img = "x|<img src=x onerror=alert(1)>";
+    let link = "](http://evil)";
+    let evil =
+        "[click](http://evil) `code` **b** _i_ ![i](http://evil/i.png)\n| a | b |\r\u{1b}[31m";
+    let base = snap(
+        &["gfx1201"],
+        vec![
+            ("gfx1201", img, None, 1000, amd(10, 0, 0, 16)),
+            ("gfx1201", link, None, 1000, amd(10, 0, 0, 16)),
+            ("gfx1201", "gone\n- injected", None, 1000, amd(10, 0, 0, 16)),
+        ],
+    );
+    let head = snap(
+        &["gfx1201"],
+        vec![
+            ("gfx1201", img, None, 1000, amd(80, 4, 0, 8)),
+            ("gfx1201", link, None, 1200, amd(90, 0, 0, 16)),
+            ("gfx1201", evil, None, 700, amd(10, 0, 0, 16)),
+        ],
+    );
+    let d = Diff::new(&base, &head, "base<b>", "head|x", &BTreeMap::new());
+    let g = evaluate(
+        &d,
+        &parse_rules("spills,registers:+0").unwrap(),
+        &[],
+        today(),
+    );
+    let md = markdown(&d, Some(&g));
+    for raw in [
+        "<img", "<b>", "[click](", "![", "\u{1b}", "\r", "**b**", "`code`",
+    ] {
+        assert!(!md.contains(raw), "raw {raw:?} in\n{md}");
+    }
+    // `](` only inside the code span of the name that is one.
+    assert_eq!(
+        md.matches("](http").count(),
+        md.matches("`](http://evil)`").count(),
+        "{md}"
+    );
+    // The ordinary-looking link name stays a literal code span.
+    assert!(md.contains("`](http://evil)`"), "{md}");
+    assert!(
+        md.contains("<code>x\\|&lt;img src=x onerror=alert\\(1\\)&gt;</code>"),
+        "{md}"
+    );
+    // Line breaks are spelled out: no line starts with what a name carried.
+    assert!(md
+        .lines()
+        .all(|l| !l.starts_with("- injected") && !l.starts_with("| a |")));
+    assert!(md.contains("gone\\\\n- injected"), "{md}");
+    // Every table row has as many cells as its header (unescaped `|` separators).
+    let cells = |l: &str| {
+        let b = l.as_bytes();
+        (0..b.len())
+            .filter(|&i| b[i] == b'|' && (i == 0 || b[i - 1] != b'\\'))
+            .count()
+    };
+    let mut width = None;
+    for l in md.lines() {
+        if !l.starts_with('|') {
+            width = None;
+            continue;
+        }
+        match width {
+            None => width = Some(cells(l)),
+            Some(w) => assert_eq!(cells(l), w, "{l}\n{md}"),
+        }
+    }
+}
