@@ -251,6 +251,19 @@ impl Manifest {
         Ok(m)
     }
 
+    /// `NAME VERSION` as a manifest's bytes claim them, for a message about bytes refused
+    /// before they were parsed: every other value is skipped unallocated, so this costs no
+    /// more memory than the two strings.
+    pub fn claimed_package(data: &[u8]) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Probe {
+            package: PackageInfo,
+        }
+        let p: Probe = serde_json::from_slice(data).ok()?;
+        (p.package.name.len() <= 128 && p.package.version.len() <= 128)
+            .then(|| format!("{} {}", p.package.name, p.package.version))
+    }
+
     /// Every string of the manifest that kbuild may turn into a file name or path: the package
     /// name and version, the targets, the object and container paths and digests. Checked on
     /// every parse, so a hostile bundle, OCI config or cache entry never reaches a path.

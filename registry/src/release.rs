@@ -91,7 +91,11 @@ pub fn pull_release(
     // or selected from.
     let mut check = |json: &[u8]| {
         req.trust
-            .check_before_parse(&digest::oci_digest(json), sigs.as_ref())
+            .check_before_parse(
+                &digest::oci_digest(json),
+                sigs.as_ref(),
+                Manifest::claimed_package(json).as_deref(),
+            )
             .map_err(|e| kbuild_bundle::BundleError::Refused(Box::new(e)))
     };
     let index = AssetIndex::from_bytes_checked(&index_bytes, &shown, &mut check)?;

@@ -278,8 +278,12 @@ impl Registry {
                     Some(t) => {
                         let sigs = d.signatures(name, &version)?;
                         Bundle::from_reader_checked(&bytes[..], d.limits(), &mut |json| {
-                            t.check_before_parse(&digest::oci_digest(json), sigs.as_ref())
-                                .map_err(|e| BundleError::Refused(Box::new(e)))
+                            t.check_before_parse(
+                                &digest::oci_digest(json),
+                                sigs.as_ref(),
+                                Manifest::claimed_package(json).as_deref(),
+                            )
+                            .map_err(|e| BundleError::Refused(Box::new(e)))
                         })?
                     }
                     None => Bundle::from_bytes(&bytes, d.limits())?,
@@ -310,8 +314,12 @@ impl Registry {
                 }
                 if let Some(t) = trust {
                     let sigs = client.get_signatures(&fetched.digest, progress)?;
-                    t.check_before_parse(&art.manifest.config.digest, sigs.as_ref())
-                        .map_err(refused)?;
+                    t.check_before_parse(
+                        &art.manifest.config.digest,
+                        sigs.as_ref(),
+                        Some(&format!("{name} {reference}")),
+                    )
+                    .map_err(refused)?;
                 }
                 let config = client.get_blob(&art.manifest.config, progress)?;
                 let manifest = Manifest::from_json(&config).map_err(|e| OciError::NotKbuild {

@@ -50,17 +50,30 @@ pub fn verify_bundle_file(
     limits: archive::ArchiveLimits,
 ) -> Result<(Bundle, sign::TrustVerdict), VerifyError> {
     let sigs = sign::read_signatures(path).map_err(sign::SignError::from)?;
-    // Under `require` the signature is checked on the manifest's bytes before they are parsed.
+    // Under `require` the signature is checked on the manifest's bytes before they are parsed;
+    // its refusal is kept whole (the archive reader words errors as text).
+    let mut refused: Option<sign::SignError> = None;
     let mut check = |json: &[u8]| {
         trust
-            .check_before_parse(&digest::oci_digest(json), sigs.as_ref())
-            .map_err(|e| BundleError::Refused(Box::new(e)))
+            .check_before_parse(
+                &digest::oci_digest(json),
+                sigs.as_ref(),
+                kbuild_manifest::manifest::Manifest::claimed_package(json).as_deref(),
+            )
+            .map_err(|e| {
+                let shown = BundleError::Refused(e.to_string().into());
+                refused = Some(e);
+                shown
+            })
     };
-    let bundle =
-        Bundle::open_checked(path, limits, &mut check).map_err(|err| VerifyError::Bundle {
-            path: path.display().to_string(),
-            err,
-        })?;
+    let opened = Bundle::open_checked(path, limits, &mut check);
+    if let Some(e) = refused {
+        return Err(VerifyError::Signature(e));
+    }
+    let bundle = opened.map_err(|err| VerifyError::Bundle {
+        path: path.display().to_string(),
+        err,
+    })?;
     let verdict = trust.check(
         bundle.name(),
         bundle.version(),

@@ -537,6 +537,7 @@ impl Trust {
         &self,
         manifest_digest: &str,
         sigs: Option<&SignatureFile>,
+        package: Option<&str>,
     ) -> Result<(), SignError> {
         if self.policy != Policy::Require {
             return Ok(());
@@ -561,7 +562,10 @@ impl Trust {
             }
         }
         Err(SignError::Refused {
-            package: format!("manifest {manifest_digest}"),
+            package: match package {
+                Some(p) => format!("{p} (manifest {manifest_digest})"),
+                None => format!("manifest {manifest_digest}"),
+            },
             reason,
         })
     }
