@@ -248,13 +248,15 @@ def test_pull_fetches_verifies_and_caches(cli, bundle, tmp_path, monkeypatch):
         monkeypatch.setenv(var, str(tmp_path / sub))
     env_cli = ["--registry", registry]
     cli.run("publish", bundle, *env_cli)
-    pkg = kbuild.pull("kbuild-pyfixture@0.1", registry=str(registry), device="gfx1100")
+    with pytest.warns(kbuild.TrustWarning, match="it is not signed"):
+        pkg = kbuild.pull("kbuild-pyfixture@0.1", registry=str(registry), device="gfx1100")
     assert (pkg.name, pkg.version) == ("kbuild-pyfixture", "0.1.0")
     assert pkg.explain("gfx1100")["kernels"][0]["selected"]["target"] == "gfx1100"
     # Only what the device runs was fetched: sm_90 has no object here.
     assert pkg.explain("sm_90")["kernels"][0]["selected"] is None
     assert pkg.kernel("rmsnorm_f32", device="gfx1100").target == "gfx1100"
-    full = kbuild.pull("kbuild-pyfixture", registry=str(registry))
+    with pytest.warns(kbuild.TrustWarning):
+        full = kbuild.pull("kbuild-pyfixture", registry=str(registry))
     assert full.explain("sm_90")["kernels"][0]["selected"]["target"] == "sm_90"
     with pytest.raises(kbuild.KbuildError, match="no version of kbuild-pyfixture .* matches"):
         kbuild.pull("kbuild-pyfixture@2", registry=str(registry))

@@ -172,7 +172,6 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
     }
     checks.push(diff("provenance.host", json(&pa.host), json(&pb.host)));
     if let (Some(sa), Some(sb)) = (&a.shard, &b.shard) {
-        checks.push(diff("shard.count", json(&sa.count), json(&sb.count)));
         checks.push(diff(
             "shard.costs (the estimate the shards were assigned by)",
             json(&sa.costs),
