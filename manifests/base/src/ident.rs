@@ -138,8 +138,11 @@ pub fn confined(root: &Path, field: &str, rel: &str) -> Result<PathBuf, IdentErr
 
 /// The characters a shell acts on. nvcc runs its sub-steps through `sh`, so a compiler
 /// argument holding one of these (`-DV=$(sh x.sh)`, a file named `k$(…).cu`) would run
-/// commands; kbuild passes only plain text. `=,-+./:@%` and spaces stay allowed.
-pub const SHELL_CHARS: &str = "$`;|&<>(){}*?[]!~#'\"\\";
+/// commands; kbuild passes only plain text. `=,-+./:@%` and spaces stay allowed, and so does
+/// `"`: nvcc puts each argument in double quotes and escapes a `"` in it (`"Q=\"a,b\""`),
+/// which string-literal defines of real libraries need (`-DGGML_CUDA_FA_QUANTS="q4_0-q4_0"`).
+/// What double quotes leave active (`$`, a backtick, `\`) is refused with the rest.
+pub const SHELL_CHARS: &str = "$`;|&<>(){}*?[]!~#'\\";
 
 /// A compiler argument (a path, include dir, define or flag) that a shell would act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -257,6 +260,7 @@ mod tests {
             "a+b@c%d:e",
             "ops/rms_norm.cu",
             "-1e-06",
+            "-DQ=\"q4_0-q4_0,f16-f16\"",
         ] {
             assert_eq!(check_compiler_arg("f", ok), Ok(()), "{ok}");
         }
@@ -277,7 +281,6 @@ mod tests {
             "~/inc",
             "#x",
             "'x'",
-            "\"x\"",
             "a\\b",
             "inc\nlauncher = \"./tools/cc-wrap.sh\"",
             "a\rb",
