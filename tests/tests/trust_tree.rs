@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -o) out="$2"; shift ;;
     -MF) dep="$2"; shift ;;
+    -Xcompiler) case "$2" in -MD,-MF,*) dep="${2#-MD,-MF,}" ;; esac; shift ;;
     -arch=compute_*) arch="${1#-arch=compute_}" ;;
     -*) ;;
     *) src="$1" ;;
