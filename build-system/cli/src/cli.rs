@@ -648,10 +648,15 @@ pub struct DiffArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch, size:+N
-    /// (bytes) or size:+N% (each object, each target's objects, the whole package), abi (a
-    /// kernel's launch parameters changed).
+    /// (bytes) or size:+N% (each object, each target's objects, the whole package), removed (a
+    /// kernel or target is gone, renamed ones included), abi (a kernel's launch parameters
+    /// changed, or it was removed or renamed).
     #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
     pub fail_on: Option<FailOn>,
+    /// Also write the whole report as markdown to FILE (atomically): `--format md` is a PR
+    /// comment, capped to fit GitHub's limit, which shows the first rows of long lists only.
+    #[arg(long, value_name = "FILE")]
+    pub full_report: Option<PathBuf>,
     /// Allowlist of known cases (kbuild-allow.toml).
     #[arg(long, value_name = "FILE")]
     pub allow: Option<PathBuf>,

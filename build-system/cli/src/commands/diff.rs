@@ -91,6 +91,10 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
     let rules = args.fail_on.map(|f| f.0).unwrap_or_default();
     let gates = (!rules.is_empty() || !allow.is_empty())
         .then(|| gate::evaluate(&d, &rules, &allow, Date::today()));
+    if let Some(path) = &args.full_report {
+        kbuild_base::fs::write_atomic(path, diff::markdown_full(&d, gates.as_ref()).as_bytes())
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     print_report(&d, gates.as_ref(), args.format, env);
     Ok(gate_exit(gates.as_ref()))
 }

@@ -764,3 +764,134 @@ fn removed_and_renamed_kernels_trip_removed_and_abi() {
     );
     assert!(!ok.tripped(), "{ok:?}");
 }
+
+// ------------------------------------------------- a PR comment of any size (issue 27, 4)
+
+/// A mangled template kernel whose demangled signature is long:
+/// `ggml::mul_mat_q_kernel_17<128, 64, 8, true>(float const*, __half const*, float*, ...)`.
+fn template_kernel(i: usize) -> String {
+    let name = format!("mul_mat_q_kernel_{i}");
+    format!(
+        "_ZN4ggml{}{name}ILi128ELi64ELi{}ELb1EEEvPKfPK6__halfPfiiif",
+        name.len(),
+        8 + i % 7
+    )
+}
+
+/// A release of `n` kernels on two targets, and the next one: the first 40 regress, the next
+/// 60 improve, 50 are unchanged, the rest (and 8 more) are new.
+fn large_release(n: usize) -> (Snapshot, Snapshot) {
+    let side = |kernels: std::ops::Range<usize>, regs: &dyn Fn(usize) -> u32| {
+        let mut s = snap(&["sm_89", "gfx1100"], Vec::new());
+        for target in ["sm_89", "gfx1100"] {
+            let mut o = SnapshotObject {
+                target: target.into(),
+                kernel: "mmq".into(),
+                variant: None,
+                format: "cubin".into(),
+                size: 1 << 20,
+                resources: BTreeMap::new(),
+                params: BTreeMap::new(),
+            };
+            for i in kernels.clone() {
+                let r = if target == "sm_89" {
+                    cuda(regs(i), Some(0), 32)
+                } else {
+                    amd(regs(i), 0, 0, 12)
+                };
+                o.resources.insert(template_kernel(i), r);
+            }
+            s.objects.push(o);
+        }
+        s
+    };
+    let base = side(0..150, &|_| 64);
+    let head = side(0..n + 8, &|i| match i {
+        0..40 => 96,
+        40..100 => 48,
+        _ => 64,
+    });
+    (base, head)
+}
+
+#[test]
+fn a_release_of_900_kernels_fits_one_comment_with_every_regression() {
+    let (base, head) = large_release(908);
+    let names = crate::demangle::demangle_snapshots(&[&base, &head]);
+    let long = &names[&template_kernel(3)];
+    assert!(long.len() > 90 && long.contains("__half const*"), "{long}");
+    let d = Diff::new(&base, &head, "v0.11.0", "v0.11.1", &names);
+    assert_eq!(d.counts().added, 2 * 766);
+    let g = evaluate(
+        &d,
+        &parse_rules("spills,registers:+8").unwrap(),
+        &[],
+        today(),
+    );
+    let full = markdown_full(&d, Some(&g));
+    assert!(full.chars().count() > 65_536, "{}", full.len());
+    let md = markdown(&d, Some(&g));
+    assert!(md.chars().count() <= COMMENT_MAX_CHARS, "{}", md.len());
+    assert!(COMMENT_MAX_CHARS < 65_536);
+    // Every regression row is there, in a table, on both targets.
+    for t in &d.targets {
+        let heading = md.find(&format!("#### {} (", t.target)).expect(&md);
+        let section = &md[heading..];
+        for r in t.rows.iter().filter(|r| r.class == Class::Regression) {
+            let row = format!("| `{}` | **", r.entry.kernel);
+            assert!(section.contains(&row), "{row}");
+        }
+        assert_eq!(
+            t.rows
+                .iter()
+                .filter(|r| r.class == Class::Regression)
+                .count(),
+            40
+        );
+    }
+    // The rest as counts, their first rows collapsed.
+    assert!(md.contains("<details><summary>60 improvements</summary>"));
+    assert!(md.contains("<details><summary>766 added</summary>"));
+    assert!(md.contains("(the full report lists them all)"));
+    assert!(md.contains("50 unchanged."));
+    assert_eq!(
+        md.matches("<details>").count(),
+        md.matches("</details>").count()
+    );
+    // The full report has every added kernel.
+    let last = display_name(&template_kernel(907), None, &names);
+    assert!(full.contains(&format!("`{last}`")) && !md.contains(&format!("`{last}`")));
+}
+
+/// When the rows that are always shown do not fit either, the comment is cut at a line, its
+/// open `<details>` closed, and it says so.
+#[test]
+fn a_comment_too_long_even_for_its_regressions_is_cut_and_says_so() {
+    let base = large_release(0).0;
+    let mut head = base.clone();
+    // 150 regressions per target with names long enough to overflow.
+    let names: BTreeMap<String, String> = base.objects[0]
+        .resources
+        .keys()
+        .map(|k| (k.clone(), format!("{k}<{}>", "int, ".repeat(80))))
+        .collect();
+    for o in &mut head.objects {
+        for r in o.resources.values_mut() {
+            *r = if o.target == "sm_89" {
+                cuda(200, Some(0), 32)
+            } else {
+                amd(200, 0, 0, 12)
+            };
+        }
+    }
+    let d = Diff::new(&base, &head, "a", "b", &names);
+    assert_eq!(d.counts().regressions, 300);
+    let md = markdown(&d, None);
+    assert!(md.chars().count() <= COMMENT_MAX_CHARS, "{}", md.len());
+    assert!(md.contains("**Cut here**: the comment shows"), "{}", &md[md.len() - 400..]);
+    assert_eq!(
+        md.matches("<details>").count(),
+        md.matches("</details>").count()
+    );
+    assert!(markdown_full(&d, None).chars().count() > COMMENT_MAX_CHARS);
+}
