@@ -59,7 +59,9 @@ const DIFF_EXIT_CODES: &str = "Exit status:
   1  a --fail-on gate tripped (an expired allowlist entry counts as tripped)
   2  no diff was made: bad input or usage (a file that does not exist or cannot be read, bad
      JSON, not a kbuild manifest/bundle/baseline, a broken allowlist, an unknown git revision,
-     a side that does not build, a bad flag)";
+     a side that does not build, a bad flag)
+  141  stdout was closed before the report was written (`kbuild diff … | head`), as for
+     every command";
 
 /// `kbuild explain --help`: what its exit status means.
 const EXPLAIN_EXIT_CODES: &str = "Exit status:

@@ -38,8 +38,7 @@ pub fn unhashed(symbol: &str) -> Option<String> {
         let blanked: Vec<&str> = ident
             .split('_')
             .map(|token| {
-                if token.len() >= MIN_HASH_DIGITS && token.bytes().all(|b| b.is_ascii_hexdigit())
-                {
+                if token.len() >= MIN_HASH_DIGITS && token.bytes().all(|b| b.is_ascii_hexdigit()) {
                     "#"
                 } else {
                     token

@@ -450,9 +450,7 @@ fn match_entries<'a>(b: &'a BTreeMap<Key, Entry>, h: &'a BTreeMap<Key, Entry>) -
     type Leftovers<'a> = BTreeMap<Key, (Vec<&'a Entry>, Vec<&'a Entry>)>;
     let mut by_unhashed: Leftovers = BTreeMap::new();
     let (mut added, mut removed) = (Vec::new(), Vec::new());
-    let unhashed_key = |k: &Key| {
-        hashed::unhashed(&k.2).map(|u| (k.0.clone(), k.1.clone(), u))
-    };
+    let unhashed_key = |k: &Key| hashed::unhashed(&k.2).map(|u| (k.0.clone(), k.1.clone(), u));
     for (key, he) in h {
         match b.get(key) {
             Some(be) => pairs.push((be, he)),

@@ -501,14 +501,15 @@ fn cut_to(md: &str, max: usize) -> String {
 /// it left out.
 fn md_details(out: &mut String, summary: &str, body: &str, left_out: usize) {
     let _ = writeln!(out, "<details><summary>{summary}</summary>\n");
-    out.push_str(body);
+    out.push_str(body.trim_end_matches('\n'));
+    out.push_str("\n\n");
     if left_out > 0 {
         let _ = writeln!(
             out,
-            "\n… and {left_out} more (the full report lists them all).\n"
+            "… and {left_out} more (the full report lists them all).\n"
         );
     }
-    out.push_str("\n</details>\n\n");
+    out.push_str("</details>\n\n");
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -605,13 +606,21 @@ fn md_target(out: &mut String, t: &TargetDiff, limit: usize) {
         let _ = writeln!(
             out,
             "{}:\n",
-            plural(worse.len(), "Regression", "Regressions")
+            plural(worse.len(), "regression", "regressions")
         );
         md_row_tables(out, &worse, usize::MAX);
     }
     for (rows, one, many) in [
-        (with_changes(&[Class::Improvement]), "improvement", "improvements"),
-        (with_changes(&[Class::Changed]), "other change", "other changes"),
+        (
+            with_changes(&[Class::Improvement]),
+            "improvement",
+            "improvements",
+        ),
+        (
+            with_changes(&[Class::Changed]),
+            "other change",
+            "other changes",
+        ),
     ] {
         if !rows.is_empty() {
             let mut body = String::new();
@@ -633,7 +642,11 @@ fn md_target(out: &mut String, t: &TargetDiff, limit: usize) {
         for o in others.iter().take(limit) {
             let _ = writeln!(body, "{o}");
         }
-        let summary = plural(others.len(), "change outside the columns", "changes outside the columns");
+        let summary = plural(
+            others.len(),
+            "change outside the columns",
+            "changes outside the columns",
+        );
         md_details(out, &summary, &body, others.len().saturating_sub(limit));
     }
     if t.unchanged > 0 {
@@ -657,7 +670,12 @@ fn md_target(out: &mut String, t: &TargetDiff, limit: usize) {
             .map(|e| format!("- {}\n", md_name(&e.kernel)))
             .collect();
         let left = t.removed.len() - names.len();
-        md_details(out, &format!("{} removed", t.removed.len()), &names.concat(), left);
+        md_details(
+            out,
+            &format!("{} removed", t.removed.len()),
+            &names.concat(),
+            left,
+        );
     }
     if !t.ambiguous.is_empty() {
         out.push_str(
