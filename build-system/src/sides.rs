@@ -62,7 +62,7 @@ pub fn inspect_path(
                 .manifest()
                 .objects
                 .iter()
-                .map(|o| (o.path.as_str(), bundle.object(&o.sha256))),
+                .map(|o| (o, bundle.object(&o.sha256))),
             block_size,
         ),
         Err(e) => Inspected::fail(label, format!("not a readable kbuild bundle: {e}")),

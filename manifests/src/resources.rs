@@ -107,7 +107,8 @@ pub struct ObjectResources {
     pub kernels: Vec<KernelResources>,
 }
 
-const FOREIGN_SPILLS: &str =
+/// The note of a cubin read without its ptxas log (a manifest may still record its spills).
+pub const FOREIGN_SPILLS: &str =
     "spill bytes are not recorded in a cubin (they come from the ptxas log of the build)";
 
 /// Threads per block for occupancy, given by the user, and by what.

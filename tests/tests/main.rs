@@ -29,6 +29,7 @@ mod registry;
 mod registry_faults;
 mod release_safety;
 mod remote_cache;
+mod report_cli;
 mod shards;
 mod trust;
 mod trust_local;

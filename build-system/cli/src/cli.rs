@@ -59,7 +59,9 @@ const DIFF_EXIT_CODES: &str = "Exit status:
   1  a --fail-on gate tripped (an expired allowlist entry counts as tripped)
   2  no diff was made: bad input or usage (a file that does not exist or cannot be read, bad
      JSON, not a kbuild manifest/bundle/baseline, a broken allowlist, an unknown git revision,
-     a side that does not build, a bad flag)";
+     a side that does not build, a bad flag)
+  141  stdout was closed before the report was written (`kbuild diff … | head`), as for
+     every command";
 
 /// `kbuild explain --help`: what its exit status means.
 const EXPLAIN_EXIT_CODES: &str = "Exit status:
@@ -648,10 +650,15 @@ pub struct DiffArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Gate rules: spills, occupancy, registers:+N, registers:+N%, lds:+N, scratch, size:+N
-    /// (bytes) or size:+N% (each object, each target's objects, the whole package), abi (a
-    /// kernel's launch parameters changed).
+    /// (bytes) or size:+N% (each object, each target's objects, the whole package), removed (a
+    /// kernel or target is gone, renamed ones included), abi (a kernel's launch parameters
+    /// changed, or it was removed or renamed).
     #[arg(long, value_name = "RULES", value_parser = parse_fail_on)]
     pub fail_on: Option<FailOn>,
+    /// Also write the whole report as markdown to FILE (atomically): `--format md` is a PR
+    /// comment, capped to fit GitHub's limit, which shows the first rows of long lists only.
+    #[arg(long, value_name = "FILE")]
+    pub full_report: Option<PathBuf>,
     /// Allowlist of known cases (kbuild-allow.toml).
     #[arg(long, value_name = "FILE")]
     pub allow: Option<PathBuf>,

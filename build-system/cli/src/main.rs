@@ -2,11 +2,13 @@
 //! ([`cli`]), hands each command to its module under [`commands`], and renders what the
 //! libraries return. No build, registry or loader logic lives here.
 
+// First: its `out!`/`outln!` macros are what every command prints with.
+#[macro_use]
+mod render;
 mod cli;
 mod commands;
 mod opts;
 mod progress;
-mod render;
 
 use std::process::ExitCode;
 

@@ -6,10 +6,15 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use kbuild_manifest::manifest::Manifest;
+use std::collections::BTreeMap;
+
+use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::params::{apply_types, Param, ParamKind};
 use kbuild_manifest::read::ReadError;
-use kbuild_manifest::resources::{inspect, BlockSize, InspectFailure, InspectedObject, Resources};
+use kbuild_manifest::resources::{
+    inspect, BlockSize, InspectFailure, InspectedObject, Resources, FOREIGN_SPILLS,
+    UNKNOWN_BLOCK_SIZE,
+};
 
 /// What [`inspect_path`] found in one path: the objects it read and what it could not read
 /// (the path itself, or single objects of a build or bundle).
@@ -45,7 +50,13 @@ impl Inspected {
         }
     }
 
-    fn add(&mut self, label: &str, found: Result<Vec<InspectedObject>, Unreadable>) {
+    /// `recorded`: what the manifest that lists the object records of its entries.
+    fn add(
+        &mut self,
+        label: &str,
+        found: Result<Vec<InspectedObject>, Unreadable>,
+        recorded: Option<&BTreeMap<String, Resources>>,
+    ) {
         match found {
             Ok(found) if found.is_empty() => self.errors.push(InspectFailure {
                 path: label.to_string(),
@@ -54,6 +65,9 @@ impl Inspected {
             Ok(mut found) => {
                 for o in &mut found {
                     with_demangled_types(o);
+                    if let Some(r) = recorded {
+                        with_recorded(o, r);
+                    }
                 }
                 self.objects.extend(found)
             }
@@ -75,6 +89,36 @@ fn with_demangled_types(o: &mut InspectedObject) {
         ) {
             apply_types(p, &types);
         }
+    }
+}
+
+/// Fills what a CUDA object cannot tell about itself from what its manifest records: spill
+/// bytes (from the build's ptxas log, which a bundle does not ship) and occupancy (at the
+/// project's block size), dropping the notes that said they were unknown.
+fn with_recorded(o: &mut InspectedObject, recorded: &BTreeMap<String, Resources>) {
+    for k in &mut o.kernels {
+        let (Resources::Cuda(c), Some(Resources::Cuda(r))) =
+            (&mut k.resources, recorded.get(&k.name))
+        else {
+            continue;
+        };
+        if c.spill_store_bytes.is_none() && c.spill_load_bytes.is_none() {
+            c.spill_store_bytes = r.spill_store_bytes;
+            c.spill_load_bytes = r.spill_load_bytes;
+        }
+        if c.occupancy.is_none() {
+            c.occupancy = r.occupancy.clone();
+        }
+        let known = |part: &str| {
+            (part == FOREIGN_SPILLS && c.spill_store_bytes.is_some())
+                || (part == UNKNOWN_BLOCK_SIZE && c.occupancy.is_some())
+        };
+        let left: Vec<&str> = c
+            .note
+            .as_deref()
+            .map(|n| n.split("; ").filter(|p| !known(p)).collect())
+            .unwrap_or_default();
+        c.note = (!left.is_empty()).then(|| left.join("; "));
     }
 }
 
@@ -140,6 +184,7 @@ pub fn inspect_path(path: &Path, block_size: Option<BlockSize>) -> Inspected {
     out.add(
         &label,
         inspect(&label, &data, log.as_deref(), block_size).map_err(Unreadable::from),
+        None,
     );
     out
 }
@@ -177,26 +222,27 @@ fn inspect_manifest(path: &Path, data: &[u8], block_size: Option<BlockSize>) -> 
                 err,
             }),
         };
-        out.add(&label, found);
+        out.add(&label, found, Some(&o.resources));
     }
     out
 }
 
-/// The objects of a bundle `label` (its manifest's `(path, bytes)`, bytes `None` when the
-/// manifest lists an object the bundle lacks), each named `LABEL#OBJECT PATH`.
+/// The objects of a bundle `label` (its manifest's records with their bytes, `None` when the
+/// manifest lists an object the bundle lacks), each named `LABEL#OBJECT PATH`; what an object
+/// cannot tell about itself (CUDA spills) comes from its record.
 pub fn inspect_objects<'a>(
     label: &str,
-    objects: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    objects: impl IntoIterator<Item = (&'a ObjectRecord, Option<&'a [u8]>)>,
     block_size: Option<BlockSize>,
 ) -> Inspected {
     let mut out = Inspected::default();
-    for (path, bytes) in objects {
-        let name = format!("{label}#{path}");
+    for (record, bytes) in objects {
+        let name = format!("{label}#{}", record.path);
         let found = match bytes {
             Some(bytes) => inspect(&name, bytes, None, block_size).map_err(Unreadable::from),
             None => Err(Unreadable::NotInBundle),
         };
-        out.add(&name, found);
+        out.add(&name, found, Some(&record.resources));
     }
     out
 }
@@ -225,7 +271,14 @@ fn opt(v: Option<u64>) -> String {
 /// A table per object: AMD columns VGPR/SGPR/AGPR/LDS/scratch/spills/wave/occupancy; CUDA
 /// registers/shared/reserved/stack/spill stores+loads/const/barriers/occupancy; PTX ISA. Then
 /// one line per kernel with its parameters ([`params_line`]).
+///
+/// Kernels are named as a diff names them: demangled, without a leading `void ` (the JSON
+/// keeps the symbols).
 pub fn inspect_table(objects: &[InspectedObject]) -> String {
+    let names = kbuild_manifest::demangle::demangle(
+        objects.iter().flat_map(|o| &o.kernels).map(|k| &k.name),
+    );
+    let shown = |symbol: &str| crate::diff::display_name(symbol, None, &names);
     let mut out = String::new();
     for o in objects {
         let _ = writeln!(
@@ -268,7 +321,7 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
         for k in &o.kernels {
             rows.push(match &k.resources {
                 Resources::Amd(a) => vec![
-                    k.name.clone(),
+                    shown(&k.name),
                     a.vgprs.to_string(),
                     a.sgprs.to_string(),
                     a.agprs.to_string(),
@@ -279,7 +332,7 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
                     occupancy_cell(&a.occupancy),
                 ],
                 Resources::Cuda(c) => vec![
-                    k.name.clone(),
+                    shown(&k.name),
                     c.registers.to_string(),
                     c.lds_bytes.to_string(),
                     c.reserved_shared_bytes.to_string(),
@@ -289,13 +342,13 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
                     c.barriers.to_string(),
                     occupancy_cell(&c.occupancy),
                 ],
-                Resources::Ptx(p) => vec![k.name.clone(), p.ptx_isa.clone(), p.target.clone()],
+                Resources::Ptx(p) => vec![shown(&k.name), p.ptx_isa.clone(), p.target.clone()],
             });
         }
         let widths: Vec<usize> = (0..header.len())
             .map(|i| {
                 rows.iter()
-                    .map(|r| r.get(i).map_or(0, String::len))
+                    .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
                     .max()
                     .unwrap_or(0)
                     .max(header[i].len())
@@ -320,7 +373,7 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
             .kernels
             .iter()
             .filter(|k| k.params.is_some())
-            .map(|k| k.name.len())
+            .map(|k| shown(&k.name).chars().count())
             .max()
             .unwrap_or(0);
         if name_width > 0 {
@@ -328,7 +381,12 @@ pub fn inspect_table(objects: &[InspectedObject]) -> String {
         }
         for k in &o.kernels {
             if let Some(p) = &k.params {
-                let _ = writeln!(out, "    {:<name_width$}  {}", k.name, params_line(p));
+                let _ = writeln!(
+                    out,
+                    "    {:<name_width$}  {}",
+                    shown(&k.name),
+                    params_line(p)
+                );
             }
         }
         if let Some(note) = o.kernels.iter().find_map(|k| match &k.resources {

@@ -34,7 +34,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
                 } else {
                     t.join(", ")
                 };
-                println!("shard {}/{count} (cost {}): {list}", s.index, s.cost);
+                outln!("shard {}/{count} (cost {}): {list}", s.index, s.cost);
             }
         }
         return Ok(ExitCode::SUCCESS);

@@ -18,7 +18,7 @@ pub fn run(args: CleanArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     kbuild_build::clean::clean(&out, root.as_deref(), args.cache, env, &mut |dir| {
-        println!("removed {}", dir.display())
+        outln!("removed {}", dir.display())
     })?;
     Ok(ExitCode::SUCCESS)
 }

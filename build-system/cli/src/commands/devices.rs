@@ -11,9 +11,9 @@ use kbuild_loader::explain::{devices_json, devices_text};
 pub fn run(json: bool, env: &Env) -> ExitCode {
     let detection = detect::detect_with(&kbuild_loader::hip::HipSearch::from_env(env));
     if json {
-        println!("{}", devices_json(&detection));
+        outln!("{}", devices_json(&detection));
     } else {
-        print!("{}", devices_text(&detection));
+        out!("{}", devices_text(&detection));
     }
     ExitCode::SUCCESS
 }

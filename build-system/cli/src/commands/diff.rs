@@ -7,7 +7,7 @@
 //! an unknown revision, a side that does not build, a bad flag). 1 means a gate and nothing
 //! else, so CI can tell a regression from a broken job.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use kbuild_base::env::Env;
@@ -91,6 +91,10 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
     let rules = args.fail_on.map(|f| f.0).unwrap_or_default();
     let gates = (!rules.is_empty() || !allow.is_empty())
         .then(|| gate::evaluate(&d, &rules, &allow, Date::today()));
+    if let Some(path) = &args.full_report {
+        kbuild_base::fs::write_atomic(path, diff::markdown_full(&d, gates.as_ref()).as_bytes())
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     print_report(&d, gates.as_ref(), args.format, env);
     Ok(gate_exit(gates.as_ref()))
 }
@@ -109,7 +113,7 @@ pub fn run_release_notes(args: ReleaseNotesArgs, env: &Env) -> ExitCode {
         match &args.out {
             Some(p) => kbuild_base::fs::write_atomic(p, notes.as_bytes())
                 .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?,
-            None => print!("{notes}"),
+            None => out!("{notes}"),
         }
         Ok(())
     };
@@ -176,9 +180,7 @@ fn print_report(d: &Diff, gates: Option<&GateReport>, format: Format, env: &Env)
             crate::render::color(std::io::stdout().is_terminal(), env),
         ),
     };
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(out.as_bytes());
-    let _ = stdout.flush();
+    crate::render::write_stdout(&out);
 }
 
 fn gate_exit(gates: Option<&GateReport>) -> ExitCode {

@@ -65,21 +65,21 @@ fn explain(args: ExplainArgs, env: &Env) -> Result<ExitCode> {
     });
     if args.json {
         match &parts {
-            Some(p) => println!(
+            Some(p) => outln!(
                 "{}",
                 explain_json_with_parts(&selection, &device, &source, partial.as_deref(), p)?
             ),
-            None => println!(
+            None => outln!(
                 "{}",
                 explain_json(&selection, &device, &source, partial.as_deref())
             ),
         }
     } else {
-        print!("{}", explain_trace(&selection, &device, &source));
+        out!("{}", explain_trace(&selection, &device, &source));
         if let Some(p) = &parts {
-            println!("\nparts of this split release the device needs:");
+            outln!("\nparts of this split release the device needs:");
             for part in p {
-                println!(
+                outln!(
                     "  {} ({} bytes, sha256 {}): {}",
                     part.file,
                     part.size,

@@ -44,9 +44,9 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
     }
     let report = init(&opts, &BuildProgress::plain())?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", init_summary(&report, &dir));
+        out!("{}", init_summary(&report, &dir));
     }
     Ok(if report.kernels == 0 {
         ExitCode::from(1)

@@ -34,14 +34,14 @@ pub fn run(files: &[PathBuf], json: bool, block_size: Option<u32>, env: &Env) ->
             errors,
         };
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 eprintln!("error: rendering JSON: {e}");
                 failed = true;
             }
         }
     } else {
-        print!("{}", inspect_table(&objects));
+        out!("{}", inspect_table(&objects));
     }
     if failed {
         ExitCode::from(1)

@@ -13,9 +13,9 @@ pub fn run(args: KeygenArgs, env: &Env) -> Result<ExitCode> {
     let dirs = Dirs::from_env(env)?;
     let dir = args.out.unwrap_or_else(|| default_key_dir(&dirs));
     let pair = write_key_pair(&dir, &args.name, args.force)?;
-    println!("secret key: {} (keep it private)", pair.secret.display());
-    println!("public key: {} (id {})", pair.public.display(), pair.key_id);
-    println!(
+    outln!("secret key: {} (keep it private)", pair.secret.display());
+    outln!("public key: {} (id {})", pair.public.display(), pair.key_id);
+    outln!(
         "hint: trust it with `trusted-keys = [\"{}\"]` under [signatures] in {}",
         pair.public.display(),
         dirs.config_file.display()

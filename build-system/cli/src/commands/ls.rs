@@ -26,7 +26,7 @@ pub fn run(args: LsArgs, env: &Env) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for (n, versions) in &remote {
-        println!(
+        outln!(
             "{n} in {}: {}",
             registry.describe(),
             if versions.is_empty() {
@@ -37,10 +37,10 @@ pub fn run(args: LsArgs, env: &Env) -> Result<ExitCode> {
         );
     }
     if cached.is_empty() {
-        println!("cache: nothing pulled yet");
+        outln!("cache: nothing pulled yet");
     }
     for r in &cached {
-        println!(
+        outln!(
             "cached {} {} from {} ({}): {}",
             r.name,
             r.version,

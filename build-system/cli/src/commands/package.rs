@@ -96,14 +96,14 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     match &split {
-        Some(s) => print!("{}", s.text()),
+        Some(s) => out!("{}", s.text()),
         None => {
             for w in &written {
-                println!("packaged {}", w.line());
+                outln!("packaged {}", w.line());
             }
         }
     }
-    print!(
+    out!(
         "{}",
         output::package_notes(&bundle, reproducible == Some(true))
     );
@@ -130,8 +130,8 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
                 PackageReport::merge(&bundle, split.written(), &args.merge, &report, Some(&split));
             print_json_line(&doc)?;
         } else {
-            println!("merged {} bundle(s)", inputs.len());
-            print!("{}", split.text());
+            outln!("merged {} bundle(s)", inputs.len());
+            out!("{}", split.text());
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -141,9 +141,9 @@ fn run_merge(args: &PackageArgs, env: &Env) -> Result<ExitCode> {
         let doc = PackageReport::merge(&bundle, vec![&w], &args.merge, &report, None);
         print_json_line(&doc)?;
     } else {
-        println!("merged {} bundle(s) into {}", inputs.len(), w.line());
+        outln!("merged {} bundle(s) into {}", inputs.len(), w.line());
         if let Some(note) = bundle.manifest().partial_note() {
-            println!("  {note}");
+            outln!("  {note}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -45,8 +45,8 @@ pub fn run(args: PublishArgs, env: &Env) -> Result<ExitCode> {
             uploaded,
             skipped,
             bytes,
-        } => println!("published {name} {version} to {reg} ({digest}; {uploaded} blob(s) uploaded, {bytes} bytes, {skipped} already there)"),
-        PublishOutcome::AlreadyPublished { digest } => println!("{name} {version} is already in {reg} with exactly these bytes ({digest}); nothing to do"),
+        } => outln!("published {name} {version} to {reg} ({digest}; {uploaded} blob(s) uploaded, {bytes} bytes, {skipped} already there)"),
+        PublishOutcome::AlreadyPublished { digest } => outln!("{name} {version} is already in {reg} with exactly these bytes ({digest}); nothing to do"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -82,7 +82,7 @@ pub fn run(args: PullArgs, env: &Env) -> Result<ExitCode> {
     };
     let out_file = finish(&args, env, &pulled, lock_now, &shown, None)?;
     if let (false, Some(p)) = (args.json, out_file) {
-        println!("wrote {}", p.display());
+        outln!("wrote {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -136,10 +136,10 @@ fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
     let out_file = finish(args, env, pulled, lock_now, &shown, Some(parts))?;
     if !args.json {
         for p in &got.parts_read {
-            println!("  read {}", p.display());
+            outln!("  read {}", p.display());
         }
         if !got.parts_skipped.is_empty() {
-            println!(
+            outln!(
                 "  not needed{}: {}",
                 if label.is_some() {
                     " on this device"
@@ -150,7 +150,7 @@ fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
             );
         }
         if let Some(p) = out_file {
-            println!("wrote {}", p.display());
+            outln!("wrote {}", p.display());
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -194,7 +194,7 @@ fn finish(
         );
         print_json_line(&report)?;
     } else {
-        println!(
+        outln!(
             "{}",
             pulled_line(pulled, &shown.artifact, shown.device, shown.bytes)
         );

@@ -59,7 +59,7 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
     let mut engine = GdnEngine::new(&loader, geometry)?;
     let check = args.check || !args.bench;
     if !args.json {
-        println!(
+        outln!(
             "kbuild run gdn: {} layers (dk = dv = {}, Hk = {}, Hv = {}, C = {}), window {}, kernels {} on {}",
             geometry.layers,
             geometry.dk,
@@ -80,12 +80,12 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
         };
         let report = parity::run(&mut engine, &sources, &opts, &mut |c| {
             if !json {
-                println!("{}", check_line(c));
+                outln!("{}", check_line(c));
             }
         })?;
         if !json {
             let failed = report.checks.iter().filter(|c| !c.pass).count();
-            println!(
+            outln!(
                 "parity: {} passed, {failed} failed",
                 report.checks.len() - failed
             );
@@ -103,7 +103,7 @@ fn run_gdn(args: GdnArgs, env: &Env) -> Result<ExitCode> {
         };
         let report = bench::run(&mut engine, &opts, &mut |_| {})?;
         if !json {
-            print!("{}", bench_table(&report));
+            out!("{}", bench_table(&report));
         }
         Some(report)
     } else {

@@ -64,7 +64,7 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
         } else {
             ""
         };
-        println!(
+        outln!(
             "signed {name} {version} (manifest {digest}{which}) with key {}: {}",
             key.public().id(),
             signed.path.display()
@@ -82,7 +82,7 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
     }
     let registry = args.registry.open(env)?;
     let resolved = registry.sign_published(name, version, &key, &Bars::new(false))?;
-    println!(
+    outln!(
         "signed {name} {version} in {} (manifest {}) with key {}",
         registry.describe(),
         resolved.manifest_digest,

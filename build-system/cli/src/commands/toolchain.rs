@@ -20,10 +20,10 @@ pub fn install(which: Option<&str>, env: &Env) -> Result<ExitCode> {
         _ => ToolOutput::Captured,
     };
     if which != Some("hip") {
-        println!("{}", shown(toolchain::install_cuda(env, output))?);
+        outln!("{}", shown(toolchain::install_cuda(env, output))?);
     }
     if which != Some("cuda") {
-        println!("{}", shown(toolchain::install_hip(env, output))?);
+        outln!("{}", shown(toolchain::install_hip(env, output))?);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -54,6 +54,6 @@ pub fn list(args: ToolchainListArgs, env: &Env) -> Result<ExitCode> {
         print_json_line(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", report.text());
+    out!("{}", report.text());
     Ok(ExitCode::SUCCESS)
 }

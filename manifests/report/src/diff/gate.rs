@@ -9,8 +9,10 @@
 //!   CUDA registers, AMD VGPRs and AGPRs (SGPRs rarely bind);
 //! - `lds:+N` / `lds:+N%`: static shared memory / LDS grows by N bytes (N%) or more;
 //! - `scratch`: scratch (AMD) / stack frame (CUDA) grows, or an added kernel uses some;
+//! - `removed`: a kernel entry (or a whole target) is gone, renamed ones included (a rename
+//!   is a removal for every caller of the old name);
 //! - `abi`: a kernel's launch parameters changed (one added, removed, resized, moved, or
-//!   pointer ↔ value), where both sides record them.
+//!   pointer ↔ value), where both sides record them, or a kernel was removed or renamed.
 
 use std::fmt;
 
@@ -36,7 +38,9 @@ pub enum Rule {
     Scratch,
     /// Object, target or whole-package bytes grew by the threshold or more.
     Size(Threshold),
-    /// Launch parameters changed.
+    /// A kernel entry or a target is gone (renamed ones included).
+    Removed,
+    /// Launch parameters changed, or a kernel is gone (what `Removed` trips on).
     Abi,
 }
 
@@ -48,11 +52,12 @@ pub const RULE_NAMES: &[&str] = &[
     "lds",
     "scratch",
     "size",
+    "removed",
     "abi",
 ];
 
 const EXPECTED: &str =
-    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N%, scratch, size:+N (bytes), size:+N% or abi";
+    "expected spills, occupancy, registers:+N, registers:+N%, lds:+N, lds:+N%, scratch, size:+N (bytes), size:+N%, removed or abi";
 
 /// Why a `--fail-on` rule does not parse; `rule` is the rule as written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +84,7 @@ impl Rule {
             Rule::Lds(_) => "lds",
             Rule::Scratch => "scratch",
             Rule::Size(_) => "size",
+            Rule::Removed => "removed",
             Rule::Abi => "abi",
         }
     }
@@ -140,6 +146,7 @@ impl std::str::FromStr for Rule {
             "occupancy" => no_arg(Rule::Occupancy),
             "scratch" => no_arg(Rule::Scratch),
             "abi" => no_arg(Rule::Abi),
+            "removed" => no_arg(Rule::Removed),
             "registers" => Ok(Rule::Registers(threshold(arg)?)),
             "lds" => Ok(Rule::Lds(threshold(arg)?)),
             "size" => Ok(Rule::Size(threshold(arg)?)),
@@ -285,7 +292,7 @@ fn row_trips(rule: &Rule, row: &Row) -> Vec<String> {
             }
             Rule::Lds(t) => c.field.name == "lds_bytes" && grew(t),
             Rule::Scratch => c.field.name == "scratch_bytes" && d > 0,
-            Rule::Size(_) | Rule::Abi => false,
+            Rule::Size(_) | Rule::Abi | Rule::Removed => false,
         }
     });
     let mut why: Vec<String> = hits
@@ -453,6 +460,45 @@ fn size_objects(
     any
 }
 
+/// `removed`, or `removed (renamed to NEW?)` when its object lost this one entry and gained
+/// one other (a renamed kernel: every caller of the old name breaks).
+fn removal(t: &super::TargetDiff, e: &Entry) -> String {
+    let same_object = |x: &&Entry| x.object == e.object && x.variant == e.variant;
+    let gone: Vec<&Entry> = t.removed.iter().filter(same_object).collect();
+    let new: Vec<&Entry> = t.added.iter().filter(same_object).collect();
+    match (gone.as_slice(), new.as_slice()) {
+        ([_], [n]) => format!("removed (renamed to {}?)", n.kernel),
+        _ => "removed".into(),
+    }
+}
+
+/// A target only base has: one case for all its kernels; an allowlist entry names it by
+/// target with kernel `*`.
+fn removed_target(
+    t: &super::TargetDiff,
+    rule: &Rule,
+    allow: &[AllowEntry],
+    today: Date,
+    used: &mut [bool],
+    report: &mut GateReport,
+) {
+    let allowed_by = first_allowing(allow, used, rule.family(), today, |a| {
+        a.kernel == "*" && glob_match(&a.target, &t.target)
+    });
+    report.results.push(GateResult {
+        rule: rule.to_string(),
+        tripped: allowed_by.is_none(),
+        kernel: None,
+        target: Some(t.target.clone()),
+        message: format!(
+            "{}: target removed ({} kernel entries)",
+            t.target,
+            t.removed.len()
+        ),
+        allowed_by,
+    });
+}
+
 /// Evaluate `rules` on `diff`, letting non-expired `allow` entries suppress matching cases;
 /// every expired entry is itself a tripped result.
 pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) -> GateReport {
@@ -482,6 +528,14 @@ pub fn evaluate(diff: &Diff, rules: &[Rule], allow: &[AllowEntry], today: Date) 
                     if !why.is_empty() {
                         cases.push((e, why));
                     }
+                }
+            }
+            if matches!(rule, Rule::Removed | Rule::Abi) {
+                if t.status == TargetStatus::Removed {
+                    any = true;
+                    removed_target(t, rule, allow, today, &mut used, &mut report);
+                } else {
+                    cases.extend(t.removed.iter().map(|e| (e, vec![removal(t, e)])));
                 }
             }
             for (e, why) in cases {
@@ -541,8 +595,10 @@ mod tests {
 
     #[test]
     fn rules_parse_and_print_back() {
-        let r = parse_rules("spills, occupancy,registers:+8,registers:+10%,lds:+1024,scratch,abi")
-            .unwrap();
+        let r = parse_rules(
+            "spills, occupancy,registers:+8,registers:+10%,lds:+1024,scratch,removed,abi",
+        )
+        .unwrap();
         let shown: Vec<String> = r.iter().map(|r| r.to_string()).collect();
         assert_eq!(
             shown,
@@ -553,6 +609,7 @@ mod tests {
                 "registers:+10%",
                 "lds:+1024",
                 "scratch",
+                "removed",
                 "abi"
             ]
         );
@@ -563,6 +620,7 @@ mod tests {
             ("lds:+x", "must be `+N`"),
             ("spills:+1", "takes no threshold"),
             ("abi:+1", "takes no threshold"),
+            ("removed:+1", "takes no threshold"),
             ("", "empty gate rule"),
         ] {
             let e = parse_rules(bad).unwrap_err().to_string();

@@ -10,6 +10,8 @@
 //!   (added, removed, resized, moved, rekinded); base/head are the parameter records or null)
 //!  "added": [{"target", "kernel", "entry", "object", "variant"}], "removed": [...],
 //!  "sizes": [{"target", "object", "base", "head", "delta"}],
+//!  "ambiguous": [{"target", "object", "variant", "unhashed", "base": [entries], "head": [...]}],
+//!   (entries whose names differ only in compiler-made hashes, left unpaired)
 //!  "gates": [{"rule", "tripped", "kernel", "target", "allowed_by", "message"}],
 //!  "warnings": [...]}
 //! ```
@@ -34,6 +36,8 @@ struct Report<'a> {
     added: Vec<EntryJson<'a>>,
     removed: Vec<EntryJson<'a>>,
     sizes: Vec<Size<'a>>,
+    /// Entries that only a compiler-made hash tells apart, more than one candidate: unpaired.
+    ambiguous: Vec<AmbiguousJson<'a>>,
     gates: Vec<Gate<'a>>,
     warnings: &'a [String],
 }
@@ -137,6 +141,16 @@ struct Size<'a> {
 }
 
 #[derive(Serialize)]
+struct AmbiguousJson<'a> {
+    target: &'a str,
+    object: &'a str,
+    variant: Option<&'a str>,
+    unhashed: &'a str,
+    base: &'a [String],
+    head: &'a [String],
+}
+
+#[derive(Serialize)]
 struct Gate<'a> {
     rule: &'a str,
     tripped: bool,
@@ -166,6 +180,7 @@ pub fn to_json(diff: &Diff, gates: Option<&GateReport>) -> String {
         added: Vec::new(),
         removed: Vec::new(),
         sizes: Vec::new(),
+        ambiguous: Vec::new(),
         gates: Vec::new(),
         warnings: gates.map_or(&[], |g| &g.warnings),
     };
@@ -244,6 +259,16 @@ pub fn to_json(diff: &Diff, gates: Option<&GateReport>) -> String {
             head: s.head,
             delta: super::signed_delta(s.base.unwrap_or(0), s.head.unwrap_or(0)),
         }));
+        report
+            .ambiguous
+            .extend(t.ambiguous.iter().map(|a| AmbiguousJson {
+                target: &t.target,
+                object: &a.object,
+                variant: a.variant.as_deref(),
+                unhashed: &a.unhashed,
+                base: &a.base,
+                head: &a.head,
+            }));
     }
     if let Some(g) = gates {
         report.gates = g

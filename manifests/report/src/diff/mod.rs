@@ -10,11 +10,17 @@
 //! unjudged fields (kernarg size, PTX ISA, ...) moved. A row whose launch parameters changed
 //! (one added, removed, resized, moved, or turned from pointer to value) is an ABI change: a
 //! caller built against the base launches the head wrongly. ABI rows come first everywhere.
+//!
+//! Entries are matched by object, variant and symbol; those left over on both sides are then
+//! matched by their symbol less its compiler-made hashes ([`hashed::unhashed`]: nvcc's
+//! anonymous namespaces and internal names change with the file's contents). Where that still
+//! leaves more than one candidate, nothing is paired and the target lists them as [`Ambiguous`].
 
 mod abi;
 pub mod allow;
 pub mod fields;
 pub mod gate;
+pub mod hashed;
 mod json;
 pub mod notes;
 mod render;
@@ -25,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use abi::{kind_label, param_changes, ParamChange, ParamChangeKind};
 pub use allow::{load_allowlist, parse_allowlist, AllowError};
 pub use json::to_json;
-pub use render::{markdown, text};
+pub use render::{markdown, markdown_full, text, COMMENT_MAX_CHARS};
 pub use snapshot::{Snapshot, SnapshotError, SnapshotObject, BASELINE_SCHEMA};
 
 use fields::{Better, Column, Field, Value};
@@ -131,6 +137,23 @@ pub struct TargetDiff {
     pub sizes: Vec<SizeChange>,
     pub base_bytes: u64,
     pub head_bytes: u64,
+    /// Entries whose names differ only in compiler-made hashes with more than one candidate:
+    /// left unpaired (they stay in `added` and `removed`) and reported.
+    pub ambiguous: Vec<Ambiguous>,
+}
+
+/// Entries of one object that only a compiler-made hash tells apart, more than one on a side:
+/// which base entry became which head entry is not known, so none is paired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ambiguous {
+    /// The Kbuild.toml kernel and variant of the object.
+    pub object: String,
+    pub variant: Option<String>,
+    /// The symbol with its hashes blanked (`#`).
+    pub unhashed: String,
+    /// The entry symbols of each side.
+    pub base: Vec<String>,
+    pub head: Vec<String>,
 }
 
 /// Counts of one target or of the whole diff.
@@ -177,7 +200,8 @@ impl TargetDiff {
         !(self.rows.is_empty()
             && self.added.is_empty()
             && self.removed.is_empty()
-            && self.sizes.is_empty())
+            && self.sizes.is_empty()
+            && self.ambiguous.is_empty())
     }
 
     /// The one-line summary: `gfx1201: 2 regressions, 4 improvements, 31 unchanged`.
@@ -362,22 +386,14 @@ fn target_diff(
     );
     let mut rows = Vec::new();
     let mut unchanged = 0;
-    let mut added: Vec<Entry> = Vec::new();
-    let mut removed: Vec<Entry> = Vec::new();
-    for (key, he) in &h {
-        match b.get(key) {
-            None => added.push(he.clone()),
-            Some(be) => match compare(be, he) {
-                Some(row) => rows.push(row),
-                None => unchanged += 1,
-            },
+    let matched = match_entries(&b, &h);
+    for (be, he) in &matched.pairs {
+        match compare(be, he) {
+            Some(row) => rows.push(row),
+            None => unchanged += 1,
         }
     }
-    for (key, be) in &b {
-        if !h.contains_key(key) {
-            removed.push(be.clone());
-        }
-    }
+    let (mut added, mut removed) = (matched.added, matched.removed);
     rows.sort_by(|x, y| {
         (x.class != Class::Abi)
             .cmp(&(y.class != Class::Abi))
@@ -414,6 +430,68 @@ fn target_diff(
         sizes,
         base_bytes: bs.values().fold(0, |a, b| a.saturating_add(*b)),
         head_bytes: hs.values().fold(0, |a, b| a.saturating_add(*b)),
+        ambiguous: matched.ambiguous,
+    }
+}
+
+/// Base and head entries of one target, paired.
+struct Matched<'a> {
+    pairs: Vec<(&'a Entry, &'a Entry)>,
+    added: Vec<Entry>,
+    removed: Vec<Entry>,
+    ambiguous: Vec<Ambiguous>,
+}
+
+/// Pair entries by key; then those left on both sides by key with the symbol's compiler-made
+/// hashes blanked, where exactly one is left on each side.
+fn match_entries<'a>(b: &'a BTreeMap<Key, Entry>, h: &'a BTreeMap<Key, Entry>) -> Matched<'a> {
+    let mut pairs = Vec::new();
+    // Per unhashed key: the leftover entries of each side.
+    type Leftovers<'a> = BTreeMap<Key, (Vec<&'a Entry>, Vec<&'a Entry>)>;
+    let mut by_unhashed: Leftovers = BTreeMap::new();
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    let unhashed_key = |k: &Key| hashed::unhashed(&k.2).map(|u| (k.0.clone(), k.1.clone(), u));
+    for (key, he) in h {
+        match b.get(key) {
+            Some(be) => pairs.push((be, he)),
+            None => match unhashed_key(key) {
+                Some(u) => by_unhashed.entry(u).or_default().1.push(he),
+                None => added.push(he.clone()),
+            },
+        }
+    }
+    for (key, be) in b {
+        if !h.contains_key(key) {
+            match unhashed_key(key) {
+                Some(u) => by_unhashed.entry(u).or_default().0.push(be),
+                None => removed.push(be.clone()),
+            }
+        }
+    }
+    let mut ambiguous = Vec::new();
+    for ((object, variant, unhashed), (bs, hs)) in by_unhashed {
+        match (bs.as_slice(), hs.as_slice()) {
+            ([be], [he]) => pairs.push((be, he)),
+            _ => {
+                if !bs.is_empty() && !hs.is_empty() {
+                    ambiguous.push(Ambiguous {
+                        object,
+                        variant,
+                        unhashed,
+                        base: bs.iter().map(|e| e.entry.clone()).collect(),
+                        head: hs.iter().map(|e| e.entry.clone()).collect(),
+                    });
+                }
+                removed.extend(bs.into_iter().cloned());
+                added.extend(hs.into_iter().cloned());
+            }
+        }
+    }
+    Matched {
+        pairs,
+        added,
+        removed,
+        ambiguous,
     }
 }
 

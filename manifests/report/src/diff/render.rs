@@ -433,8 +433,122 @@ fn md_gates(out: &mut String, g: &GateReport) {
     }
 }
 
+/// The most characters [`markdown`] writes: GitHub refuses a comment over 65,536, and the PR
+/// workflow puts a marker line in front.
+pub const COMMENT_MAX_CHARS: usize = 60_000;
+
+/// How many rows each collapsed list of the comment shows, tried in turn until the comment
+/// fits [`COMMENT_MAX_CHARS`].
+const COMMENT_ROWS: &[usize] = &[25, 10, 3, 0];
+
 /// GitHub-flavoured markdown for a PR comment. `gates`: the `--fail-on` outcome, if any.
+///
+/// It fits a comment however large the diff: per target, ABI changes and regressions in full;
+/// improvements, other changes, added and removed kernels and object sizes as counts, with
+/// their first rows inside `<details>`; and never more than [`COMMENT_MAX_CHARS`] characters
+/// (what does not fit is cut at a line, and the comment says so). [`markdown_full`] has it all.
 pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
+    let mut out = String::new();
+    for &rows in COMMENT_ROWS {
+        out = markdown_rows(diff, gates, rows);
+        if out.chars().count() <= COMMENT_MAX_CHARS {
+            return out;
+        }
+    }
+    cut_to(&out, COMMENT_MAX_CHARS)
+}
+
+/// The whole report as markdown (every row of every list): what the PR workflow uploads
+/// beside the comment.
+pub fn markdown_full(diff: &Diff, gates: Option<&GateReport>) -> String {
+    markdown_rows(diff, gates, usize::MAX)
+}
+
+/// `md` cut at a line so that it and the note saying so fit `max` characters, with every
+/// `<details>` it opened closed.
+fn cut_to(md: &str, max: usize) -> String {
+    let total = md.chars().count();
+    let note = |shown: usize| {
+        format!(
+            "\n\n**Cut here**: the comment shows {shown} of the report's {total} characters; \
+             the full report (`kbuild diff --format md --full-report FILE`) has the rest.\n"
+        )
+    };
+    // Room for the note and the closing tags, measured with the largest numbers.
+    let reserve = note(total).chars().count() + "\n</details>".len() * 64;
+    let budget = max.saturating_sub(reserve);
+    let mut kept = String::new();
+    let mut count = 0;
+    for line in md.split_inclusive('\n') {
+        let n = line.chars().count();
+        if count + n > budget {
+            break;
+        }
+        kept.push_str(line);
+        count += n;
+    }
+    let open = kept.matches("<details>").count();
+    let closed = kept.matches("</details>").count();
+    for _ in 0..open.saturating_sub(closed).min(64) {
+        kept.push_str("\n</details>");
+    }
+    let shown = kept.chars().count();
+    kept.push_str(&note(shown));
+    kept
+}
+
+/// A collapsed list: `<details><summary>{summary}</summary>`, the body, then how many rows
+/// it left out.
+fn md_details(out: &mut String, summary: &str, body: &str, left_out: usize) {
+    let _ = writeln!(out, "<details><summary>{summary}</summary>\n");
+    out.push_str(body.trim_end_matches('\n'));
+    out.push_str("\n\n");
+    if left_out > 0 {
+        let _ = writeln!(
+            out,
+            "… and {left_out} more (the full report lists them all).\n"
+        );
+    }
+    out.push_str("</details>\n\n");
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Tables of `rows` (changed rows), one per record kind, at most `limit` rows in all; the
+/// rows left out.
+fn md_row_tables(out: &mut String, rows: &[&Row], limit: usize) -> usize {
+    let shown: Vec<&Row> = rows.iter().take(limit).copied().collect();
+    for k in kinds(shown.iter().map(|r| &r.entry.resources)) {
+        let of_kind: Vec<&Row> = shown
+            .iter()
+            .filter(|r| fields::kind(&r.entry.resources) == k)
+            .copied()
+            .collect();
+        md_table(out, &table_of_rows(k, &of_kind));
+        out.push('\n');
+    }
+    rows.len() - shown.len()
+}
+
+/// Tables of `entries`, one per record kind, at most `limit` in all; the entries left out.
+fn md_entry_tables(out: &mut String, entries: &[Entry], limit: usize) -> usize {
+    let shown: Vec<&Entry> = entries.iter().take(limit).collect();
+    for k in kinds(shown.iter().map(|e| &e.resources)) {
+        let of_kind: Vec<&Entry> = shown
+            .iter()
+            .filter(|e| fields::kind(&e.resources) == k)
+            .copied()
+            .collect();
+        md_table(out, &table_of_entries(k, &of_kind));
+        out.push('\n');
+    }
+    entries.len() - shown.len()
+}
+
+/// The report with at most `limit` rows in each collapsed list.
+fn markdown_rows(diff: &Diff, gates: Option<&GateReport>, limit: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -456,80 +570,7 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
     for t in diff.targets.iter().filter(|t| t.differs()) {
         blank_line(&mut out);
         let _ = writeln!(out, "#### {}\n", md_escape(&target_heading(t)));
-        let abi = abi_lines(t);
-        if !abi.is_empty() {
-            out.push_str(
-                "**ABI changes** (launch parameters; callers built against the base break):\n\n",
-            );
-            for (kernel, what) in abi {
-                let _ = writeln!(out, "- :x: {}: {}", md_name(kernel), md_escape(&what));
-            }
-            out.push('\n');
-        }
-        let (changed, added) = target_tables(t);
-        for table in &changed {
-            md_table(&mut out, table);
-            out.push('\n');
-        }
-        let others: Vec<String> = t
-            .rows
-            .iter()
-            .flat_map(|r| {
-                other_changes(r)
-                    .into_iter()
-                    .map(move |c| format!("- {}: {}", md_name(&r.entry.kernel), md_escape(&c)))
-            })
-            .collect();
-        if !others.is_empty() {
-            out.push_str("Other changes:\n\n");
-            for o in others {
-                let _ = writeln!(out, "{o}");
-            }
-            out.push('\n');
-        }
-        if t.unchanged > 0 {
-            let _ = writeln!(out, "{} unchanged.\n", t.unchanged);
-        }
-        if !added.is_empty() {
-            let what = if t.status == TargetStatus::Added {
-                "Kernels"
-            } else {
-                "Added"
-            };
-            let _ = writeln!(out, "{what}:\n");
-            for table in &added {
-                md_table(&mut out, table);
-                out.push('\n');
-            }
-        }
-        if !t.removed.is_empty() {
-            let names: Vec<String> = t.removed.iter().map(|e| md_name(&e.kernel)).collect();
-            let _ = writeln!(out, "Removed: {}\n", names.join(", "));
-        }
-        let sizes: Vec<_> = t
-            .sizes
-            .iter()
-            .filter(|s| s.base.is_some() && s.head.is_some())
-            .collect();
-        if !sizes.is_empty() {
-            let _ = writeln!(
-                out,
-                "<details><summary>Object sizes: {}</summary>\n",
-                size_delta(t.base_bytes, t.head_bytes)
-            );
-            out.push_str("| object | base B | head B | delta |\n|:--|--:|--:|--:|\n");
-            for s in sizes {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} |",
-                    md_name(&s.object),
-                    bytes(s.base),
-                    bytes(s.head),
-                    size_delta(s.base.unwrap_or(0), s.head.unwrap_or(0))
-                );
-            }
-            out.push_str("\n</details>\n");
-        }
+        md_target(&mut out, t, limit);
     }
     if !diff.differs() && !diff.targets.is_empty() {
         blank_line(&mut out);
@@ -539,6 +580,140 @@ pub fn markdown(diff: &Diff, gates: Option<&GateReport>) -> String {
         out.pop();
     }
     out
+}
+
+/// One target's section: ABI changes and regressions in full, the rest collapsed.
+fn md_target(out: &mut String, t: &TargetDiff, limit: usize) {
+    let abi = abi_lines(t);
+    if !abi.is_empty() {
+        out.push_str(
+            "**ABI changes** (launch parameters; callers built against the base break):\n\n",
+        );
+        for (kernel, what) in abi {
+            let _ = writeln!(out, "- :x: {}: {}", md_name(kernel), md_escape(&what));
+        }
+        out.push('\n');
+    }
+    let with_changes = |classes: &[Class]| -> Vec<&Row> {
+        t.rows
+            .iter()
+            .filter(|r| !r.changes.is_empty() && classes.contains(&r.class))
+            .collect()
+    };
+    // ABI rows whose resources changed too sit with the regressions: both are breaking news.
+    let worse = with_changes(&[Class::Abi, Class::Regression]);
+    if !worse.is_empty() {
+        let _ = writeln!(
+            out,
+            "{}:\n",
+            plural(worse.len(), "regression", "regressions")
+        );
+        md_row_tables(out, &worse, usize::MAX);
+    }
+    for (rows, one, many) in [
+        (
+            with_changes(&[Class::Improvement]),
+            "improvement",
+            "improvements",
+        ),
+        (
+            with_changes(&[Class::Changed]),
+            "other change",
+            "other changes",
+        ),
+    ] {
+        if !rows.is_empty() {
+            let mut body = String::new();
+            let left = md_row_tables(&mut body, &rows, limit);
+            md_details(out, &plural(rows.len(), one, many), &body, left);
+        }
+    }
+    let others: Vec<String> = t
+        .rows
+        .iter()
+        .flat_map(|r| {
+            other_changes(r)
+                .into_iter()
+                .map(move |c| format!("- {}: {}", md_name(&r.entry.kernel), md_escape(&c)))
+        })
+        .collect();
+    if !others.is_empty() {
+        let mut body = String::new();
+        for o in others.iter().take(limit) {
+            let _ = writeln!(body, "{o}");
+        }
+        let summary = plural(
+            others.len(),
+            "change outside the columns",
+            "changes outside the columns",
+        );
+        md_details(out, &summary, &body, others.len().saturating_sub(limit));
+    }
+    if t.unchanged > 0 {
+        let _ = writeln!(out, "{} unchanged.\n", t.unchanged);
+    }
+    if !t.added.is_empty() {
+        let (one, many) = if t.status == TargetStatus::Added {
+            ("kernel", "kernels")
+        } else {
+            ("added", "added")
+        };
+        let mut body = String::new();
+        let left = md_entry_tables(&mut body, &t.added, limit);
+        md_details(out, &plural(t.added.len(), one, many), &body, left);
+    }
+    if !t.removed.is_empty() {
+        let names: Vec<String> = t
+            .removed
+            .iter()
+            .take(limit)
+            .map(|e| format!("- {}\n", md_name(&e.kernel)))
+            .collect();
+        let left = t.removed.len() - names.len();
+        md_details(
+            out,
+            &format!("{} removed", t.removed.len()),
+            &names.concat(),
+            left,
+        );
+    }
+    if !t.ambiguous.is_empty() {
+        out.push_str(
+            "**Not matched** (names that differ only in a compiler-made hash, more than one \
+             candidate; listed as removed and added):\n\n",
+        );
+        for a in &t.ambiguous {
+            let names = |v: &[String]| v.iter().map(|e| md_name(e)).collect::<Vec<_>>().join(", ");
+            let _ = writeln!(
+                out,
+                "- :warning: {}: base {}; head {}",
+                md_name(&a.unhashed),
+                names(&a.base),
+                names(&a.head)
+            );
+        }
+        out.push('\n');
+    }
+    let sizes: Vec<_> = t
+        .sizes
+        .iter()
+        .filter(|s| s.base.is_some() && s.head.is_some())
+        .collect();
+    if !sizes.is_empty() {
+        let mut body = String::from("| object | base B | head B | delta |\n|:--|--:|--:|--:|\n");
+        for s in sizes.iter().take(limit) {
+            let _ = writeln!(
+                body,
+                "| {} | {} | {} | {} |",
+                md_name(&s.object),
+                bytes(s.base),
+                bytes(s.head),
+                size_delta(s.base.unwrap_or(0), s.head.unwrap_or(0))
+            );
+        }
+        let summary = format!("Object sizes: {}", size_delta(t.base_bytes, t.head_bytes));
+        md_details(out, &summary, &body, sizes.len().saturating_sub(limit));
+    }
 }
 
 // -------------------------------------------------------------------------------------- text
@@ -678,6 +853,22 @@ pub fn text(diff: &Diff, gates: Option<&GateReport>, color: bool) -> String {
         if !t.removed.is_empty() {
             let names: Vec<&str> = t.removed.iter().map(|e| e.kernel.as_str()).collect();
             let _ = writeln!(out, "  removed: {}", names.join(", "));
+        }
+        for a in &t.ambiguous {
+            let _ = writeln!(
+                out,
+                "  {}",
+                paint(
+                    &format!(
+                        "not matched (names differ only in a compiler-made hash, more than one \
+                         candidate): base {}; head {}",
+                        a.base.join(", "),
+                        a.head.join(", ")
+                    ),
+                    Tone::Neutral,
+                    color
+                )
+            );
         }
         let sizes: Vec<String> = t
             .sizes

@@ -500,7 +500,11 @@ fn gate_abi_trips_on_every_abi_row_and_the_allowlist_applies() {
             .map(|k| ("abi".to_string(), k.to_string()))
             .collect()
     };
-    assert_eq!(tripped(&d, "abi"), s(&["spiller", "gemv [rows4]", "flat"]));
+    // `gone` was removed: its callers break too (issue 27, item 6).
+    assert_eq!(
+        tripped(&d, "abi"),
+        s(&["spiller", "gemv [rows4]", "flat", "gone"])
+    );
     let g = evaluate(&d, &parse_rules("abi").unwrap(), &[], today());
     assert_eq!(
         g.results[1].message,
@@ -515,7 +519,7 @@ fn gate_abi_trips_on_every_abi_row_and_the_allowlist_applies() {
     assert!(!allowed.tripped(), "{allowed:?}");
     // The other rules do not see ABI changes, and ABI rows still trip them.
     assert!(tripped(&d, "spills").contains(&("spills".into(), "spiller".into())));
-    assert!(!tripped(&sample(), "abi").iter().any(|_| true));
+    assert_eq!(tripped(&sample(), "abi"), s(&["gone"]));
 }
 
 #[test]
@@ -643,4 +647,261 @@ fn hostile_kernel_names_cannot_inject_markdown_or_html() {
             Some(w) => assert_eq!(cells(l), w, "{l}\n{md}"),
         }
     }
+}
+
+// ------------------------------------------------------- compiler-made hashes (issue 27, 5)
+
+/// One CUDA object `k` on sm_89 holding `entries` (symbol, registers).
+fn hashed_side(entries: &[(&str, u32)]) -> Snapshot {
+    let mut s = snap(
+        &["sm_89"],
+        vec![("sm_89", "k", None, 100, cuda(8, Some(0), 48))],
+    );
+    s.objects[0].resources = entries
+        .iter()
+        .map(|(e, regs)| (e.to_string(), cuda(*regs, Some(0), 48)))
+        .collect();
+    s
+}
+
+const ANON_A: &str = "_ZN41_GLOBAL__N__e9d1dda2_8_kernel_cu_5b2fa6d16reduceEPfi";
+const ANON_B: &str = "_ZN41_GLOBAL__N__0c3a77f1_8_kernel_cu_91d2e0aa6reduceEPfi";
+const INTERNAL_A: &str = "_ZL41_INTERNAL_1e9e5db5_11_kernels_cu_b4e0f94f7scale_kPf";
+const INTERNAL_B: &str = "_ZL41_INTERNAL_77aa00ff_11_kernels_cu_00ff00ff7scale_kPf";
+
+/// A comment-only edit changes the hashes: the kernels are the same ones, changed (and
+/// gated), not two removed and two added.
+#[test]
+fn kernels_differing_only_in_a_compiler_hash_are_matched_and_gated() {
+    let base = hashed_side(&[(ANON_A, 32), (INTERNAL_A, 16)]);
+    let head = hashed_side(&[(ANON_B, 48), (INTERNAL_B, 16)]);
+    let names = crate::demangle::demangle_snapshots(&[&base, &head]);
+    assert_eq!(names[ANON_A], names[ANON_B], "same demangled names");
+    let d = Diff::new(&base, &head, "a", "b", &names);
+    let t = &d.targets[0];
+    assert_eq!((t.added.len(), t.removed.len()), (0, 0), "{t:?}");
+    assert_eq!(t.unchanged, 1);
+    assert_eq!(t.rows.len(), 1);
+    assert_eq!(t.rows[0].class, Class::Regression);
+    assert_eq!(t.rows[0].entry.entry, ANON_B);
+    assert!(t.ambiguous.is_empty());
+    assert_eq!(
+        t.summary_line(),
+        "sm_89: 1 regression, 0 improvements, 1 unchanged"
+    );
+    assert_eq!(tripped(&d, "registers:+8").len(), 1);
+    assert!(tripped(&d, "removed").is_empty());
+}
+
+/// Two kernels whose names still collide once the hashes are blanked: nothing is paired
+/// arbitrarily, and every format says so, naming both.
+#[test]
+fn kernels_colliding_after_unhashing_are_reported_not_paired() {
+    let other_a = "_ZN41_GLOBAL__N__aaaaaaaa_8_kernel_cu_bbbbbbbb6reduceEPfi";
+    let base = hashed_side(&[(ANON_A, 32), (other_a, 16)]);
+    let head = hashed_side(&[(ANON_B, 32)]);
+    let d = Diff::new(&base, &head, "a", "b", &BTreeMap::new());
+    let t = &d.targets[0];
+    assert!(t.rows.is_empty() && t.unchanged == 0, "{t:?}");
+    assert_eq!((t.added.len(), t.removed.len()), (1, 2));
+    assert_eq!(t.ambiguous.len(), 1);
+    let a = &t.ambiguous[0];
+    assert_eq!(a.base, [other_a, ANON_A]);
+    assert_eq!(a.head, [ANON_B]);
+    let md = markdown(&d, None);
+    assert!(md.contains("**Not matched**"), "{md}");
+    for e in [ANON_A, other_a, ANON_B] {
+        assert!(md.contains(&format!("`{e}`")), "{e} in\n{md}");
+    }
+    let txt = text(&d, None, false);
+    assert!(
+        txt.contains("not matched") && txt.contains(other_a),
+        "{txt}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&to_json(&d, None)).unwrap();
+    assert_eq!(j["ambiguous"][0]["base"][0], other_a);
+    assert_eq!(j["ambiguous"][0]["head"][0], ANON_B);
+}
+
+// ------------------------------------------------------------ removed gate (issue 27, 6)
+
+#[test]
+fn removed_and_renamed_kernels_trip_removed_and_abi() {
+    let base = hashed_side(&[("_Z4olddPf", 8), ("_Z4keepPf", 8)]);
+    let head = hashed_side(&[("_Z4neewPf", 8), ("_Z4keepPf", 8)]);
+    let names = crate::demangle::demangle_snapshots(&[&base, &head]);
+    let d = Diff::new(&base, &head, "a", "b", &names);
+    for rules in ["removed", "abi"] {
+        let g = evaluate(&d, &parse_rules(rules).unwrap(), &[], today());
+        let hits: Vec<&str> = g
+            .results
+            .iter()
+            .filter(|r| r.tripped)
+            .map(|r| r.message.as_str())
+            .collect();
+        assert_eq!(
+            hits,
+            ["sm_89 oldd(float*): removed (renamed to neew(float*)?)"],
+            "{rules}"
+        );
+    }
+    // Only added: nothing trips.
+    let grown = hashed_side(&[("_Z4olddPf", 8), ("_Z4keepPf", 8), ("_Z4neewPf", 8)]);
+    let d2 = Diff::new(&base, &grown, "a", "b", &BTreeMap::new());
+    assert!(tripped(&d2, "removed,abi").is_empty());
+    // A removed target is one case; an allowlist entry for it names kernel `*`.
+    let mut two = base.clone();
+    let mut gfx = hashed_side(&[("_Z4olddPf", 8)]);
+    gfx.objects[0].target = "gfx1100".into();
+    two.targets.push("gfx1100".into());
+    two.objects.extend(gfx.objects);
+    let d3 = Diff::new(&two, &base, "a", "b", &BTreeMap::new());
+    let g = evaluate(&d3, &parse_rules("removed").unwrap(), &[], today());
+    assert!(g.tripped());
+    assert_eq!(
+        g.results[0].message,
+        "gfx1100: target removed (1 kernel entries)"
+    );
+    let ok = evaluate(
+        &d3,
+        &parse_rules("removed").unwrap(),
+        &[allow("*", "gfx11*", "removed", "2026-12-31")],
+        today(),
+    );
+    assert!(!ok.tripped(), "{ok:?}");
+}
+
+// ------------------------------------------------- a PR comment of any size (issue 27, 4)
+
+/// A mangled template kernel whose demangled signature is long:
+/// `ggml::mul_mat_q_kernel_17<128, 64, 8, true>(float const*, __half const*, float*, ...)`.
+fn template_kernel(i: usize) -> String {
+    let name = format!("mul_mat_q_kernel_{i}");
+    format!(
+        "_ZN4ggml{}{name}ILi128ELi64ELi{}ELb1EEEvPKfPK6__halfPfiiif",
+        name.len(),
+        8 + i % 7
+    )
+}
+
+/// A release of `n` kernels on two targets, and the next one: the first 40 regress, the next
+/// 60 improve, 50 are unchanged, the rest (and 8 more) are new.
+fn large_release(n: usize) -> (Snapshot, Snapshot) {
+    let side = |kernels: std::ops::Range<usize>, regs: &dyn Fn(usize) -> u32| {
+        let mut s = snap(&["sm_89", "gfx1100"], Vec::new());
+        for target in ["sm_89", "gfx1100"] {
+            let mut o = SnapshotObject {
+                target: target.into(),
+                kernel: "mmq".into(),
+                variant: None,
+                format: "cubin".into(),
+                size: 1 << 20,
+                resources: BTreeMap::new(),
+                params: BTreeMap::new(),
+            };
+            for i in kernels.clone() {
+                let r = if target == "sm_89" {
+                    cuda(regs(i), Some(0), 32)
+                } else {
+                    amd(regs(i), 0, 0, 12)
+                };
+                o.resources.insert(template_kernel(i), r);
+            }
+            s.objects.push(o);
+        }
+        s
+    };
+    let base = side(0..150, &|_| 64);
+    let head = side(0..n + 8, &|i| match i {
+        0..40 => 96,
+        40..100 => 48,
+        _ => 64,
+    });
+    (base, head)
+}
+
+#[test]
+fn a_release_of_900_kernels_fits_one_comment_with_every_regression() {
+    let (base, head) = large_release(908);
+    let names = crate::demangle::demangle_snapshots(&[&base, &head]);
+    let long = &names[&template_kernel(3)];
+    assert!(long.len() > 90 && long.contains("__half const*"), "{long}");
+    let d = Diff::new(&base, &head, "v0.11.0", "v0.11.1", &names);
+    assert_eq!(d.counts().added, 2 * 766);
+    let g = evaluate(
+        &d,
+        &parse_rules("spills,registers:+8").unwrap(),
+        &[],
+        today(),
+    );
+    let full = markdown_full(&d, Some(&g));
+    assert!(full.chars().count() > 65_536, "{}", full.len());
+    let md = markdown(&d, Some(&g));
+    assert!(md.chars().count() <= COMMENT_MAX_CHARS, "{}", md.len());
+    const { assert!(COMMENT_MAX_CHARS < 65_536) };
+    // Every regression row is there, in a table, on both targets.
+    for t in &d.targets {
+        let heading = md.find(&format!("#### {} (", t.target)).expect(&md);
+        let section = &md[heading..];
+        for r in t.rows.iter().filter(|r| r.class == Class::Regression) {
+            let row = format!("| `{}` | **", r.entry.kernel);
+            assert!(section.contains(&row), "{row}");
+        }
+        assert_eq!(
+            t.rows
+                .iter()
+                .filter(|r| r.class == Class::Regression)
+                .count(),
+            40
+        );
+    }
+    // The rest as counts, their first rows collapsed.
+    assert!(md.contains("<details><summary>60 improvements</summary>"));
+    assert!(md.contains("<details><summary>766 added</summary>"));
+    assert!(md.contains("(the full report lists them all)"));
+    assert!(md.contains("50 unchanged."));
+    assert_eq!(
+        md.matches("<details>").count(),
+        md.matches("</details>").count()
+    );
+    // The full report has every added kernel.
+    let last = display_name(&template_kernel(907), None, &names);
+    assert!(full.contains(&format!("`{last}`")) && !md.contains(&format!("`{last}`")));
+}
+
+/// When the rows that are always shown do not fit either, the comment is cut at a line, its
+/// open `<details>` closed, and it says so.
+#[test]
+fn a_comment_too_long_even_for_its_regressions_is_cut_and_says_so() {
+    let base = large_release(0).0;
+    let mut head = base.clone();
+    // 150 regressions per target with names long enough to overflow.
+    let names: BTreeMap<String, String> = base.objects[0]
+        .resources
+        .keys()
+        .map(|k| (k.clone(), format!("{k}<{}>", "int, ".repeat(80))))
+        .collect();
+    for o in &mut head.objects {
+        for r in o.resources.values_mut() {
+            *r = if o.target == "sm_89" {
+                cuda(200, Some(0), 32)
+            } else {
+                amd(200, 0, 0, 12)
+            };
+        }
+    }
+    let d = Diff::new(&base, &head, "a", "b", &names);
+    assert_eq!(d.counts().regressions, 300);
+    let md = markdown(&d, None);
+    assert!(md.chars().count() <= COMMENT_MAX_CHARS, "{}", md.len());
+    assert!(
+        md.contains("**Cut here**: the comment shows"),
+        "{}",
+        &md[md.len() - 400..]
+    );
+    assert_eq!(
+        md.matches("<details>").count(),
+        md.matches("</details>").count()
+    );
+    assert!(markdown_full(&d, None).chars().count() > COMMENT_MAX_CHARS);
 }
