@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use kbuild_manifest::target::{parse_target_spec, Target, Vendor};
 
-use crate::entries::EntryPattern;
+use crate::entries::{EntryPattern, EntryScope, KernelEntries};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -127,9 +127,17 @@ struct RawKernel {
     variants: BTreeMap<String, Spanned<Vec<DefineValue>>>,
     #[serde(default)]
     flags: VendorFlags,
-    entries: Spanned<Vec<String>>,
+    entries: Spanned<RawEntries>,
     block_size: Option<Spanned<u32>>,
     targets: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `entries`: a list for every target, or lists keyed by `all`, a vendor or a target.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawEntries {
+    List(Vec<String>),
+    Scoped(BTreeMap<String, Vec<String>>),
 }
 
 fn default_language() -> Language {
@@ -178,8 +186,9 @@ pub struct Kernel {
     /// Empty when the kernel has no variant matrix.
     pub variants: Vec<Variant>,
     pub flags: VendorFlags,
-    /// Exact names, globs and demangled C++ patterns (see [`crate::entries`]).
-    pub entries: Vec<EntryPattern>,
+    /// Exact names, globs and demangled C++ patterns (see [`crate::entries`]), for every
+    /// target or per vendor or target.
+    pub entries: KernelEntries,
     pub block_size: Option<u32>,
     /// Optional restriction: only these targets (by processor) are built.
     pub targets: Option<Vec<Target>>,
@@ -188,7 +197,7 @@ pub struct Kernel {
 impl Kernel {
     /// Whether any entry is a glob or demangled pattern (not an exact name).
     pub fn has_patterns(&self) -> bool {
-        self.entries.iter().any(|e| !e.is_exact())
+        self.entries.has_patterns()
     }
 
     /// Whether this kernel is built for `target`.
@@ -459,18 +468,39 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span()))?;
         let variants = variant_matrix(kname, &k.variants, &at)?;
-        if k.entries.get_ref().is_empty() || k.entries.get_ref().iter().any(|e| e.is_empty()) {
+        let lists: Vec<(Option<&String>, &Vec<String>)> = match k.entries.get_ref() {
+            RawEntries::List(l) => vec![(None, l)],
+            RawEntries::Scoped(m) => m.iter().map(|(key, l)| (Some(key), l)).collect(),
+        };
+        if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
             return Err(at(
                 k.entries.span(),
                 format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
             ));
         }
-        let mut entries = Vec::new();
-        for e in k.entries.get_ref() {
-            match EntryPattern::parse(e) {
-                Ok(p) => entries.push(p),
-                Err(err) => return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}"))),
+        let mut entries = KernelEntries { lists: Vec::new() };
+        for (key, list) in lists {
+            let scope = match key {
+                None => EntryScope::All,
+                Some(key) => EntryScope::parse(key)
+                    .map_err(|e| at(k.entries.span(), format!("kernel `{kname}`: entries: {e}")))?,
+            };
+            if list.iter().any(|e| e.is_empty()) {
+                return Err(at(
+                    k.entries.span(),
+                    format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
+                ));
             }
+            let mut parsed = Vec::new();
+            for e in list {
+                match EntryPattern::parse(e) {
+                    Ok(p) => parsed.push(p),
+                    Err(err) => {
+                        return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}")))
+                    }
+                }
+            }
+            entries.lists.push((scope, parsed));
         }
         let block_size = match &k.block_size {
             Some(b) if *b.get_ref() == 0 || *b.get_ref() > 1024 => {
@@ -834,6 +864,47 @@ block-size = 256
 defines = { EPS = 1e-6, FAST = true }
 variants = { ROWS = [1, 2], VEC = [4, 8] }
 "#;
+
+    /// Issue 27, item 7: `entries` per vendor or target beside the plain list.
+    #[test]
+    fn entries_per_vendor_or_target() {
+        let d = tempfile::tempdir().unwrap();
+        let scoped = GOOD.replace(
+            "entries = [\"gemv\"]",
+            "entries = { all = [\"gemv\"], nvidia = [\"*_bf16\"], gfx1100 = [\"amd_only\"] }",
+        );
+        let p = project(d.path(), &scoped).unwrap();
+        let k = &p.kernels[0];
+        let names = |t: &str| -> Vec<String> {
+            k.entries
+                .for_target(&t.parse().unwrap())
+                .iter()
+                .map(|e| e.text().to_string())
+                .collect()
+        };
+        assert_eq!(names("sm_89"), ["gemv", "*_bf16"]);
+        assert_eq!(names("gfx1100"), ["gemv", "amd_only"]);
+        assert_eq!(names("gfx1201"), ["gemv"]);
+        assert!(k.has_patterns());
+        // The plain list still means every target.
+        let p = project(d.path(), GOOD).unwrap();
+        assert_eq!(
+            p.kernels[0]
+                .entries
+                .for_target(&"gfx1100".parse().unwrap())
+                .len(),
+            1
+        );
+        let bad = GOOD.replace("entries = [\"gemv\"]", "entries = { intel = [\"gemv\"] }");
+        let e = project(d.path(), &bad).unwrap_err().to_string();
+        assert!(
+            e.contains("kernel `gemv`: entries: `intel` is not `all`, `nvidia`, `amd` or a target"),
+            "{e}"
+        );
+        let empty = GOOD.replace("entries = [\"gemv\"]", "entries = { nvidia = [] }");
+        let e = project(d.path(), &empty).unwrap_err().to_string();
+        assert!(e.contains("`entries` must list"), "{e}");
+    }
 
     #[test]
     fn parses_a_project_with_a_variant_matrix() {

@@ -174,17 +174,17 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         },
     };
     let kernel = &ctx.project.kernels[job.kernel];
-    let audited =
-        match crate::audit::audit(&kernel.name, &job.target, &kernel.entries, &entry.object) {
-            Ok(a) => a,
-            Err(e) => {
-                return fail(
-                    format!("coverage audit: {e}"),
-                    Some(entry.meta.command.clone()),
-                    String::new(),
-                )
-            }
-        };
+    let entries = kernel.entries.for_target(&job.target);
+    let audited = match crate::audit::audit(&kernel.name, &job.target, &entries, &entry.object) {
+        Ok(a) => a,
+        Err(e) => {
+            return fail(
+                format!("coverage audit: {e}"),
+                Some(entry.meta.command.clone()),
+                String::new(),
+            )
+        }
+    };
     let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
     let mut params: BTreeMap<String, Vec<kbuild_manifest::params::Param>> = BTreeMap::new();
     let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
@@ -213,7 +213,7 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
     // A kernel with patterns records what its entries name (concrete symbols); one with
     // exact names only records every symbol the object exports, as it always has.
     let (entries, resources, demangled) = if kernel.has_patterns() {
-        let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
+        let named = crate::entries::concrete(&entries, &audited.ident.entries);
         let keep = |k: &String| named.contains(k);
         params.retain(|k, _| keep(k));
         (

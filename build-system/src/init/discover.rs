@@ -89,7 +89,7 @@ pub(super) fn discover(
                 defines: settings.defines.clone(),
                 variants: Vec::new(),
                 flags: flags.clone(),
-                entries: vec![all.clone()],
+                entries: crate::entries::KernelEntries::plain(vec![all.clone()]),
                 block_size: None,
                 targets: Some(vec![*t]),
             });

@@ -453,11 +453,8 @@ pub fn merge(
             ));
         }
         let list = |v: Vec<&UnbuiltObject>| -> String {
-            let mut names: Vec<String> = v.iter().take(5).map(|u| u.label()).collect();
-            if v.len() > 5 {
-                names.push(format!("{} more", v.len() - 5));
-            }
-            names.join(", ")
+            let names: Vec<String> = v.iter().map(|u| u.label()).collect();
+            kbuild_base::list::short_list(&names, 5)
         };
         if !failed.is_empty() {
             what.push(format!(
