@@ -385,3 +385,68 @@ fn entries_per_target_let_a_guarded_kernel_pass_on_every_target() {
         report.failures[0].cause
     );
 }
+
+/// Issue 27, item 11: `block-size` per entry pattern reaches each entry's occupancy in the
+/// manifest (the gate's input); an entry two patterns disagree on fails its object. The fake
+/// nvcc hands back a real sm_89 cubin (the readers' fixture, with its ptxas log).
+#[test]
+fn block_size_per_entry_reaches_the_manifest() {
+    use kbuild_manifest::resources::Resources;
+    use std::os::unix::fs::PermissionsExt;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/tests/fixtures");
+    let build_with = |block_size: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cuda = dir.path().join("cuda");
+        std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
+        let nvcc = cuda.join("bin/nvcc");
+        let script = format!(
+            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
+            fixtures.join("kern_sm89.cubin").display().to_string(),
+            fixtures.join("kern_sm89.ptxas.log").display().to_string(),
+        );
+        std::fs::write(&nvcc, script).expect("write nvcc");
+        std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::write(dir.path().join("kern.cu"), "// the fixture's kernels\n").expect("src");
+        let toml = format!(
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\"]\n\n[toolchain]\ncuda = {:?}\n\n[kernels.kern]\nsource = \"kern.cu\"\nentries = [\"*\"]\nblock-size = {block_size}\n",
+            cuda.display().to_string()
+        );
+        let project = parse(&dir.path().join(FILE_NAME), &toml).expect("project parses");
+        let opts = BuildOptions {
+            out_dir: Some(dir.path().join("out")),
+            cache_dir: Some(dir.path().join("cache")),
+            jobs: Some(1),
+            keep_going: true,
+            env: Env::empty(),
+            ..BuildOptions::default()
+        };
+        let report = build(&project, &opts, &Seen::default()).expect("builds");
+        let m = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+            .expect("parses");
+        (report.failures, m, dir)
+    };
+    let (failures, m, _dir) = build_with("{ vadd = 512, \"fixed_*\" = 32, \"reduce_*\" = 128 }");
+    assert!(failures.is_empty(), "{failures:?}");
+    let block = |name: &str| match m.objects[0].resources.get(name) {
+        Some(Resources::Cuda(c)) => c
+            .occupancy
+            .as_ref()
+            .and_then(|o| Some((o.block_size?, o.block_size_from.clone()?))),
+        _ => None,
+    };
+    assert_eq!(block("vadd"), Some((512, "block-size".to_string())));
+    assert_eq!(block("fixed_block"), Some((32, "block-size".to_string())));
+    assert_eq!(block("reduce_smem"), Some((128, "block-size".to_string())));
+    // Not named: its own __launch_bounds__(64).
+    assert_eq!(block("reqd64"), Some((64, "launch-bounds".to_string())));
+    let (failures, m, _dir) = build_with("{ \"*_block\" = 32, \"fixed_*\" = 64 }");
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0]
+            .cause
+            .contains("entry `fixed_block` matches `*_block` (32) and `fixed_*` (64)"),
+        "{}",
+        failures[0].cause
+    );
+    assert!(m.objects.is_empty());
+}

@@ -90,7 +90,7 @@ pub(super) fn discover(
                 variants: Vec::new(),
                 flags: flags.clone(),
                 entries: crate::entries::KernelEntries::plain(vec![all.clone()]),
-                block_size: None,
+                block_size: crate::config::KernelBlockSize::None,
                 targets: Some(vec![*t]),
             });
         }
