@@ -1,8 +1,9 @@
 //! The coverage audit: an object must be the target's (the identity
 //! [`kbuild_manifest::compat::object_identity`] requires: ELF machine, arch field, target name)
 //! and export every expected entry symbol (each exact name, at least one symbol per pattern);
-//! otherwise the build fails naming what is missing. A kernel with patterns must export the
-//! same matching symbols on every target ([`cross_target`]).
+//! otherwise the build fails naming what is missing (a few names and how many more). A kernel
+//! with patterns must export the same matching symbols on every target a list of its entries
+//! applies to ([`cross_target`]); a target lacking some fails, the others pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,7 +11,7 @@ use kbuild_manifest::compat::object_identity;
 use kbuild_manifest::read::{identify, ObjectIdent};
 use kbuild_manifest::target::Target;
 
-use crate::entries::{disagreements, resolve, shown, EntryPattern, Exported};
+use crate::entries::{disagreements, resolve, shown, EntryPattern, EntryScope, Exported};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -39,6 +40,9 @@ pub struct Unmatched {
     pub found: String,
 }
 
+/// How many names an audit error lists before "N more": one error stays one line.
+const SHOWN: usize = 5;
+
 /// What the audit found in an object: its identity, and what its entries resolve to.
 #[derive(Debug)]
 pub struct Audited {
@@ -63,13 +67,14 @@ pub fn audit(
         if exported.is_empty() {
             "none".to_string()
         } else {
-            exported.iter().map(shown).collect::<Vec<_>>().join(", ")
+            let names: Vec<String> = exported.iter().map(shown).collect();
+            kbuild_base::list::short_list(&names, SHOWN)
         }
     };
     let r = resolve(entries, &exported);
     if !r.missing.is_empty() {
         return Err(AuditError::MissingEntries {
-            missing: r.missing.join(", "),
+            missing: kbuild_base::list::short_list(&r.missing, SHOWN),
             found: found(),
         });
     }
@@ -77,12 +82,13 @@ pub fn audit(
         return Err(AuditError::Unmatched(Box::new(Unmatched {
             kernel: kernel.to_string(),
             target: target.to_string(),
-            patterns: r
-                .unmatched
-                .iter()
-                .map(|p| format!("`{p}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            patterns: kbuild_base::list::short_list(
+                &r.unmatched
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>(),
+                SHOWN,
+            ),
             found: found(),
         })));
     }
@@ -97,48 +103,64 @@ pub fn audit(
     })
 }
 
-/// The cross-target half of the audit, for a kernel with pattern entries: every target of one
-/// (kernel, variant) must export the same set of matching symbols, or a
-/// `#if __CUDA_ARCH__`-guarded kernel would be missing where a loader looks for it.
-/// `per_target` maps each built target to the symbols its object's patterns matched.
+/// The cross-target half of the audit, for one list of a kernel's pattern entries (`scope`):
+/// every target it applies to, of one (kernel, variant), must export the same symbols its
+/// patterns match, or a `#if __CUDA_ARCH__`-guarded kernel would be missing where a loader
+/// looks for it. `per_target` maps each built target to the symbols its object's patterns
+/// matched. Returns each target whose object lacks a symbol another exports, with why; the
+/// targets exporting every symbol pass (their objects are good).
 pub fn cross_target(
     kernel: &str,
     variant: Option<&str>,
-    entries: &[EntryPattern],
+    scope: &EntryScope,
+    patterns: &[EntryPattern],
     per_target: &BTreeMap<String, BTreeSet<String>>,
-) -> Option<String> {
-    let differ = disagreements(per_target);
-    if differ.is_empty() {
-        return None;
+) -> Vec<(String, String)> {
+    // Lacking target → the symbols it lacks, and the targets that export them.
+    let mut lacking: BTreeMap<String, (Vec<String>, BTreeSet<String>)> = BTreeMap::new();
+    for (sym, has, lacks) in disagreements(per_target) {
+        for t in lacks {
+            let e = lacking.entry(t).or_default();
+            e.0.push(sym.clone());
+            e.1.extend(has.iter().cloned());
+        }
     }
-    let patterns: Vec<String> = entries
+    let patterns: Vec<String> = patterns
         .iter()
         .filter(|e| !e.is_exact())
         .map(|e| format!("`{e}`"))
-        .collect();
-    let what: Vec<String> = differ
-        .iter()
-        .map(|(sym, has, lacks)| {
-            let shown = match kbuild_manifest::demangle::demangle_symbol(sym) {
-                Some(d) => format!("`{sym}` ({d})"),
-                None => format!("`{sym}`"),
-            };
-            format!(
-                "{shown} is exported for {} but not for {}",
-                has.join(", "),
-                lacks.join(", ")
-            )
-        })
         .collect();
     let name = match variant {
         Some(v) => format!("kernel `{kernel}` variant `{v}`"),
         None => format!("kernel `{kernel}`"),
     };
-    Some(format!(
-        "{name}: the targets export different entries for {}: {} (list the entries by name, or restrict the kernel's `targets`)",
-        patterns.join(", "),
-        what.join("; ")
-    ))
+    let list = match scope {
+        EntryScope::All => "entries".to_string(),
+        s => format!("entries.{s}"),
+    };
+    lacking
+        .into_iter()
+        .map(|(target, (syms, exporters))| {
+            let shown: Vec<String> = syms
+                .iter()
+                .map(|sym| match kbuild_manifest::demangle::demangle_symbol(sym) {
+                    Some(d) => format!("`{sym}` ({d})"),
+                    None => format!("`{sym}`"),
+                })
+                .collect();
+            let exporters: Vec<&str> = exporters.iter().map(String::as_str).collect();
+            let message = format!(
+                "{name}: {target} does not export {} entr{} that {} export{} for {list} {}: {} (name what only some targets export per vendor or target, `entries = {{ all = [...], nvidia = [...] }}`, or restrict the kernel's `targets`)",
+                syms.len(),
+                if syms.len() == 1 { "y" } else { "ies" },
+                exporters.join(", "),
+                if exporters.len() == 1 { "s" } else { "" },
+                patterns.join(", "),
+                kbuild_base::list::short_list(&shown, 3)
+            );
+            (target, message)
+        })
+        .collect()
 }
 
 /// The object is a readable code object for `target`: what a compile must produce before its

@@ -359,7 +359,7 @@ fn render_module(project: &Project, bundle: &Bundle, bundle_path: &Path) -> Stri
         let _ = writeln!(s, "    pub const NAME: &str = {:?};", k.name);
         // Patterns (`fast_*`, `scale<*>`) become the concrete symbols the objects export.
         let entries = crate::entries::concrete(
-            &k.entries,
+            &k.entries.every(),
             m.objects
                 .iter()
                 .filter(|o| o.kernel == k.name)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use kbuild_manifest::target::{parse_target_spec, Target, Vendor};
 
-use crate::entries::EntryPattern;
+use crate::entries::{EntryPattern, EntryScope, KernelEntries};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -127,9 +127,58 @@ struct RawKernel {
     variants: BTreeMap<String, Spanned<Vec<DefineValue>>>,
     #[serde(default)]
     flags: VendorFlags,
-    entries: Spanned<Vec<String>>,
-    block_size: Option<Spanned<u32>>,
+    entries: Spanned<RawEntries>,
+    block_size: Option<Spanned<RawBlockSize>>,
     targets: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `entries`: a list for every target, or lists keyed by `all`, a vendor or a target.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawEntries {
+    List(Vec<String>),
+    Scoped(BTreeMap<String, Vec<String>>),
+}
+
+/// `block-size`: one for every entry, or a table keyed by entry pattern.
+#[derive(Debug)]
+enum RawBlockSize {
+    All(u32),
+    PerEntry(BTreeMap<String, u32>),
+}
+
+impl<'de> Deserialize<'de> for RawBlockSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawBlockSize;
+            // Errors read as the integer form's (`expected an integer, found a string`).
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("u32")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawBlockSize, E> {
+                u32::try_from(v)
+                    .map(RawBlockSize::All)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawBlockSize, E> {
+                u32::try_from(v)
+                    .map(RawBlockSize::All)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RawBlockSize, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, v)) = map.next_entry::<String, u32>()? {
+                    out.insert(k, v);
+                }
+                Ok(RawBlockSize::PerEntry(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn default_language() -> Language {
@@ -178,9 +227,10 @@ pub struct Kernel {
     /// Empty when the kernel has no variant matrix.
     pub variants: Vec<Variant>,
     pub flags: VendorFlags,
-    /// Exact names, globs and demangled C++ patterns (see [`crate::entries`]).
-    pub entries: Vec<EntryPattern>,
-    pub block_size: Option<u32>,
+    /// Exact names, globs and demangled C++ patterns (see [`crate::entries`]), for every
+    /// target or per vendor or target.
+    pub entries: KernelEntries,
+    pub block_size: KernelBlockSize,
     /// Optional restriction: only these targets (by processor) are built.
     pub targets: Option<Vec<Target>>,
 }
@@ -188,7 +238,7 @@ pub struct Kernel {
 impl Kernel {
     /// Whether any entry is a glob or demangled pattern (not an exact name).
     pub fn has_patterns(&self) -> bool {
-        self.entries.iter().any(|e| !e.is_exact())
+        self.entries.has_patterns()
     }
 
     /// Whether this kernel is built for `target`.
@@ -200,6 +250,58 @@ impl Kernel {
             None => true,
             Some(list) => list.iter().any(|t| t == target),
         }
+    }
+}
+
+/// A kernel's `block-size`: threads per block it is launched with, for occupancy; one for
+/// every entry, or per entry pattern (a library launching one file's entries differently).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum KernelBlockSize {
+    #[default]
+    None,
+    All(u32),
+    /// An exact name beats patterns; an entry two patterns give different sizes is an error.
+    PerEntry(Vec<(EntryPattern, u32)>),
+}
+
+/// An entry that two `block-size` patterns give different sizes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("block-size: entry `{entry}` matches `{a}` ({sa}) and `{b}` ({sb}); give it by name")]
+pub struct BlockSizeConflict {
+    pub entry: String,
+    pub a: String,
+    pub sa: u32,
+    pub b: String,
+    pub sb: u32,
+}
+
+impl KernelBlockSize {
+    /// The block size of the exported `symbol`, if `block-size` gives one.
+    pub fn for_entry(&self, symbol: &str) -> Result<Option<u32>, BlockSizeConflict> {
+        let table = match self {
+            KernelBlockSize::None => return Ok(None),
+            KernelBlockSize::All(n) => return Ok(Some(*n)),
+            KernelBlockSize::PerEntry(t) => t,
+        };
+        let exported = crate::entries::Exported::new(symbol);
+        let hits: Vec<&(EntryPattern, u32)> =
+            table.iter().filter(|(p, _)| p.matches(&exported)).collect();
+        if let Some((_, n)) = hits.iter().find(|(p, _)| p.is_exact()) {
+            return Ok(Some(*n));
+        }
+        let Some((first, n)) = hits.first() else {
+            return Ok(None);
+        };
+        if let Some((other, m)) = hits.iter().find(|(_, m)| m != n) {
+            return Err(BlockSizeConflict {
+                entry: symbol.to_string(),
+                a: first.to_string(),
+                sa: *n,
+                b: other.to_string(),
+                sb: *m,
+            });
+        }
+        Ok(Some(*n))
     }
 }
 
@@ -459,28 +561,64 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span()))?;
         let variants = variant_matrix(kname, &k.variants, &at)?;
-        if k.entries.get_ref().is_empty() || k.entries.get_ref().iter().any(|e| e.is_empty()) {
+        let lists: Vec<(Option<&String>, &Vec<String>)> = match k.entries.get_ref() {
+            RawEntries::List(l) => vec![(None, l)],
+            RawEntries::Scoped(m) => m.iter().map(|(key, l)| (Some(key), l)).collect(),
+        };
+        if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
             return Err(at(
                 k.entries.span(),
                 format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
             ));
         }
-        let mut entries = Vec::new();
-        for e in k.entries.get_ref() {
-            match EntryPattern::parse(e) {
-                Ok(p) => entries.push(p),
-                Err(err) => return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}"))),
-            }
-        }
-        let block_size = match &k.block_size {
-            Some(b) if *b.get_ref() == 0 || *b.get_ref() > 1024 => {
+        let mut entries = KernelEntries { lists: Vec::new() };
+        for (key, list) in lists {
+            let scope = match key {
+                None => EntryScope::All,
+                Some(key) => EntryScope::parse(key)
+                    .map_err(|e| at(k.entries.span(), format!("kernel `{kname}`: entries: {e}")))?,
+            };
+            if list.iter().any(|e| e.is_empty()) {
                 return Err(at(
-                    b.span(),
-                    format!("kernel `{kname}`: block-size must be 1..=1024"),
-                ))
+                    k.entries.span(),
+                    format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
+                ));
             }
-            Some(b) => Some(*b.get_ref()),
-            None => None,
+            let mut parsed = Vec::new();
+            for e in list {
+                match EntryPattern::parse(e) {
+                    Ok(p) => parsed.push(p),
+                    Err(err) => {
+                        return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}")))
+                    }
+                }
+            }
+            entries.lists.push((scope, parsed));
+        }
+        let in_range = |n: u32, span: std::ops::Range<usize>| {
+            if n == 0 || n > 1024 {
+                return Err(at(
+                    span,
+                    format!("kernel `{kname}`: block-size must be 1..=1024"),
+                ));
+            }
+            Ok(n)
+        };
+        let block_size = match &k.block_size {
+            None => KernelBlockSize::None,
+            Some(b) => match b.get_ref() {
+                RawBlockSize::All(n) => KernelBlockSize::All(in_range(*n, b.span())?),
+                RawBlockSize::PerEntry(table) => {
+                    let mut out = Vec::new();
+                    for (pattern, n) in table {
+                        let p = EntryPattern::parse(pattern).map_err(|e| {
+                            at(b.span(), format!("kernel `{kname}`: block-size: {e}"))
+                        })?;
+                        out.push((p, in_range(*n, b.span())?));
+                    }
+                    KernelBlockSize::PerEntry(out)
+                }
+            },
         };
         let restriction = match &k.targets {
             Some(list) => Some(targets(list)?),
@@ -834,6 +972,102 @@ block-size = 256
 defines = { EPS = 1e-6, FAST = true }
 variants = { ROWS = [1, 2], VEC = [4, 8] }
 "#;
+
+    /// Issue 27, item 11: `block-size` per entry pattern beside the plain integer; an exact
+    /// name beats patterns, two patterns disagreeing on one entry is an error naming both.
+    #[test]
+    fn block_size_per_entry_pattern() {
+        let d = tempfile::tempdir().unwrap();
+        let table = GOOD.replace(
+            "block-size = 256",
+            "block-size = { \"rmsnorm_*\" = 256, \"*_bf16\" = 128, \"softmax<*>\" = 64 }",
+        );
+        let p = project(d.path(), &table).unwrap();
+        let b = &p.kernels[0].block_size;
+        assert_eq!(b.for_entry("rmsnorm_f32"), Ok(Some(256)));
+        assert_eq!(b.for_entry("gelu_bf16"), Ok(Some(128)));
+        assert_eq!(b.for_entry("_Z7softmaxIfEvPfi"), Ok(Some(64)));
+        assert_eq!(b.for_entry("other"), Ok(None));
+        let e = b.for_entry("rmsnorm_bf16").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "block-size: entry `rmsnorm_bf16` matches `*_bf16` (128) and `rmsnorm_*` (256); give it by name"
+        );
+        let exact = GOOD.replace(
+            "block-size = 256",
+            "block-size = { \"rmsnorm_*\" = 256, \"*_bf16\" = 128, rmsnorm_bf16 = 32 }",
+        );
+        let p = project(d.path(), &exact).unwrap();
+        assert_eq!(
+            p.kernels[0].block_size.for_entry("rmsnorm_bf16"),
+            Ok(Some(32))
+        );
+        // The plain integer is every entry's.
+        let p = project(d.path(), GOOD).unwrap();
+        assert_eq!(p.kernels[0].block_size, KernelBlockSize::All(256));
+        assert_eq!(p.kernels[0].block_size.for_entry("anything"), Ok(Some(256)));
+        for (bad, want) in [
+            (
+                "block-size = { \"a_*\" = 0 }",
+                "block-size must be 1..=1024",
+            ),
+            (
+                "block-size = { \"a_*\" = 2048 }",
+                "block-size must be 1..=1024",
+            ),
+            ("block-size = { \"a[\" = 64 }", "without a closing `]`"),
+            (
+                "block-size = \"64\"",
+                "block-size: expected an integer, found a string",
+            ),
+        ] {
+            let e = project(d.path(), &GOOD.replace("block-size = 256", bad))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    /// Issue 27, item 7: `entries` per vendor or target beside the plain list.
+    #[test]
+    fn entries_per_vendor_or_target() {
+        let d = tempfile::tempdir().unwrap();
+        let scoped = GOOD.replace(
+            "entries = [\"gemv\"]",
+            "entries = { all = [\"gemv\"], nvidia = [\"*_bf16\"], gfx1100 = [\"amd_only\"] }",
+        );
+        let p = project(d.path(), &scoped).unwrap();
+        let k = &p.kernels[0];
+        let names = |t: &str| -> Vec<String> {
+            k.entries
+                .for_target(&t.parse().unwrap())
+                .iter()
+                .map(|e| e.text().to_string())
+                .collect()
+        };
+        assert_eq!(names("sm_89"), ["gemv", "*_bf16"]);
+        assert_eq!(names("gfx1100"), ["gemv", "amd_only"]);
+        assert_eq!(names("gfx1201"), ["gemv"]);
+        assert!(k.has_patterns());
+        // The plain list still means every target.
+        let p = project(d.path(), GOOD).unwrap();
+        assert_eq!(
+            p.kernels[0]
+                .entries
+                .for_target(&"gfx1100".parse().unwrap())
+                .len(),
+            1
+        );
+        let bad = GOOD.replace("entries = [\"gemv\"]", "entries = { intel = [\"gemv\"] }");
+        let e = project(d.path(), &bad).unwrap_err().to_string();
+        assert!(
+            e.contains("kernel `gemv`: entries: `intel` is not `all`, `nvidia`, `amd` or a target"),
+            "{e}"
+        );
+        let empty = GOOD.replace("entries = [\"gemv\"]", "entries = { nvidia = [] }");
+        let e = project(d.path(), &empty).unwrap_err().to_string();
+        assert!(e.contains("`entries` must list"), "{e}");
+    }
 
     #[test]
     fn parses_a_project_with_a_variant_matrix() {

@@ -9,6 +9,149 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use kbuild_manifest::demangle;
+use kbuild_manifest::target::{Target, Vendor};
+
+/// Which targets one list of a kernel's `entries` applies to: every target (the plain list,
+/// or the key `all`), one vendor's (`nvidia`, `amd`) or one target's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryScope {
+    All,
+    Vendor(Vendor),
+    Target(Target),
+}
+
+impl EntryScope {
+    /// A key of the `entries` table: `all`, `nvidia`, `amd` or a target name.
+    pub fn parse(key: &str) -> Result<EntryScope, String> {
+        match key {
+            "all" => Ok(EntryScope::All),
+            "nvidia" => Ok(EntryScope::Vendor(Vendor::Nvidia)),
+            "amd" => Ok(EntryScope::Vendor(Vendor::Amd)),
+            other => other
+                .parse::<Target>()
+                .map(EntryScope::Target)
+                .map_err(|e| format!("`{other}` is not `all`, `nvidia`, `amd` or a target ({e})")),
+        }
+    }
+
+    pub fn applies(&self, target: &Target) -> bool {
+        match self {
+            EntryScope::All => true,
+            EntryScope::Vendor(v) => target.vendor() == *v,
+            EntryScope::Target(t) => t == target,
+        }
+    }
+
+    /// How narrow it is: a narrower list's symbols are its own, not the wider one's.
+    fn rank(&self) -> u8 {
+        match self {
+            EntryScope::All => 0,
+            EntryScope::Vendor(_) => 1,
+            EntryScope::Target(_) => 2,
+        }
+    }
+}
+
+impl fmt::Display for EntryScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryScope::All => f.write_str("all"),
+            EntryScope::Vendor(Vendor::Nvidia) => f.write_str("nvidia"),
+            EntryScope::Vendor(Vendor::Amd) => f.write_str("amd"),
+            EntryScope::Target(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// A kernel's `entries`: the plain list (scope `all`), or lists per vendor or target. An
+/// object for a target must export what every list that applies to it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelEntries {
+    pub lists: Vec<(EntryScope, Vec<EntryPattern>)>,
+}
+
+impl KernelEntries {
+    /// The plain list form: the same entries for every target.
+    pub fn plain(entries: Vec<EntryPattern>) -> KernelEntries {
+        KernelEntries {
+            lists: vec![(EntryScope::All, entries)],
+        }
+    }
+
+    /// What an object for `target` must export: every list that applies, widest first.
+    pub fn for_target(&self, target: &Target) -> Vec<EntryPattern> {
+        let mut out: Vec<EntryPattern> = Vec::new();
+        for (_, list) in self.applying(target) {
+            for p in list {
+                if !out.contains(p) {
+                    out.push(p.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The lists that apply to `target`, widest first.
+    pub fn applying(&self, target: &Target) -> Vec<&(EntryScope, Vec<EntryPattern>)> {
+        let mut v: Vec<_> = self
+            .lists
+            .iter()
+            .filter(|(s, _)| s.applies(target))
+            .collect();
+        v.sort_by_key(|(s, _)| s.rank());
+        v
+    }
+
+    /// Every entry of every list, each once (the build.rs API's constants).
+    pub fn every(&self) -> Vec<EntryPattern> {
+        let mut out: Vec<EntryPattern> = Vec::new();
+        for p in self.lists.iter().flat_map(|(_, l)| l) {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether any entry is a glob or demangled pattern (not an exact name).
+    pub fn has_patterns(&self) -> bool {
+        self.lists
+            .iter()
+            .flat_map(|(_, l)| l)
+            .any(|e| !e.is_exact())
+    }
+
+    /// For the cross-target audit of one object for `target`: per applying scope with
+    /// patterns, the symbols of `exports` that scope's patterns match, less those a narrower
+    /// applying list names (a symbol listed for `nvidia` is NVIDIA's own, so `all`'s `*` on
+    /// NVIDIA does not count it against AMD).
+    pub fn matched_by_scope<'a>(
+        &self,
+        target: &Target,
+        exports: impl IntoIterator<Item = &'a String> + Clone,
+    ) -> Vec<(EntryScope, BTreeSet<String>)> {
+        let lists = self.applying(target);
+        let mut out = Vec::new();
+        for (scope, list) in &lists {
+            let patterns: Vec<EntryPattern> =
+                list.iter().filter(|e| !e.is_exact()).cloned().collect();
+            if patterns.is_empty() {
+                continue;
+            }
+            let narrower: BTreeSet<String> = lists
+                .iter()
+                .filter(|(s, _)| s.rank() > scope.rank())
+                .flat_map(|(_, l)| concrete(l, exports.clone()))
+                .collect();
+            let matched = concrete(&patterns, exports.clone())
+                .into_iter()
+                .filter(|s| !narrower.contains(s))
+                .collect();
+            out.push((*scope, matched));
+        }
+        out
+    }
+}
 
 /// Why an `entries` item is not a pattern.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -425,6 +568,55 @@ fn glob(p: &[Token], s: &[char]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27, item 7: a symbol a vendor's list names is that vendor's own, so the `all`
+    /// list's pattern does not count it against the other vendor; without the vendor list
+    /// the AMD object lacks it and fails alone.
+    #[test]
+    fn vendor_lists_take_their_symbols_out_of_the_wide_comparison() {
+        use crate::audit::cross_target;
+        let parse = |l: &[&str]| -> Vec<EntryPattern> {
+            l.iter().map(|e| EntryPattern::parse(e).unwrap()).collect()
+        };
+        let sm89: Vec<String> = vec!["rms_f32".into(), "rms_bf16".into()];
+        let gfx: Vec<String> = vec!["rms_f32".into()];
+        let compare = |entries: &KernelEntries| -> Vec<(String, String)> {
+            let mut per_scope: BTreeMap<String, (EntryScope, BTreeMap<String, BTreeSet<String>>)> =
+                BTreeMap::new();
+            for (t, exports) in [("sm_89", &sm89), ("gfx1100", &gfx)] {
+                for (scope, m) in entries.matched_by_scope(&t.parse().unwrap(), exports) {
+                    per_scope
+                        .entry(scope.to_string())
+                        .or_insert_with(|| (scope, BTreeMap::new()))
+                        .1
+                        .insert(t.to_string(), m);
+                }
+            }
+            per_scope
+                .values()
+                .flat_map(|(scope, per_target)| {
+                    cross_target("rms", None, scope, &parse(&["*"]), per_target)
+                })
+                .collect()
+        };
+        let split = KernelEntries {
+            lists: vec![
+                (EntryScope::All, parse(&["*"])),
+                (EntryScope::Vendor(Vendor::Nvidia), parse(&["*_bf16"])),
+            ],
+        };
+        assert!(compare(&split).is_empty());
+        let lacking = compare(&KernelEntries::plain(parse(&["*"])));
+        assert_eq!(lacking.len(), 1);
+        assert_eq!(lacking[0].0, "gfx1100");
+        assert!(
+            lacking[0].1.contains(
+                "gfx1100 does not export 1 entry that sm_89 exports for entries `*`: `rms_bf16`"
+            ),
+            "{}",
+            lacking[0].1
+        );
+    }
 
     fn m(pattern: &str, symbol: &str) -> bool {
         EntryPattern::parse(pattern)

@@ -154,6 +154,12 @@ pub struct NoMatch {
     pub available: Vec<String>,
     /// The target to build so that it runs (`gfx1151`, `sm_90`).
     pub build_target: String,
+    /// Other targets that run on the device (`sm_80` SASS, `compute_86` PTX,
+    /// `gfx11-generic`), each with why.
+    pub also: Vec<(String, String)>,
+    /// The device vendor's targets other kernels of the bundle have while this one has none:
+    /// the build skipped it there (restricted or failed), so no `--targets` adds it.
+    pub restricted: Vec<String>,
 }
 
 impl std::fmt::Display for NoMatch {
@@ -165,12 +171,28 @@ impl std::fmt::Display for NoMatch {
         };
         write!(
             f,
-            "no code object of kernel `{}`{} runs on {} (the bundle has: {available}); hint: build it with `kbuild --targets {}`",
+            "no code object of kernel `{}`{} runs on {} (the bundle has: {available}); hint: ",
             self.kernel,
             variant_text(&self.variant),
             self.device,
-            self.build_target
-        )
+        )?;
+        if !self.restricted.is_empty() {
+            return write!(
+                f,
+                "the build made {} for other kernels but none for this one: its Kbuild.toml `targets` restricts it (or its compile failed there), so another `--targets` does not add it; lift the restriction or fix that compile first",
+                self.restricted.join(", ")
+            );
+        }
+        write!(f, "build it with `kbuild --targets {}`", self.build_target)?;
+        if !self.also.is_empty() {
+            let also: Vec<String> = self
+                .also
+                .iter()
+                .map(|(t, why)| format!("`{t}` ({why})"))
+                .collect();
+            write!(f, "; also runs here: {}", also.join(", "))?;
+        }
+        Ok(())
     }
 }
 

@@ -99,7 +99,28 @@ impl Selection {
             device: self.device.name(),
             available: choice.candidates.iter().map(|c| c.target.clone()).collect(),
             build_target: build_target(&self.device),
+            also: also_runs_here(&self.device),
+            restricted: self.vendor_targets_without(choice),
         }
+    }
+
+    /// The targets of the device's vendor that other kernels of this bundle have objects for,
+    /// when `choice` has none of them: the build made them but not this kernel's (its
+    /// Kbuild.toml `targets` restricts it, or its compile failed there), so building the
+    /// device's target would not add it either.
+    fn vendor_targets_without(&self, choice: &KernelChoice) -> Vec<String> {
+        let vendor = self.device.vendor();
+        let of_vendor = |t: &str| t.parse::<Target>().is_ok_and(|t| t.vendor() == vendor);
+        if choice.candidates.iter().any(|c| of_vendor(&c.target)) {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = Vec::new();
+        for c in self.kernels.iter().flat_map(|k| &k.candidates) {
+            if of_vendor(&c.target) && !out.contains(&c.target) {
+                out.push(c.target.clone());
+            }
+        }
+        out
     }
 
     /// Whether every kernel has a selected object.
@@ -163,6 +184,67 @@ pub fn build_target(device: &Device) -> String {
     match device {
         Device::Cuda { processor, .. } => processor.name.to_string(),
         Device::Amd { processor, .. } => processor.name.to_string(),
+    }
+}
+
+/// Targets besides [`build_target`] whose objects run on `device`, as the compat table
+/// judges every catalogue target: the oldest SASS of the device's major (`sm_80` runs on
+/// sm_86), the device's PTX (`compute_86`, JIT-compiled here and on newer devices) and the
+/// AMD generic target whose family has the device (`gfx11-generic` for gfx1101, where the
+/// runtime loads generic objects). Each with why, for the no-match hint.
+pub fn also_runs_here(device: &Device) -> Vec<(String, String)> {
+    use kbuild_manifest::target::{Feature, PROCESSORS};
+    let mut sass: Option<(Target, (u32, u32))> = None;
+    let mut out: Vec<(String, String)> = Vec::new();
+    let own = build_target(device);
+    for p in PROCESSORS {
+        for ptx in [false, true] {
+            let t = Target {
+                processor: p,
+                ptx,
+                xnack: Feature::Any,
+                sramecc: Feature::Any,
+            };
+            if ptx && t.vendor() != kbuild_manifest::target::Vendor::Nvidia {
+                continue;
+            }
+            let v = judge(&t, None, device);
+            match v.rule {
+                Rule::SameMajorOlder => {
+                    let cc = device_cc(&t);
+                    if sass.is_none_or(|(_, best)| cc < best) {
+                        sass = Some((t, cc));
+                    }
+                }
+                Rule::PtxJit if p.name == own => out.push((
+                    t.to_string(),
+                    "PTX, JIT-compiled here and on newer devices".into(),
+                )),
+                Rule::AmdGeneric => out.push((
+                    t.to_string(),
+                    "generic: one object for every processor of its family".into(),
+                )),
+                _ => {}
+            }
+        }
+    }
+    if let Some((t, (major, _))) = sass {
+        out.insert(
+            0,
+            (
+                t.to_string(),
+                format!("SASS that runs on every {major}.x device from it up"),
+            ),
+        );
+    }
+    out
+}
+
+/// The compute capability a CUDA target names (`(0, 0)` for another vendor's).
+fn device_cc(t: &Target) -> (u32, u32) {
+    match t.processor.kind {
+        kbuild_manifest::target::ProcessorKind::Cuda { major, minor, .. } => (major, minor),
+        _ => (0, 0),
     }
 }
 
@@ -454,6 +536,49 @@ pub(crate) mod tests {
             "{e}"
         );
         assert!(e.contains("kbuild --targets sm_90"), "{e}");
+    }
+
+    /// Issue 27, item 10: the no-match hint reads the compat table and the bundle: the
+    /// oldest SASS of the device's major, the device's PTX, the AMD generic target; and a
+    /// kernel the build skipped for the device's vendor (restricted) is not told to build it.
+    #[test]
+    fn no_match_hints_read_the_compat_table_and_the_bundle() {
+        let m = manifest(vec![
+            object("k", None, "sm_90", None),
+            object("k", None, "gfx1100", None),
+            object("nv_only", None, "sm_90", None),
+        ]);
+        let s = select(&m, &dev("sm_86", None));
+        let e = s.no_match(s.kernel("k", None).unwrap()).to_string();
+        assert!(
+            e.contains("build it with `kbuild --targets sm_86`; also runs here: `sm_80` (SASS that runs on every 8.x device from it up), `compute_86` (PTX"),
+            "{e}"
+        );
+        let s = select(&m, &dev("gfx1101", None));
+        let e = s.no_match(s.kernel("k", None).unwrap()).to_string();
+        assert!(
+            e.contains("`kbuild --targets gfx1101`; also runs here: `gfx11-generic` (generic"),
+            "{e}"
+        );
+        // A runtime that loads no generic object is not offered one.
+        let old_rocm = Device::parse(
+            "gfx1101",
+            None,
+            Some(kbuild_manifest::compat::NO_GENERIC_RUNTIME),
+        )
+        .unwrap();
+        let s = select(&m, &old_rocm);
+        let e = s.no_match(s.kernel("k", None).unwrap()).to_string();
+        assert!(!e.contains("gfx11-generic"), "{e}");
+        // On gfx1100 the build made gfx1100 objects, none of `nv_only`: restricted.
+        let s = select(&m, &dev("gfx1100", None));
+        let e = s.no_match(s.kernel("nv_only", None).unwrap()).to_string();
+        assert!(
+            e.contains("the build made gfx1100 for other kernels but none for this one")
+                && e.contains("restricts it")
+                && !e.contains("--targets gfx1100`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -305,11 +305,12 @@ impl Manifest {
             if v.is_empty() {
                 return None;
             }
-            let mut names: Vec<String> = v.iter().take(5).map(UnbuiltObject::label).collect();
-            if v.len() > 5 {
-                names.push(format!("{} more", v.len() - 5));
-            }
-            Some(format!("{} {what} ({})", v.len(), names.join(", ")))
+            let names: Vec<String> = v.iter().map(UnbuiltObject::label).collect();
+            Some(format!(
+                "{} {what} ({})",
+                v.len(),
+                kbuild_base::list::short_list(&names, 5)
+            ))
         };
         let parts: Vec<String> = [list("failed", &self.failed), list("missing", &self.missing)]
             .into_iter()

@@ -168,6 +168,16 @@ pub fn object_resources(
     log: Option<&str>,
     block_size: Option<BlockSize>,
 ) -> Result<ObjectResources, ReadError> {
+    object_resources_by_entry(data, log, &|_| block_size)
+}
+
+/// [`object_resources`] with a block size per entry symbol (Kbuild.toml `block-size` as a
+/// table keyed by entry pattern): `block_size` answers for each kernel of the object.
+pub fn object_resources_by_entry(
+    data: &[u8],
+    log: Option<&str>,
+    block_size: &dyn Fn(&str) -> Option<BlockSize>,
+) -> Result<ObjectResources, ReadError> {
     match detect(data) {
         Some(Format::Hsaco) => amd(data, block_size),
         Some(Format::Cubin) => cuda(data, log, block_size),
@@ -200,13 +210,16 @@ pub fn object_resources(
     }
 }
 
-fn amd(data: &[u8], block_size: Option<BlockSize>) -> Result<ObjectResources, ReadError> {
+fn amd(
+    data: &[u8],
+    block_size: &dyn Fn(&str) -> Option<BlockSize>,
+) -> Result<ObjectResources, ReadError> {
     let obj = amdgpu::read_hsaco(data)?;
     let proc = obj.target.processor.and_then(processor);
     let mut kernels = Vec::new();
     for k in &obj.kernels {
         let Some(m) = &k.metadata else { continue };
-        let threads = block_size.unwrap_or(BlockSize {
+        let threads = block_size(&k.name).unwrap_or(BlockSize {
             threads: m.max_flat_workgroup_size,
             from: BlockSize::FROM_MAX_FLAT_WORKGROUP_SIZE,
         });
@@ -255,7 +268,7 @@ fn amd(data: &[u8], block_size: Option<BlockSize>) -> Result<ObjectResources, Re
 fn cuda(
     data: &[u8],
     log: Option<&str>,
-    block_size: Option<BlockSize>,
+    block_size: &dyn Fn(&str) -> Option<BlockSize>,
 ) -> Result<ObjectResources, ReadError> {
     let obj = cubin::read_cubin(data)?;
     let reports = log.map(logs::parse_ptxas_log).unwrap_or_default();
@@ -269,7 +282,7 @@ fn cuda(
             // A hostile cubin's dimensions may overflow: saturate (no block is that large,
             // so occupancy then says the bound is out of range) instead of wrapping.
             .map(|d| d.iter().fold(1u32, |acc, &x| acc.saturating_mul(x.max(1))));
-        let threads = block_size.or(bound.map(|threads| BlockSize {
+        let threads = block_size(&k.name).or(bound.map(|threads| BlockSize {
             threads,
             from: BlockSize::FROM_LAUNCH_BOUNDS,
         }));
@@ -384,4 +397,62 @@ pub fn inspect(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn occupancy_block(r: &ObjectResources, name: &str) -> Option<(u32, String)> {
+        let k = r.kernels.iter().find(|k| k.name == name)?;
+        let o = match &k.resources {
+            Resources::Cuda(c) => c.occupancy.clone(),
+            Resources::Amd(a) => a.occupancy.clone(),
+            Resources::Ptx(_) => None,
+        }?;
+        Some((o.block_size?, o.block_size_from?))
+    }
+
+    /// Issue 27, item 11: a block size per entry of one object; the entries it names none for
+    /// keep their own bound (or none), on both vendors.
+    #[test]
+    fn block_sizes_per_entry_reach_each_kernels_occupancy() {
+        let per_entry = |name: &str| match name {
+            "vadd" => Some(BlockSize::config(512)),
+            "fixed_block" => Some(BlockSize::config(32)),
+            _ => None,
+        };
+        let cubin = include_bytes!("../tests/fixtures/kern_sm89.cubin");
+        let log = include_str!("../tests/fixtures/kern_sm89.ptxas.log");
+        let r = object_resources_by_entry(cubin, Some(log), &per_entry).unwrap();
+        assert_eq!(
+            occupancy_block(&r, "vadd"),
+            Some((512, "block-size".into()))
+        );
+        assert_eq!(
+            occupancy_block(&r, "fixed_block"),
+            Some((32, "block-size".into()))
+        );
+        assert_eq!(
+            occupancy_block(&r, "reduce_smem"),
+            Some((256, "launch-bounds".into()))
+        );
+        let hsaco = include_bytes!("../tests/fixtures/kern_gfx1100.hsaco");
+        let r = object_resources_by_entry(hsaco, None, &per_entry).unwrap();
+        assert_eq!(
+            occupancy_block(&r, "vadd"),
+            Some((512, "block-size".into()))
+        );
+        assert_eq!(
+            occupancy_block(&r, "reqd64"),
+            Some((64, "max-flat-workgroup-size".into()))
+        );
+        // One size for all: the old form is the same function.
+        let r = object_resources(cubin, Some(log), Some(BlockSize::config(64))).unwrap();
+        assert_eq!(occupancy_block(&r, "vadd"), Some((64, "block-size".into())));
+        assert_eq!(
+            occupancy_block(&r, "reduce_smem"),
+            Some((64, "block-size".into()))
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use kbuild_base::fs as fsutil;
 use kbuild_manifest::manifest::ObjectRecord;
-use kbuild_manifest::resources::{object_resources, BlockSize};
+use kbuild_manifest::resources::{object_resources_by_entry, BlockSize};
 use kbuild_manifest::target::ObjectKind;
 
 use crate::driver;
@@ -174,21 +174,39 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         },
     };
     let kernel = &ctx.project.kernels[job.kernel];
-    let audited =
-        match crate::audit::audit(&kernel.name, &job.target, &kernel.entries, &entry.object) {
-            Ok(a) => a,
-            Err(e) => {
+    let entries = kernel.entries.for_target(&job.target);
+    let audited = match crate::audit::audit(&kernel.name, &job.target, &entries, &entry.object) {
+        Ok(a) => a,
+        Err(e) => {
+            return fail(
+                format!("coverage audit: {e}"),
+                Some(entry.meta.command.clone()),
+                String::new(),
+            )
+        }
+    };
+    let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
+    let mut params: BTreeMap<String, Vec<kbuild_manifest::params::Param>> = BTreeMap::new();
+    // `block-size` per entry: an entry two patterns give different sizes fails the object.
+    let mut block_sizes: BTreeMap<&str, u32> = BTreeMap::new();
+    for e in &audited.ident.entries {
+        match kernel.block_size.for_entry(e) {
+            Ok(Some(n)) => {
+                block_sizes.insert(e.as_str(), n);
+            }
+            Ok(None) => {}
+            Err(conflict) => {
                 return fail(
-                    format!("coverage audit: {e}"),
+                    conflict.to_string(),
                     Some(entry.meta.command.clone()),
                     String::new(),
                 )
             }
-        };
-    let log = (job.target.object_kind() == ObjectKind::Cubin).then_some(entry.log.as_str());
-    let mut params: BTreeMap<String, Vec<kbuild_manifest::params::Param>> = BTreeMap::new();
+        }
+    }
+    let by_entry = |name: &str| block_sizes.get(name).map(|&n| BlockSize::config(n));
     let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
-        match object_resources(&entry.object, log, kernel.block_size.map(BlockSize::config)) {
+        match object_resources_by_entry(&entry.object, log, &by_entry) {
             Ok(r) => r
                 .kernels
                 .into_iter()
@@ -213,7 +231,7 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
     // A kernel with patterns records what its entries name (concrete symbols); one with
     // exact names only records every symbol the object exports, as it always has.
     let (entries, resources, demangled) = if kernel.has_patterns() {
-        let named = crate::entries::concrete(&kernel.entries, &audited.ident.entries);
+        let named = crate::entries::concrete(&entries, &audited.ident.entries);
         let keep = |k: &String| named.contains(k);
         params.retain(|k, _| keep(k));
         (

@@ -41,72 +41,99 @@ pub(super) fn write_compat_header(
     Ok(Some(dir))
 }
 
-/// The cross-target audit of kernels with pattern entries: per (kernel, variant), every
-/// target's object must export the same matching symbols. A group that disagrees fails: its
-/// objects leave the output and the manifest lists them as `failed`, with the error.
+/// The cross-target audit of kernels with pattern entries: per (kernel, variant) and list of
+/// entries (all targets, a vendor's, a target's), every target the list applies to must
+/// export the same matching symbols. A target lacking some fails: its object leaves the
+/// output and the manifest lists it as `failed`, with the error; the targets that export them
+/// keep theirs.
 pub(super) fn cross_target_audit(
     project: &Project,
     records: &mut Vec<ObjectRecord>,
     out_dir: &Path,
     failed: &mut Vec<UnbuiltObject>,
 ) -> Vec<Failure> {
+    use crate::entries::EntryScope;
+    use kbuild_manifest::target::Target;
     use std::collections::BTreeSet;
+    type PerTarget = BTreeMap<String, BTreeSet<String>>;
     let mut failures = Vec::new();
-    let mut drop: BTreeSet<(String, Option<String>)> = BTreeSet::new();
+    // (kernel, variant, target) → why it failed.
+    let mut drop: BTreeMap<(String, Option<String>, String), Vec<String>> = BTreeMap::new();
     for k in project.kernels.iter().filter(|k| k.has_patterns()) {
-        let mut groups: BTreeMap<Option<String>, BTreeMap<String, BTreeSet<String>>> =
+        // variant → scope (by name) → target → matched symbols.
+        let mut groups: BTreeMap<Option<String>, BTreeMap<String, (EntryScope, PerTarget)>> =
             BTreeMap::new();
         for r in records.iter().filter(|r| r.kernel == k.name) {
-            let matched: BTreeSet<String> = crate::entries::concrete(
-                &k.entries
-                    .iter()
-                    .filter(|e| !e.is_exact())
-                    .cloned()
-                    .collect::<Vec<_>>(),
-                &r.entries,
-            )
-            .iter()
-            .map(|s| crate::entries::cross_target_key(s))
-            .collect();
-            groups
-                .entry(r.variant.clone())
-                .or_default()
-                .insert(r.target.clone(), matched);
-        }
-        for (variant, per_target) in groups {
-            let Some(message) =
-                crate::audit::cross_target(&k.name, variant.as_deref(), &k.entries, &per_target)
-            else {
+            let Ok(target) = r.target.parse::<Target>() else {
                 continue;
             };
+            for (scope, matched) in k.entries.matched_by_scope(&target, &r.entries) {
+                let keys = matched
+                    .iter()
+                    .map(|s| crate::entries::cross_target_key(s))
+                    .collect();
+                groups
+                    .entry(r.variant.clone())
+                    .or_default()
+                    .entry(scope.to_string())
+                    .or_insert_with(|| (scope, BTreeMap::new()))
+                    .1
+                    .insert(r.target.clone(), keys);
+            }
+        }
+        for (variant, scopes) in groups {
+            let mut lacking: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (scope, per_target) in scopes.values() {
+                let patterns = k
+                    .entries
+                    .lists
+                    .iter()
+                    .find(|(s, _)| s == scope)
+                    .map(|(_, l)| l.as_slice())
+                    .unwrap_or_default();
+                for (t, why) in crate::audit::cross_target(
+                    &k.name,
+                    variant.as_deref(),
+                    scope,
+                    patterns,
+                    per_target,
+                ) {
+                    lacking.entry(t).or_default().push(why);
+                }
+            }
+            if lacking.is_empty() {
+                continue;
+            }
             let name = match &variant {
                 Some(v) => format!("{}.{v}", k.name),
                 None => k.name.clone(),
             };
-            let targets: Vec<&str> = per_target.keys().map(String::as_str).collect();
+            let targets: Vec<&str> = lacking.keys().map(String::as_str).collect();
+            let causes: Vec<String> = lacking.values().flatten().cloned().collect();
             failures.push(Failure {
                 label: format!("{name} for {}", targets.join(", ")),
-                cause: format!("coverage audit: {message}"),
+                cause: format!("coverage audit: {}", causes.join("; ")),
                 command: None,
                 log: String::new(),
             });
-            for t in per_target.keys() {
-                failed.push(UnbuiltObject {
-                    kernel: k.name.clone(),
-                    variant: variant.clone(),
-                    target: t.clone(),
-                    error: Some(format!("coverage audit: {message}")),
-                });
+            for (t, why) in lacking {
+                drop.insert((k.name.clone(), variant.clone(), t), why);
             }
-            drop.insert((k.name.clone(), variant));
         }
     }
     records.retain(|r| {
-        let gone = drop.contains(&(r.kernel.clone(), r.variant.clone()));
-        if gone {
-            let _ = std::fs::remove_file(out_dir.join(&r.path));
-        }
-        !gone
+        let key = (r.kernel.clone(), r.variant.clone(), r.target.clone());
+        let Some(why) = drop.get(&key) else {
+            return true;
+        };
+        let _ = std::fs::remove_file(out_dir.join(&r.path));
+        failed.push(UnbuiltObject {
+            kernel: r.kernel.clone(),
+            variant: r.variant.clone(),
+            target: r.target.clone(),
+            error: Some(format!("coverage audit: {}", why.join("; "))),
+        });
+        false
     });
     if !drop.is_empty() {
         failed.sort_by_key(|u| (u.target.clone(), u.kernel.clone(), u.variant.clone()));

@@ -250,3 +250,204 @@ fn failure_text_shows_the_command_and_the_indented_output() {
         "error: k for sm_89: compiler exited with 2\n  command: nvcc k.cu\n  compiler output:\n    k.cu(1): error: x\n"
     );
 }
+
+/// A fake nvcc whose PTX exports, for `-arch=compute_XY`, every name on a source line
+/// `EXPORT name` and every name on a line `EXPORT_XY name`: kernels guarded by
+/// `__CUDA_ARCH__`, without a compiler.
+const GUARDED_NVCC: &str = r#"#!/bin/sh
+if [ "$1" = "--version" ]; then
+  echo "nvcc: NVIDIA (R) Cuda compiler driver"
+  echo "Cuda compilation tools, release 13.5, V13.5.37"
+  exit 0
+fi
+out=; dep=; arch=; src=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) out="$2"; shift ;;
+    -MF) dep="$2"; shift ;;
+    -arch=compute_*) arch="${1#-arch=compute_}" ;;
+    -*) ;;
+    *) src="$1" ;;
+  esac
+  shift
+done
+printf '.version 8.0\n.target sm_%s\n.address_size 64\n' "$arch" > "$out"
+while IFS= read -r line; do
+  name=
+  case "$line" in
+    "EXPORT "*) name="${line#EXPORT }" ;;
+    "EXPORT_$arch "*) name="${line#EXPORT_$arch }" ;;
+  esac
+  if [ -n "$name" ]; then
+    printf '\n.visible .entry %s(\n\t.param .u64 %s_param_0\n)\n{\n\tret;\n}\n' "$name" "$name" >> "$out"
+  fi
+done < "$src"
+printf '%s: %s\n' "$out" "$src" > "$dep"
+"#;
+
+/// A project of one kernel `ops` (`ops.cu` is `source`) with `entries` as written, for
+/// compute_89 and compute_90, built with [`GUARDED_NVCC`].
+fn guarded_project(dir: &Path, source: &str, entries: &str) -> (Project, BuildOptions) {
+    use std::os::unix::fs::PermissionsExt;
+    let cuda = dir.join("cuda");
+    std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
+    let nvcc = cuda.join("bin/nvcc");
+    std::fs::write(&nvcc, GUARDED_NVCC).expect("write nvcc");
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::write(dir.join("ops.cu"), source).expect("write source");
+    let toml = format!(
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"compute_89\", \"compute_90\"]\n\n[toolchain]\ncuda = {:?}\n\n[kernels.ops]\nsource = \"ops.cu\"\nentries = {entries}\n",
+        cuda.display().to_string()
+    );
+    let project = parse(&dir.join(FILE_NAME), &toml).expect("project parses");
+    let opts = BuildOptions {
+        out_dir: Some(dir.join("out")),
+        cache_dir: Some(dir.join("cache")),
+        jobs: Some(1),
+        keep_going: true,
+        env: Env::empty(),
+        ..BuildOptions::default()
+    };
+    (project, opts)
+}
+
+/// `ops` exports `common` everywhere and 48 `only90_N` kernels on compute_90 alone.
+fn guarded_source() -> String {
+    let mut s = String::from("EXPORT common\n");
+    for i in 0..48 {
+        s.push_str(&format!("EXPORT_90 only90_{i}\n"));
+    }
+    s
+}
+
+/// Issue 27, item 7: a target lacking what the others export fails alone (a short list of
+/// the missing entries, one line), and the objects that passed stay in the output and the
+/// manifest.
+#[test]
+fn the_cross_target_audit_fails_only_the_lacking_target_with_a_short_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, opts) = guarded_project(dir.path(), &guarded_source(), "[\"*\"]");
+    let report = build(&project, &opts, &Seen::default()).expect("builds");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    let f = &report.failures[0];
+    assert_eq!(f.label, "ops for compute_89");
+    assert!(
+        f.cause
+            .contains("compute_89 does not export 48 entries that compute_90 exports")
+            && f.cause.contains("45 more")
+            && !f.cause.contains("only90_47"),
+        "{}",
+        f.cause
+    );
+    assert!(f.cause.len() < 600, "{} bytes: {}", f.cause.len(), f.cause);
+    let m = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+        .expect("parses");
+    let built: Vec<&str> = m.objects.iter().map(|o| o.target.as_str()).collect();
+    assert_eq!(built, ["compute_90"]);
+    assert_eq!(m.objects[0].entries.len(), 49);
+    assert!(dir.path().join("out").join(&m.objects[0].path).is_file());
+    assert!(!dir.path().join("out/compute_89/ops.ptx").exists());
+    let failed: Vec<&str> = m.failed.iter().map(|u| u.target.as_str()).collect();
+    assert_eq!(failed, ["compute_89"]);
+}
+
+/// Issue 27, item 7: entries per target (or vendor) name what only some targets export, so
+/// every object passes and each records its own entries.
+#[test]
+fn entries_per_target_let_a_guarded_kernel_pass_on_every_target() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, opts) = guarded_project(
+        dir.path(),
+        &guarded_source(),
+        "{ all = [\"*\"], compute_90 = [\"only90_*\"] }",
+    );
+    let report = build(&project, &opts, &Seen::default()).expect("builds");
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let m = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+        .expect("parses");
+    let counts: Vec<(&str, usize)> = m
+        .objects
+        .iter()
+        .map(|o| (o.target.as_str(), o.entries.len()))
+        .collect();
+    assert_eq!(counts, [("compute_89", 1), ("compute_90", 49)]);
+    // An exact name listed for one vendor is required there, and only there.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, opts) = guarded_project(
+        dir.path(),
+        "EXPORT common\n",
+        "{ all = [\"common\"], nvidia = [\"fast\"] }",
+    );
+    let report = build(&project, &opts, &Seen::default()).expect("builds");
+    assert_eq!(report.failures.len(), 2, "{:?}", report.failures);
+    assert!(
+        report.failures[0].cause.contains("entry symbol(s) fast "),
+        "{}",
+        report.failures[0].cause
+    );
+}
+
+/// Issue 27, item 11: `block-size` per entry pattern reaches each entry's occupancy in the
+/// manifest (the gate's input); an entry two patterns disagree on fails its object. The fake
+/// nvcc hands back a real sm_89 cubin (the readers' fixture, with its ptxas log).
+#[test]
+fn block_size_per_entry_reaches_the_manifest() {
+    use kbuild_manifest::resources::Resources;
+    use std::os::unix::fs::PermissionsExt;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/tests/fixtures");
+    let build_with = |block_size: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cuda = dir.path().join("cuda");
+        std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
+        let nvcc = cuda.join("bin/nvcc");
+        let script = format!(
+            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
+            fixtures.join("kern_sm89.cubin").display().to_string(),
+            fixtures.join("kern_sm89.ptxas.log").display().to_string(),
+        );
+        std::fs::write(&nvcc, script).expect("write nvcc");
+        std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::write(dir.path().join("kern.cu"), "// the fixture's kernels\n").expect("src");
+        let toml = format!(
+            "[package]\nname = \"demo\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_89\"]\n\n[toolchain]\ncuda = {:?}\n\n[kernels.kern]\nsource = \"kern.cu\"\nentries = [\"*\"]\nblock-size = {block_size}\n",
+            cuda.display().to_string()
+        );
+        let project = parse(&dir.path().join(FILE_NAME), &toml).expect("project parses");
+        let opts = BuildOptions {
+            out_dir: Some(dir.path().join("out")),
+            cache_dir: Some(dir.path().join("cache")),
+            jobs: Some(1),
+            keep_going: true,
+            env: Env::empty(),
+            ..BuildOptions::default()
+        };
+        let report = build(&project, &opts, &Seen::default()).expect("builds");
+        let m = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+            .expect("parses");
+        (report.failures, m, dir)
+    };
+    let (failures, m, _dir) = build_with("{ vadd = 512, \"fixed_*\" = 32, \"reduce_*\" = 128 }");
+    assert!(failures.is_empty(), "{failures:?}");
+    let block = |name: &str| match m.objects[0].resources.get(name) {
+        Some(Resources::Cuda(c)) => c
+            .occupancy
+            .as_ref()
+            .and_then(|o| Some((o.block_size?, o.block_size_from.clone()?))),
+        _ => None,
+    };
+    assert_eq!(block("vadd"), Some((512, "block-size".to_string())));
+    assert_eq!(block("fixed_block"), Some((32, "block-size".to_string())));
+    assert_eq!(block("reduce_smem"), Some((128, "block-size".to_string())));
+    // Not named: its own __launch_bounds__(64).
+    assert_eq!(block("reqd64"), Some((64, "launch-bounds".to_string())));
+    let (failures, m, _dir) = build_with("{ \"*_block\" = 32, \"fixed_*\" = 64 }");
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0]
+            .cause
+            .contains("entry `fixed_block` matches `*_block` (32) and `fixed_*` (64)"),
+        "{}",
+        failures[0].cause
+    );
+    assert!(m.objects.is_empty());
+}

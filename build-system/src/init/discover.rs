@@ -89,8 +89,8 @@ pub(super) fn discover(
                 defines: settings.defines.clone(),
                 variants: Vec::new(),
                 flags: flags.clone(),
-                entries: vec![all.clone()],
-                block_size: None,
+                entries: crate::entries::KernelEntries::plain(vec![all.clone()]),
+                block_size: crate::config::KernelBlockSize::None,
                 targets: Some(vec![*t]),
             });
         }

@@ -1,7 +1,7 @@
 //! The leaf of kbuild's crate graph: helpers every other crate needs exactly once.
 //! Atomic writes ([`fs`]), digests ([`digest`]), UTC dates ([`time`]), kbuild's directories
 //! ([`dirs`]), the rules for outside names and paths ([`ident`]), capped reads of outside files
-//! ([`read`]), the cost of parsing a JSON document ([`json_cost`]) and [`env::Env`], the only
+//! ([`read`]), short lists of names in messages ([`list`]), the cost of parsing a JSON document ([`json_cost`]) and [`env::Env`], the only
 //! code that reads the process environment.
 
 pub mod digest;
@@ -10,6 +10,7 @@ pub mod env;
 pub mod fs;
 pub mod ident;
 pub mod json_cost;
+pub mod list;
 pub mod read;
 pub mod time;
 

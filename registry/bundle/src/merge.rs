@@ -8,6 +8,12 @@
 //! byte-identical. Every declared target must come from some input, with no failed or
 //! missing record, unless partial merges are allowed.
 //!
+//! Bundles of other target lists of the same sources (a vendor-split release: one runner
+//! builds `--targets gfx1100`, another `--targets sm_89,sm_90`, each whole or in shards) merge
+//! into the bundle one machine builds from the union of the lists, in the order the inputs
+//! give them; they may differ only in the toolchain of a vendor one of them holds no target
+//! of, and a target two of them hold must have the same jobs and bytes.
+//!
 //! The result is the single-machine manifest exactly: targets in declared order, records
 //! sorted as a build sorts them (target, kernel, variant), no `shard` field, the same JSON
 //! serialisation; its archive comes from the same [`Bundle::to_bytes`], so a merge is
@@ -109,8 +115,39 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 /// One field of a toolchain identity, as text.
 type ToolchainField = fn(&ToolchainIdentity) -> String;
 
-/// The first field on which `a` and `b` say they come from different sources.
-fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, String)> {
+/// How two inputs relate: parts of one build of one target list (a full bundle and its
+/// shards), or builds of other target lists (a vendor-split release: one runner's
+/// `--targets gfx1100`, another's `--targets sm_89,sm_90`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relation {
+    SameBuild,
+    OtherTargets,
+}
+
+/// The toolchain kinds (`cuda`, `hip`) of the vendors whose targets `b` holds.
+fn held_toolchains(b: &Bundle) -> BTreeSet<&'static str> {
+    b.targets()
+        .iter()
+        .filter_map(|t| t.parse::<Target>().ok())
+        .map(|t| t.vendor().toolchain())
+        .collect()
+}
+
+/// The first field on which `a` and `b` say they come from different sources. Builds of
+/// other target lists may differ in their declared list and shard costs, and in the
+/// toolchains of a vendor that one of them holds no target of (a CUDA runner need not have
+/// ROCm); a toolchain both use must be the same.
+fn first_difference(
+    a: &Bundle,
+    b: &Bundle,
+    relation: Relation,
+) -> Option<(String, String, String)> {
+    let same_build = relation == Relation::SameBuild;
+    let both_use: BTreeSet<&str> = held_toolchains(a)
+        .intersection(&held_toolchains(b))
+        .copied()
+        .collect();
+    let (a, b) = (a.manifest(), b.manifest());
     let diff =
         |field: &str, va: String, vb: String| (va != vb).then(|| (field.to_string(), va, vb));
     let pa = &a.provenance;
@@ -124,7 +161,9 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
             json(&b.package.version),
         ),
         diff("kernels", json(&a.kernels), json(&b.kernels)),
-        diff("declared targets", json(&declared(a)), json(&declared(b))),
+        same_build
+            .then(|| diff("declared targets", json(&declared(a)), json(&declared(b))))
+            .flatten(),
         diff(
             "provenance.git_commit",
             json(&pa.git_commit),
@@ -139,7 +178,10 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
     let tcs_a: BTreeMap<&str, _> = pa.toolchains.iter().map(|t| (t.kind.as_str(), t)).collect();
     let tcs_b: BTreeMap<&str, _> = pb.toolchains.iter().map(|t| (t.kind.as_str(), t)).collect();
     let kinds: BTreeSet<&str> = tcs_a.keys().chain(tcs_b.keys()).copied().collect();
-    for k in kinds {
+    for k in kinds
+        .into_iter()
+        .filter(|k| same_build || both_use.contains(k))
+    {
         let (ta, tb) = (tcs_a.get(k), tcs_b.get(k));
         let or_absent = |t: Option<&&ToolchainIdentity>, f: fn(&ToolchainIdentity) -> String| {
             t.map(|t| f(t)).unwrap_or_else(|| "absent".to_string())
@@ -157,11 +199,13 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
             ));
         }
     }
-    checks.push(diff(
-        "provenance.toolchains",
-        json(&pa.toolchains),
-        json(&pb.toolchains),
-    ));
+    if same_build {
+        checks.push(diff(
+            "provenance.toolchains",
+            json(&pa.toolchains),
+            json(&pb.toolchains),
+        ));
+    }
     let vendors: BTreeSet<&String> = pa.flags.keys().chain(pb.flags.keys()).collect();
     for v in vendors {
         checks.push(diff(
@@ -172,11 +216,13 @@ fn first_difference(a: &Manifest, b: &Manifest) -> Option<(String, String, Strin
     }
     checks.push(diff("provenance.host", json(&pa.host), json(&pb.host)));
     if let (Some(sa), Some(sb)) = (&a.shard, &b.shard) {
-        checks.push(diff(
-            "shard.costs (the estimate the shards were assigned by)",
-            json(&sa.costs),
-            json(&sb.costs),
-        ));
+        if same_build {
+            checks.push(diff(
+                "shard.costs (the estimate the shards were assigned by)",
+                json(&sa.costs),
+                json(&sb.costs),
+            ));
+        }
         checks.push(diff(
             "shard.sources (digest of Kbuild.toml and the kernel sources)",
             sa.sources.clone(),
@@ -331,6 +377,43 @@ fn check_keys(inputs: &[(String, Bundle)]) -> Result<(), MergeError> {
     Ok(())
 }
 
+/// The inputs by build: each distinct declared target list (a full bundle's `targets`, a
+/// shard's `shard.targets`) with the indices of its inputs, in the order the inputs first
+/// name it.
+fn builds(inputs: &[(String, Bundle)]) -> Vec<(Vec<String>, Vec<usize>)> {
+    let mut out: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+    for (i, (_, b)) in inputs.iter().enumerate() {
+        let list = declared(b.manifest());
+        match out.iter_mut().find(|(l, _)| l.as_slice() == list) {
+            Some((_, members)) => members.push(i),
+            None => out.push((list.to_vec(), vec![i])),
+        }
+    }
+    out
+}
+
+/// The toolchains of a merge of several builds, as one machine holding them all records
+/// them (by kind, in the order a build writes them): each kind from the first input holding a
+/// target of its vendor, else from the first recording it.
+fn union_toolchains(inputs: &[(String, Bundle)]) -> Vec<ToolchainIdentity> {
+    let mut by_kind: BTreeMap<String, ToolchainIdentity> = BTreeMap::new();
+    for (_, b) in inputs {
+        let held = held_toolchains(b);
+        for t in &b.manifest().provenance.toolchains {
+            if held.contains(t.kind.as_str()) {
+                by_kind.entry(t.kind.clone()).or_insert_with(|| t.clone());
+            }
+        }
+    }
+    for (_, b) in inputs {
+        for t in &b.manifest().provenance.toolchains {
+            by_kind.entry(t.kind.clone()).or_insert_with(|| t.clone());
+        }
+    }
+    // `cuda` before `hip`, as a build writes them.
+    by_kind.into_values().collect()
+}
+
 /// Merge `inputs` (each a name for messages, e.g. its file, and the bundle) into the release
 /// bundle. With `allow_partial`, declared targets no input holds and failed or missing
 /// records are kept as `missing`/`failed` and the manifest is marked `partial`.
@@ -342,29 +425,47 @@ pub fn merge(
         return Err(MergeError::NoInputs);
     };
     let base = first.manifest();
+    let mismatch = |a: &String, b: &String, (field, va, vb): (String, String, String)| {
+        MergeError::Mismatch(Box::new(Mismatch {
+            a: a.clone(),
+            b: b.clone(),
+            field,
+            va,
+            vb,
+        }))
+    };
+    let builds = builds(inputs);
     for (name, b) in &inputs[1..] {
-        if let Some((field, va, vb)) = first_difference(base, b.manifest()) {
-            return Err(MergeError::Mismatch(Box::new(Mismatch {
-                a: first_name.clone(),
-                b: name.clone(),
-                field,
-                va,
-                vb,
-            })));
+        let relation = if declared(b.manifest()) == declared(base) {
+            Relation::SameBuild
+        } else {
+            Relation::OtherTargets
+        };
+        if let Some(d) = first_difference(first, b, relation) {
+            return Err(mismatch(first_name, name, d));
         }
     }
-    // Shards must agree with each other on what only shards record, not just with the first.
-    let shards: Vec<&(String, Bundle)> = inputs.iter().filter(|(_, b)| b.is_shard()).collect();
-    if let Some((sa, a)) = shards.first() {
-        for (sb, b) in &shards[1..] {
-            if let Some((field, va, vb)) = first_difference(a.manifest(), b.manifest()) {
-                return Err(MergeError::Mismatch(Box::new(Mismatch {
-                    a: sa.clone(),
-                    b: sb.clone(),
-                    field,
-                    va,
-                    vb,
-                })));
+    for (_, members) in &builds {
+        // Shards must agree with each other on what only shards record, not just with the
+        // first input.
+        let shards: Vec<&(String, Bundle)> = members
+            .iter()
+            .map(|&i| &inputs[i])
+            .filter(|(_, b)| b.is_shard())
+            .collect();
+        if let Some((sa, a)) = shards.first() {
+            for (sb, b) in &shards[1..] {
+                if let Some(d) = first_difference(a, b, Relation::SameBuild) {
+                    return Err(mismatch(sa, sb, d));
+                }
+            }
+        }
+        // The builds of other target lists, each against the first of this one.
+        let (na, a) = &inputs[members[0]];
+        for (_, others) in builds.iter().filter(|(_, m)| m[0] > members[0]) {
+            let (nb, b) = &inputs[others[0]];
+            if let Some(d) = first_difference(a, b, Relation::OtherTargets) {
+                return Err(mismatch(na, nb, d));
             }
         }
     }
@@ -425,7 +526,15 @@ pub fn merge(
     failed.retain(|k, _| !records.contains_key(k));
     missing.retain(|k, _| !records.contains_key(k) && !failed.contains_key(k));
 
-    let targets: Vec<String> = declared(base).to_vec();
+    // The union of the builds' declared lists, in the order the inputs name them.
+    let mut targets: Vec<String> = Vec::new();
+    for (list, _) in &builds {
+        for t in list {
+            if !targets.contains(t) {
+                targets.push(t.clone());
+            }
+        }
+    }
     let missing_targets: Vec<String> = targets
         .iter()
         .filter(|t| !present.contains(*t))
@@ -453,11 +562,8 @@ pub fn merge(
             ));
         }
         let list = |v: Vec<&UnbuiltObject>| -> String {
-            let mut names: Vec<String> = v.iter().take(5).map(|u| u.label()).collect();
-            if v.len() > 5 {
-                names.push(format!("{} more", v.len() - 5));
-            }
-            names.join(", ")
+            let names: Vec<String> = v.iter().map(|u| u.label()).collect();
+            kbuild_base::list::short_list(&names, 5)
         };
         if !failed.is_empty() {
             what.push(format!(
@@ -484,10 +590,14 @@ pub fn merge(
     }
 
     // As `build` writes them: records and unbuilt jobs sorted by (target, kernel, variant).
+    let mut provenance = base.provenance.clone();
+    if builds.len() > 1 {
+        provenance.toolchains = union_toolchains(inputs);
+    }
     let merged = Manifest {
         schema: SCHEMA.to_string(),
         package: base.package.clone(),
-        provenance: base.provenance.clone(),
+        provenance,
         targets,
         kernels: base.kernels.clone(),
         objects: records.into_values().map(|(_, o)| o).collect(),
@@ -705,6 +815,194 @@ mod tests {
         .unwrap();
         let e = refused(&[("old.kbundle".into(), old)]);
         assert!(e.contains("old.kbundle") && e.contains("0 costs"), "{e}");
+    }
+
+    fn toolchain(kind: &str, identity: &str) -> ToolchainIdentity {
+        ToolchainIdentity {
+            kind: kind.into(),
+            version: format!("{kind} 1.0"),
+            path: format!("/opt/{kind}/bin/cc"),
+            identity: identity.into(),
+        }
+    }
+
+    /// The single machine of a vendor-split release: `targets`, both toolchains recorded.
+    fn single_machine(targets: &[&str]) -> Manifest {
+        let (m, _) = fixtures::bundle_parts(targets);
+        let mut m = Manifest::from_json(&m).unwrap();
+        m.objects
+            .sort_by(|a, b| (&a.target, &a.kernel).cmp(&(&b.target, &b.kernel)));
+        m.provenance.toolchains = vec![toolchain("cuda", "c1"), toolchain("hip", "h1")];
+        m
+    }
+
+    /// One runner's build of `targets` (a subset of `whole`'s), recording `toolchains`.
+    fn runner(whole: &Manifest, targets: &[&str], toolchains: Vec<ToolchainIdentity>) -> Bundle {
+        let (_, objects) =
+            fixtures::bundle_parts(&whole.targets.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut m = whole.clone();
+        m.targets = targets.iter().map(|t| t.to_string()).collect();
+        m.objects.retain(|o| targets.contains(&o.target.as_str()));
+        m.provenance.toolchains = toolchains;
+        let keep: BTreeSet<&str> = m.objects.iter().map(|o| o.sha256.as_str()).collect();
+        let objects = objects
+            .into_iter()
+            .filter(|(k, _)| keep.contains(k.as_str()))
+            .collect();
+        Bundle::from_parts(m.to_json().into_bytes(), objects, None).unwrap()
+    }
+
+    /// Issue 27, item 12: a ROCm runner's `--targets gfx1100` and a CUDA runner's
+    /// `--targets sm_89,sm_90` (whole or in shards) merge into the bundle of one machine
+    /// building `--targets gfx1100,sm_89,sm_90`, byte for byte; each runner records only its
+    /// own toolchain.
+    #[test]
+    fn vendor_split_builds_merge_to_the_union_byte_for_byte() {
+        let whole = single_machine(&["gfx1100", "sm_89", "sm_90"]);
+        let (_, objects) = fixtures::bundle_parts(&["gfx1100", "sm_89", "sm_90"]);
+        let single = Bundle::from_parts(whole.to_json().into_bytes(), objects, None).unwrap();
+        let amd = runner(&whole, &["gfx1100"], vec![toolchain("hip", "h1")]);
+        // The CUDA runner has an old ROCm it does not use: not the release's.
+        let nv = runner(
+            &whole,
+            &["sm_89", "sm_90"],
+            vec![toolchain("cuda", "c1"), toolchain("hip", "old")],
+        );
+        let inputs = vec![
+            ("amd.kbundle".to_string(), amd.clone()),
+            ("nv.kbundle".to_string(), nv.clone()),
+        ];
+        let (merged, report) = merge(&inputs, false).unwrap();
+        assert_eq!(merged.to_bytes(3).unwrap(), single.to_bytes(3).unwrap());
+        assert_eq!(report.overlapping, 0);
+        // The union in the order the inputs give it: the other order is another release.
+        let rev: Vec<_> = inputs.iter().rev().cloned().collect();
+        assert_eq!(
+            merge(&rev, false).unwrap().0.manifest().targets,
+            ["sm_89", "sm_90", "gfx1100"]
+        );
+        // The CUDA runner's list in two shards.
+        let (_, shards) = {
+            let mut nv_only = whole.clone();
+            nv_only.targets = vec!["sm_89".into(), "sm_90".into()];
+            nv_only.objects.retain(|o| o.target != "gfx1100");
+            let (_, objs) = fixtures::bundle_parts(&["sm_89", "sm_90"]);
+            let costs: Vec<u64> = ["sm_89", "sm_90"]
+                .iter()
+                .map(|t| shard::weight(&t.parse::<Target>().unwrap()))
+                .collect();
+            let of = shard::assign(&costs, 2);
+            let mut out = Vec::new();
+            for i in 0..2usize {
+                let mut m = nv_only.clone();
+                let mine: Vec<String> = nv_only
+                    .targets
+                    .iter()
+                    .zip(&of)
+                    .filter(|(_, &s)| s == i)
+                    .map(|(t, _)| t.clone())
+                    .collect();
+                m.targets = mine.clone();
+                m.objects.retain(|o| mine.contains(&o.target));
+                m.provenance.toolchains = vec![toolchain("cuda", "c1")];
+                m.shard = Some(Shard {
+                    index: i as u32 + 1,
+                    count: 2,
+                    targets: nv_only.targets.clone(),
+                    sources: "s".repeat(64),
+                    kbuild: "0.1.0".into(),
+                    costs: costs.clone(),
+                });
+                let keep: BTreeSet<&str> = m.objects.iter().map(|o| o.sha256.as_str()).collect();
+                let o = objs
+                    .iter()
+                    .filter(|(k, _)| keep.contains(k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let b = Bundle::from_parts(m.to_json().into_bytes(), o, None).unwrap();
+                out.push((format!("nv{}.kbundle", i + 1), b));
+            }
+            ((), out)
+        };
+        let mut sharded = vec![("amd.kbundle".to_string(), amd.clone())];
+        sharded.extend(shards.iter().cloned());
+        let (m2, _) = merge(&sharded, false).unwrap();
+        assert_eq!(m2.to_bytes(0).unwrap(), single.to_bytes(0).unwrap());
+        // A missing shard of the CUDA runner is a gap, as for any shard.
+        let e = merge(&sharded[..2], false).unwrap_err().to_string();
+        assert!(
+            e.contains("no bundle holds target(s)") && e.contains("--allow-partial"),
+            "{e}"
+        );
+    }
+
+    /// Issue 27, item 12: builds of other target lists still must be of one source, hold the
+    /// same bytes where they overlap, and use one toolchain for a vendor both hold.
+    #[test]
+    fn vendor_split_builds_refuse_other_sources_bytes_and_toolchains() {
+        let whole = single_machine(&["gfx1100", "sm_89", "sm_90"]);
+        let amd = || {
+            (
+                "amd.kbundle".to_string(),
+                runner(&whole, &["gfx1100"], vec![toolchain("hip", "h1")]),
+            )
+        };
+        let nv = runner(&whole, &["sm_89", "sm_90"], vec![toolchain("cuda", "c1")]);
+        let refused = |b: Bundle| {
+            merge(&[amd(), ("nv.kbundle".to_string(), b)], false)
+                .unwrap_err()
+                .to_string()
+        };
+        let edit = |f: &dyn Fn(&mut Manifest)| {
+            let mut m = nv.manifest().clone();
+            f(&mut m);
+            Bundle::from_parts(m.to_json().into_bytes(), nv.objects().clone(), None).unwrap()
+        };
+        let e = refused(edit(&|m| m.provenance.git_commit = Some("abc".into())));
+        assert!(
+            e.contains("not of the same sources") && e.contains("provenance.git_commit"),
+            "{e}"
+        );
+        let e = refused(edit(&|m| m.kernels.push("extra".into())));
+        assert!(e.contains("kernels differs"), "{e}");
+        // Overlap on gfx1100 with other bytes.
+        let mut m = nv.manifest().clone();
+        let mut objs = nv.objects().clone();
+        let data = b"other gfx1100 bytes".to_vec();
+        let sha = crate::digest::sha256_hex(&data);
+        let mut o = whole
+            .objects
+            .iter()
+            .find(|o| o.target == "gfx1100")
+            .unwrap()
+            .clone();
+        o.sha256 = sha.clone();
+        o.size = data.len() as u64;
+        objs.insert(sha.clone(), data);
+        m.objects.insert(0, o);
+        m.targets.insert(0, "gfx1100".into());
+        m.provenance.toolchains.push(toolchain("hip", "h1"));
+        let e = refused(Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap());
+        assert!(
+            e.contains("both hold k for gfx1100 with different bytes") && e.contains(&sha),
+            "{e}"
+        );
+        // The same overlap, identical bytes, merges.
+        let mut m = nv.manifest().clone();
+        let mut objs = nv.objects().clone();
+        let amd_b = amd().1;
+        let o = amd_b.manifest().objects[0].clone();
+        objs.insert(o.sha256.clone(), amd_b.object(&o.sha256).unwrap().to_vec());
+        m.objects.insert(0, o);
+        m.targets.insert(0, "gfx1100".into());
+        m.provenance.toolchains.push(toolchain("hip", "h1"));
+        let overlap = Bundle::from_parts(m.to_json().into_bytes(), objs.clone(), None).unwrap();
+        let (_, r) = merge(&[amd(), ("nv.kbundle".to_string(), overlap)], false).unwrap();
+        assert_eq!(r.overlapping, 1);
+        // Both hold an AMD target, built with other hip-clangs: refused.
+        m.provenance.toolchains[1].identity = "h2".into();
+        let e = refused(Bundle::from_parts(m.to_json().into_bytes(), objs, None).unwrap());
+        assert!(e.contains("provenance.toolchains[hip].identity"), "{e}");
     }
 
     #[test]
