@@ -391,7 +391,10 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         Ok(())
     };
-    keep(&mut errors, plain_flags("build.flags", &raw.build.flags, None));
+    keep(
+        &mut errors,
+        plain_flags("build.flags", &raw.build.flags, None),
+    );
     if let Some(out) = &raw.build.out_dir {
         let checked = kbuild_base::ident::check_compiler_arg("build.out-dir", out).map_err(|e| {
             ConfigError::File {
@@ -503,7 +506,9 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             for e in k.entries.get_ref() {
                 match EntryPattern::parse(e) {
                     Ok(p) => entries.push(p),
-                    Err(err) => errors.push(at(k.entries.span(), format!("kernel `{kname}`: {err}"))),
+                    Err(err) => {
+                        errors.push(at(k.entries.span(), format!("kernel `{kname}`: {err}")))
+                    }
                 }
             }
         }
@@ -1078,7 +1083,10 @@ variants = { ROWS = [1, 2], VEC = [4, 8] }
         let text = e.to_string();
         assert!(text.starts_with("15 problems in "), "{text}");
         for i in 0..13 {
-            assert!(text.contains(&format!("source file `missing{i}.cu` does not exist")), "{text}");
+            assert!(
+                text.contains(&format!("source file `missing{i}.cu` does not exist")),
+                "{text}"
+            );
         }
         assert!(text.contains("block-size must be 1..=1024"), "{text}");
         assert!(text.contains("unknown target `sm_8`"), "{text}");
@@ -1092,16 +1100,31 @@ variants = { ROWS = [1, 2], VEC = [4, 8] }
         assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{lines:?}");
         // One error alone stays itself.
         let one = GOOD.replace("source = \"k.cu\"", "source = \"gone.cu\"");
-        assert!(matches!(project(d.path(), &one), Err(ConfigError::At { .. })));
+        assert!(matches!(
+            project(d.path(), &one),
+            Err(ConfigError::At { .. })
+        ));
     }
 
     #[test]
     fn a_vendor_group_restricts_a_kernel_to_every_target_of_that_vendor() {
         let d = tempfile::tempdir().unwrap();
         for (group, yes, no) in [
-            ("nvidia", ["sm_89", "sm_90", "compute_90"], ["gfx1100", "gfx90a:xnack+"]),
-            ("cuda", ["sm_80", "sm_120", "compute_89"], ["gfx942", "gfx1201"]),
-            ("amd", ["gfx1100", "gfx90a:xnack+", "gfx1201"], ["sm_89", "compute_90"]),
+            (
+                "nvidia",
+                ["sm_89", "sm_90", "compute_90"],
+                ["gfx1100", "gfx90a:xnack+"],
+            ),
+            (
+                "cuda",
+                ["sm_80", "sm_120", "compute_89"],
+                ["gfx942", "gfx1201"],
+            ),
+            (
+                "amd",
+                ["gfx1100", "gfx90a:xnack+", "gfx1201"],
+                ["sm_89", "compute_90"],
+            ),
             ("rocm", ["gfx942", "gfx1100", "gfx1101"], ["sm_90", "sm_80"]),
         ] {
             let toml = GOOD.replace(
@@ -1118,7 +1141,10 @@ variants = { ROWS = [1, 2], VEC = [4, 8] }
             }
         }
         // A specific target admits only itself.
-        let toml = GOOD.replace("block-size = 256", "block-size = 256\ntargets = [\"compute_89\"]");
+        let toml = GOOD.replace(
+            "block-size = 256",
+            "block-size = 256\ntargets = [\"compute_89\"]",
+        );
         let k = &project(d.path(), &toml).unwrap().kernels[0];
         assert!(k.builds_for(&"compute_89".parse().unwrap()));
         assert!(!k.builds_for(&"sm_89".parse().unwrap()));

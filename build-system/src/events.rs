@@ -46,6 +46,9 @@ pub enum Event {
         /// Hits, uploads, refused entries and why the remote was switched off, if it was.
         #[serde(skip_serializing_if = "Option::is_none")]
         remote_cache: Option<crate::remote_cache::RemoteStats>,
+        /// Per target: how many of the project's kernels it built, and why the rest are absent.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        targets: Vec<kbuild_manifest::manifest::TargetCoverage>,
     },
 }
 
@@ -142,8 +145,9 @@ fn plain_line(e: &Event) -> Option<String> {
             seconds,
             manifest,
             remote_cache,
-        } => {
-            Some(format!(
+            targets,
+        } => Some(
+            format!(
             "kbuild: {compiled} compiled, {cached} cached, {failed} failed in {seconds:.2} s{}{}",
             manifest
                 .as_ref()
@@ -159,7 +163,20 @@ fn plain_line(e: &Event) -> Option<String> {
                     if r.unavailable.is_some() { " (unavailable)" } else { "" }
                 ))
                 .unwrap_or_default()
-        ))
-        }
+        ) + &targets_line(targets),
+        ),
     }
+}
+
+/// `\nkbuild: per target: sm_89 3 of 3 kernels, gfx1100 1 of 3 kernels (2 restricted by
+/// Kbuild.toml)`; empty without targets.
+fn targets_line(targets: &[kbuild_manifest::manifest::TargetCoverage]) -> String {
+    if targets.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = targets
+        .iter()
+        .map(|c| c.line().replacen(':', "", 1))
+        .collect();
+    format!("\nkbuild: per target: {}", parts.join(", "))
 }

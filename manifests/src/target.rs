@@ -861,10 +861,20 @@ mod tests {
         let all = parse_target_spec("all").unwrap().targets;
         for (group, vendor) in VENDOR_GROUPS {
             let spec = parse_target_lists(&[*group]).unwrap().unwrap();
-            assert!(spec.all, "{group} drops what the toolchain cannot build, as all does");
-            let want: Vec<Target> = all.iter().filter(|t| t.vendor() == *vendor).copied().collect();
+            assert!(
+                spec.all,
+                "{group} drops what the toolchain cannot build, as all does"
+            );
+            let want: Vec<Target> = all
+                .iter()
+                .filter(|t| t.vendor() == *vendor)
+                .copied()
+                .collect();
             assert_eq!(spec.targets, want, "{group}");
-            assert!(spec.targets.iter().all(|t| !t.ptx && !t.processor.is_generic()));
+            assert!(spec
+                .targets
+                .iter()
+                .all(|t| !t.ptx && !t.processor.is_generic()));
         }
         let nv = parse_target_list("nvidia").unwrap();
         assert!(nv.iter().any(|t| t.to_string() == "sm_89"));
@@ -877,9 +887,14 @@ mod tests {
         // Both together are `all`; exclusions and other items mix as with any group.
         let both = parse_target_lists(&["nvidia", "amd"]).unwrap().unwrap();
         assert_eq!(both.targets.len(), all.len());
-        let spec = parse_target_lists(&["amd", "-gfx950", "sm_89"]).unwrap().unwrap();
+        let spec = parse_target_lists(&["amd", "-gfx950", "sm_89"])
+            .unwrap()
+            .unwrap();
         assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
-        assert_eq!(spec.targets.last().map(Target::to_string).as_deref(), Some("sm_89"));
+        assert_eq!(
+            spec.targets.last().map(Target::to_string).as_deref(),
+            Some("sm_89")
+        );
         assert!(matches!(
             parse_target_lists(&["nvidia", "-cuda"]),
             Err(TargetError::Empty)
