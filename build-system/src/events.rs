@@ -36,6 +36,19 @@ pub enum Event {
         cost: u64,
         total_cost: u64,
     },
+    /// `kbuild init`: one translation unit's discovery compiles finished (one line per unit,
+    /// so a long init shows progress where no bar is drawn).
+    Unit {
+        /// 1-based count of units finished, of `total`.
+        index: usize,
+        total: usize,
+        source: String,
+        /// Discovery targets it built for, and those it failed for.
+        built: Vec<String>,
+        failed: Vec<String>,
+        /// Compile time of its jobs.
+        seconds: f64,
+    },
     Summary {
         compiled: usize,
         cached: usize,
@@ -91,7 +104,7 @@ impl Event {
                 ..
             } => Some(format!("{kernel}.{v} for {target}")),
             Event::Job { kernel, target, .. } => Some(format!("{kernel} for {target}")),
-            Event::Shard { .. } | Event::Summary { .. } => None,
+            Event::Shard { .. } | Event::Unit { .. } | Event::Summary { .. } => None,
         }
     }
 }
@@ -138,6 +151,26 @@ fn plain_line(e: &Event) -> Option<String> {
                 targets.join(", ")
             )
         }),
+        Event::Unit {
+            index,
+            total,
+            source,
+            built,
+            failed,
+            seconds,
+        } => {
+            let mut what = Vec::new();
+            if !built.is_empty() {
+                what.push(format!("built for {}", built.join(", ")));
+            }
+            if !failed.is_empty() {
+                what.push(format!("failed for {}", failed.join(", ")));
+            }
+            Some(format!(
+                "  [{index}/{total}] {source}: {} ({seconds:.2} s)",
+                what.join(", ")
+            ))
+        }
         Event::Summary {
             compiled,
             cached,
