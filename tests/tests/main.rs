@@ -34,3 +34,4 @@ mod trust;
 mod trust_local;
 mod trust_net;
 mod trust_tree;
+mod vendor_targets;
