@@ -25,6 +25,13 @@ pub enum ConfigError {
     },
     #[error("{path}: {message}")]
     File { path: String, message: String },
+    /// Every problem of one file at once (a file with 13 missing sources is fixed in one
+    /// round), each on its own line, in file order.
+    #[error("{} problems in {path}:\n{}", .errors.len(), .errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Many {
+        path: String,
+        errors: Vec<ConfigError>,
+    },
     #[error("no {FILE_NAME} found in {start} or its parents (looked for {FILE_NAME} and kernels/{FILE_NAME}); pass --manifest-path")]
     NotFound { start: String },
 }
@@ -231,7 +238,9 @@ pub struct Kernel {
     /// target or per vendor or target.
     pub entries: KernelEntries,
     pub block_size: KernelBlockSize,
-    /// Optional restriction: only these targets (by processor) are built.
+    /// Optional restriction: only these targets are built. A plain entry (`sm_90`, `gfx90a`,
+    /// what a group such as `nvidia` expands to) admits its processor's PTX and feature
+    /// settings too (`compute_90`, `gfx90a:xnack+`); a specific one only itself.
     pub targets: Option<Vec<Target>>,
 }
 
@@ -248,7 +257,9 @@ impl Kernel {
         }
         match &self.targets {
             None => true,
-            Some(list) => list.iter().any(|t| t == target),
+            Some(list) => list.iter().any(|t| {
+                t == target || (t.is_plain() && t.processor.name == target.processor.name)
+            }),
         }
     }
 }
@@ -416,14 +427,22 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             Ok(s.get_ref().clone())
         }
     };
-    let name = nonempty(&raw.package.name, "package.name")?;
-    let version = nonempty(&raw.package.version, "package.version")?;
-    // The same rules every manifest is read back with: the name and version become file
-    // names (`dist/NAME-VERSION.kbundle`) and registry paths.
-    kbuild_base::ident::check_package_name("package.name", &name)
-        .map_err(|e| at(raw.package.name.span(), e.to_string()))?;
-    kbuild_base::ident::check_version("package.version", &version)
-        .map_err(|e| at(raw.package.version.span(), e.to_string()))?;
+    // Every problem below is collected, not returned at the first: the file is reported whole.
+    let mut errors: Vec<ConfigError> = Vec::new();
+    let name = nonempty(&raw.package.name, "package.name").and_then(|name| {
+        // The same rules every manifest is read back with: the name and version become file
+        // names (`dist/NAME-VERSION.kbundle`) and registry paths.
+        kbuild_base::ident::check_package_name("package.name", &name)
+            .map_err(|e| at(raw.package.name.span(), e.to_string()))?;
+        Ok(name)
+    });
+    let name = keep(&mut errors, name);
+    let version = nonempty(&raw.package.version, "package.version").and_then(|version| {
+        kbuild_base::ident::check_version("package.version", &version)
+            .map_err(|e| at(raw.package.version.span(), e.to_string()))?;
+        Ok(version)
+    });
+    let version = keep(&mut errors, version);
 
     let targets = |list: &Spanned<Vec<Spanned<String>>>| -> Result<Vec<Target>, ConfigError> {
         // Each item is checked on its own (an error points at it); `-ITEM` exclusions apply
@@ -442,7 +461,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         Ok(out)
     };
     let default_targets = match &raw.build.targets {
-        Some(list) => targets(list)?,
+        Some(list) => keep(&mut errors, targets(list)).unwrap_or_default(),
         None => Vec::new(),
     };
     let default_targets_all = raw.build.targets.as_ref().is_some_and(|list| {
@@ -474,14 +493,18 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         Ok(())
     };
-    plain_flags("build.flags", &raw.build.flags, None)?;
+    keep(
+        &mut errors,
+        plain_flags("build.flags", &raw.build.flags, None),
+    );
     if let Some(out) = &raw.build.out_dir {
-        kbuild_base::ident::check_compiler_arg("build.out-dir", out).map_err(|e| {
+        let checked = kbuild_base::ident::check_compiler_arg("build.out-dir", out).map_err(|e| {
             ConfigError::File {
                 path: file.display().to_string(),
                 message: e.to_string(),
             }
-        })?;
+        });
+        keep(&mut errors, checked);
     }
     let dir = |s: &Spanned<String>, field: &str| -> Result<PathBuf, ConfigError> {
         plain(field, s.get_ref(), s.span())?;
@@ -494,107 +517,125 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         }
         Ok(p)
     };
-    let global_includes = raw
+    let global_includes: Vec<PathBuf> = raw
         .build
         .include_dirs
         .iter()
-        .map(|d| dir(d, "build.include-dirs"))
-        .collect::<Result<Vec<_>, _>>()?;
+        .filter_map(|d| keep(&mut errors, dir(d, "build.include-dirs")))
+        .collect();
+    // Each bad define is its own error; the good ones are kept.
     let defines = |map: &BTreeMap<String, Spanned<DefineValue>>,
-                   table: &str|
-     -> Result<BTreeMap<String, String>, ConfigError> {
+                   table: &str,
+                   errors: &mut Vec<ConfigError>|
+     -> BTreeMap<String, String> {
+        let one = |k: &String, v: &Spanned<DefineValue>| -> Result<(String, String), ConfigError> {
+            if !is_identifier(k) {
+                return Err(at(
+                    v.span(),
+                    format!("define name `{k}` is not a C identifier"),
+                ));
+            }
+            let text = v.get_ref().text();
+            plain(&format!("{table}.defines.{k}"), &text, v.span())?;
+            Ok((k.clone(), text))
+        };
         map.iter()
-            .map(|(k, v)| {
-                if !is_identifier(k) {
-                    return Err(at(
-                        v.span(),
-                        format!("define name `{k}` is not a C identifier"),
-                    ));
-                }
-                let text = v.get_ref().text();
-                plain(&format!("{table}.defines.{k}"), &text, v.span())?;
-                Ok((k.clone(), text))
-            })
+            .filter_map(|(k, v)| keep(errors, one(k, v)))
             .collect()
     };
-    let global_defines = defines(&raw.build.defines, "build")?;
+    let global_defines = defines(&raw.build.defines, "build", &mut errors);
 
     let mut kernels = Vec::new();
     for (kname, spanned) in &raw.kernels {
         let k = spanned.get_ref();
+        let before = errors.len();
         if !is_identifier(kname) {
-            return Err(at(
+            errors.push(at(
                 spanned.span(),
                 format!("kernel name `{kname}` must be letters, digits and `_`"),
             ));
         }
         let table = format!("kernels.{kname}");
-        plain(
+        let source = plain(
             &format!("{table}.source"),
             k.source.get_ref(),
             k.source.span(),
-        )?;
-        let source = PathBuf::from(k.source.get_ref());
-        if !root.join(&source).is_file() {
-            return Err(at(
-                k.source.span(),
-                format!(
-                    "kernel `{kname}`: source file `{}` does not exist",
-                    k.source.get_ref()
-                ),
-            ));
-        }
+        )
+        .and_then(|()| {
+            let source = PathBuf::from(k.source.get_ref());
+            if !root.join(&source).is_file() {
+                return Err(at(
+                    k.source.span(),
+                    format!(
+                        "kernel `{kname}`: source file `{}` does not exist",
+                        k.source.get_ref()
+                    ),
+                ));
+            }
+            Ok(source)
+        });
+        let source = keep(&mut errors, source);
         let mut include_dirs = global_includes.clone();
         for d in &k.include_dirs {
-            include_dirs.push(dir(d, &format!("{table}.include-dirs"))?);
+            if let Some(d) = keep(&mut errors, dir(d, &format!("{table}.include-dirs"))) {
+                include_dirs.push(d);
+            }
         }
         let mut kdefines = global_defines.clone();
-        kdefines.extend(defines(&k.defines, &table)?);
+        kdefines.extend(defines(&k.defines, &table, &mut errors));
         for (axis, values) in &k.variants {
             for v in values.get_ref() {
-                plain(
+                let checked = plain(
                     &format!("{table}.variants.{axis}"),
                     &v.text(),
                     values.span(),
-                )?;
+                );
+                keep(&mut errors, checked);
             }
         }
-        plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span()))?;
-        let variants = variant_matrix(kname, &k.variants, &at)?;
-        let lists: Vec<(Option<&String>, &Vec<String>)> = match k.entries.get_ref() {
-            RawEntries::List(l) => vec![(None, l)],
-            RawEntries::Scoped(m) => m.iter().map(|(key, l)| (Some(key), l)).collect(),
-        };
-        if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
-            return Err(at(
-                k.entries.span(),
-                format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
-            ));
-        }
-        let mut entries = KernelEntries { lists: Vec::new() };
-        for (key, list) in lists {
-            let scope = match key {
-                None => EntryScope::All,
-                Some(key) => EntryScope::parse(key)
-                    .map_err(|e| at(k.entries.span(), format!("kernel `{kname}`: entries: {e}")))?,
-            };
-            if list.iter().any(|e| e.is_empty()) {
-                return Err(at(
-                    k.entries.span(),
-                    format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
-                ));
-            }
-            let mut parsed = Vec::new();
-            for e in list {
-                match EntryPattern::parse(e) {
-                    Ok(p) => parsed.push(p),
-                    Err(err) => {
-                        return Err(at(k.entries.span(), format!("kernel `{kname}`: {err}")))
-                    }
+        keep(
+            &mut errors,
+            plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span())),
+        );
+        let variants = keep(&mut errors, variant_matrix(kname, &k.variants, &at));
+        let entries = keep(
+            &mut errors,
+            (|| {
+                let lists: Vec<(Option<&String>, &Vec<String>)> = match k.entries.get_ref() {
+                    RawEntries::List(l) => vec![(None, l)],
+                    RawEntries::Scoped(m) => m.iter().map(|(key, l)| (Some(key), l)).collect(),
+                };
+                let missing = || {
+                    at(
+                        k.entries.span(),
+                        format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
+                    )
+                };
+                if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
+                    return Err(missing());
                 }
-            }
-            entries.lists.push((scope, parsed));
-        }
+                let mut entries = KernelEntries { lists: Vec::new() };
+                for (key, list) in lists {
+                    let scope = match key {
+                        None => EntryScope::All,
+                        Some(key) => EntryScope::parse(key).map_err(|e| {
+                            at(k.entries.span(), format!("kernel `{kname}`: entries: {e}"))
+                        })?,
+                    };
+                    if list.iter().any(|e| e.is_empty()) {
+                        return Err(missing());
+                    }
+                    let mut parsed = Vec::new();
+                    for e in list {
+                        parsed.push(EntryPattern::parse(e).map_err(|err| {
+                            at(k.entries.span(), format!("kernel `{kname}`: {err}"))
+                        })?);
+                    }
+                    entries.lists.push((scope, parsed));
+                }
+                Ok(entries)
+            })(),
+        );
         let in_range = |n: u32, span: std::ops::Range<usize>| {
             if n == 0 || n > 1024 {
                 return Err(at(
@@ -604,26 +645,37 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             }
             Ok(n)
         };
-        let block_size = match &k.block_size {
-            None => KernelBlockSize::None,
-            Some(b) => match b.get_ref() {
-                RawBlockSize::All(n) => KernelBlockSize::All(in_range(*n, b.span())?),
-                RawBlockSize::PerEntry(table) => {
-                    let mut out = Vec::new();
-                    for (pattern, n) in table {
-                        let p = EntryPattern::parse(pattern).map_err(|e| {
-                            at(b.span(), format!("kernel `{kname}`: block-size: {e}"))
-                        })?;
-                        out.push((p, in_range(*n, b.span())?));
-                    }
-                    KernelBlockSize::PerEntry(out)
-                }
+        let block_size = keep(
+            &mut errors,
+            match &k.block_size {
+                None => Ok(KernelBlockSize::None),
+                Some(b) => match b.get_ref() {
+                    RawBlockSize::All(n) => in_range(*n, b.span()).map(KernelBlockSize::All),
+                    RawBlockSize::PerEntry(table) => (|| {
+                        let mut out = Vec::new();
+                        for (pattern, n) in table {
+                            let p = EntryPattern::parse(pattern).map_err(|e| {
+                                at(b.span(), format!("kernel `{kname}`: block-size: {e}"))
+                            })?;
+                            out.push((p, in_range(*n, b.span())?));
+                        }
+                        Ok(KernelBlockSize::PerEntry(out))
+                    })(),
+                },
             },
-        };
+        );
         let restriction = match &k.targets {
-            Some(list) => Some(targets(list)?),
+            Some(list) => keep(&mut errors, targets(list)),
             None => None,
         };
+        let (Some(source), Some(variants), Some(entries), Some(block_size)) =
+            (source, variants, entries, block_size)
+        else {
+            continue;
+        };
+        if errors.len() > before {
+            continue;
+        }
         let mut flags = raw.build.flags.clone();
         flags.cuda.extend(k.flags.cuda.iter().cloned());
         flags.hip.extend(k.flags.hip.iter().cloned());
@@ -640,12 +692,15 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             targets: restriction,
         });
     }
-    if kernels.is_empty() {
-        return Err(ConfigError::File {
+    if raw.kernels.is_empty() {
+        errors.push(ConfigError::File {
             path: file.display().to_string(),
             message: "no [kernels.NAME] tables: nothing to build".into(),
         });
     }
+    let (Some(name), Some(version), true) = (name, version, errors.is_empty()) else {
+        return Err(one_or_many(file, errors));
+    };
     let out_dir =
         lexical_clean(&root.join(raw.build.out_dir.as_deref().unwrap_or("target/kbuild")));
     Ok(Project {
@@ -665,6 +720,30 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         toolchain: raw.toolchain,
         kernels,
     })
+}
+
+/// `r`'s value, or `None` with its error added to `errors`.
+fn keep<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
+    r.map_err(|e| errors.push(e)).ok()
+}
+
+/// The collected errors of one file as one error: itself when there is one, else
+/// [`ConfigError::Many`] in file order.
+fn one_or_many(file: &Path, mut errors: Vec<ConfigError>) -> ConfigError {
+    if errors.len() == 1 {
+        if let Some(e) = errors.pop() {
+            return e;
+        }
+    }
+    let at = |e: &ConfigError| match e {
+        ConfigError::At { line, column, .. } => (*line, *column),
+        _ => (usize::MAX, 0),
+    };
+    errors.sort_by_key(at);
+    ConfigError::Many {
+        path: file.display().to_string(),
+        errors,
+    }
 }
 
 /// The cartesian product of the variant axes, in key order.
@@ -1223,5 +1302,90 @@ variants = { ROWS = [1, 2], VEC = [4, 8] }
         std::fs::write(k.join(FILE_NAME), GOOD).unwrap();
         assert_eq!(find(d.path()).unwrap(), k.join(FILE_NAME));
         assert_eq!(find(&k.join("sub")).unwrap(), k.join(FILE_NAME));
+    }
+
+    #[test]
+    fn every_error_of_the_file_is_reported_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut toml = String::from("[package]\nname = \"demo\"\nversion = \"1.0.0\"\n");
+        for i in 0..13 {
+            toml.push_str(&format!(
+                "\n[kernels.k{i}]\nsource = \"missing{i}.cu\"\nentries = [\"k{i}\"]\n"
+            ));
+        }
+        toml.push_str("\n[kernels.ok]\nsource = \"k.cu\"\nentries = [\"ok\"]\nblock-size = 0\ntargets = [\"sm_8\"]\n");
+        let e = project(d.path(), &toml).unwrap_err();
+        let ConfigError::Many { errors, .. } = &e else {
+            panic!("expected every error at once, got {e}");
+        };
+        assert_eq!(errors.len(), 15, "{e}");
+        let text = e.to_string();
+        assert!(text.starts_with("15 problems in "), "{text}");
+        for i in 0..13 {
+            assert!(
+                text.contains(&format!("source file `missing{i}.cu` does not exist")),
+                "{text}"
+            );
+        }
+        assert!(text.contains("block-size must be 1..=1024"), "{text}");
+        assert!(text.contains("unknown target `sm_8`"), "{text}");
+        // One line each, naming its line, in file order.
+        let lines: Vec<usize> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(':').nth(1).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(lines.len(), 15);
+        assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{lines:?}");
+        // One error alone stays itself.
+        let one = GOOD.replace("source = \"k.cu\"", "source = \"gone.cu\"");
+        assert!(matches!(
+            project(d.path(), &one),
+            Err(ConfigError::At { .. })
+        ));
+    }
+
+    #[test]
+    fn a_vendor_group_restricts_a_kernel_to_every_target_of_that_vendor() {
+        let d = tempfile::tempdir().unwrap();
+        for (group, yes, no) in [
+            (
+                "nvidia",
+                ["sm_89", "sm_90", "compute_90"],
+                ["gfx1100", "gfx90a:xnack+"],
+            ),
+            (
+                "cuda",
+                ["sm_80", "sm_120", "compute_89"],
+                ["gfx942", "gfx1201"],
+            ),
+            (
+                "amd",
+                ["gfx1100", "gfx90a:xnack+", "gfx1201"],
+                ["sm_89", "compute_90"],
+            ),
+            ("rocm", ["gfx942", "gfx1100", "gfx1101"], ["sm_90", "sm_80"]),
+        ] {
+            let toml = GOOD.replace(
+                "block-size = 256",
+                &format!("block-size = 256\ntargets = [\"{group}\"]"),
+            );
+            let p = project(d.path(), &toml).unwrap();
+            let k = &p.kernels[0];
+            for t in yes {
+                assert!(k.builds_for(&t.parse().unwrap()), "{group} admits {t}");
+            }
+            for t in no {
+                assert!(!k.builds_for(&t.parse().unwrap()), "{group} keeps {t} off");
+            }
+        }
+        // A specific target admits only itself.
+        let toml = GOOD.replace(
+            "block-size = 256",
+            "block-size = 256\ntargets = [\"compute_89\"]",
+        );
+        let k = &project(d.path(), &toml).unwrap().kernels[0];
+        assert!(k.builds_for(&"compute_89".parse().unwrap()));
+        assert!(!k.builds_for(&"sm_89".parse().unwrap()));
     }
 }

@@ -36,6 +36,19 @@ pub enum Event {
         cost: u64,
         total_cost: u64,
     },
+    /// `kbuild init`: one translation unit's discovery compiles finished (one line per unit,
+    /// so a long init shows progress where no bar is drawn).
+    Unit {
+        /// 1-based count of units finished, of `total`.
+        index: usize,
+        total: usize,
+        source: String,
+        /// Discovery targets it built for, and those it failed for.
+        built: Vec<String>,
+        failed: Vec<String>,
+        /// Compile time of its jobs.
+        seconds: f64,
+    },
     Summary {
         compiled: usize,
         cached: usize,
@@ -46,6 +59,9 @@ pub enum Event {
         /// Hits, uploads, refused entries and why the remote was switched off, if it was.
         #[serde(skip_serializing_if = "Option::is_none")]
         remote_cache: Option<crate::remote_cache::RemoteStats>,
+        /// Per target: how many of the project's kernels it built, and why the rest are absent.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        targets: Vec<kbuild_manifest::manifest::TargetCoverage>,
     },
 }
 
@@ -88,7 +104,7 @@ impl Event {
                 ..
             } => Some(format!("{kernel}.{v} for {target}")),
             Event::Job { kernel, target, .. } => Some(format!("{kernel} for {target}")),
-            Event::Shard { .. } | Event::Summary { .. } => None,
+            Event::Shard { .. } | Event::Unit { .. } | Event::Summary { .. } => None,
         }
     }
 }
@@ -135,6 +151,26 @@ fn plain_line(e: &Event) -> Option<String> {
                 targets.join(", ")
             )
         }),
+        Event::Unit {
+            index,
+            total,
+            source,
+            built,
+            failed,
+            seconds,
+        } => {
+            let mut what = Vec::new();
+            if !built.is_empty() {
+                what.push(format!("built for {}", built.join(", ")));
+            }
+            if !failed.is_empty() {
+                what.push(format!("failed for {}", failed.join(", ")));
+            }
+            Some(format!(
+                "  [{index}/{total}] {source}: {} ({seconds:.2} s)",
+                what.join(", ")
+            ))
+        }
         Event::Summary {
             compiled,
             cached,
@@ -142,8 +178,9 @@ fn plain_line(e: &Event) -> Option<String> {
             seconds,
             manifest,
             remote_cache,
-        } => {
-            Some(format!(
+            targets,
+        } => Some(
+            format!(
             "kbuild: {compiled} compiled, {cached} cached, {failed} failed in {seconds:.2} s{}{}",
             manifest
                 .as_ref()
@@ -159,7 +196,20 @@ fn plain_line(e: &Event) -> Option<String> {
                     if r.unavailable.is_some() { " (unavailable)" } else { "" }
                 ))
                 .unwrap_or_default()
-        ))
-        }
+        ) + &targets_line(targets),
+        ),
     }
+}
+
+/// `\nkbuild: per target: sm_89 3 of 3 kernels, gfx1100 1 of 3 kernels (2 restricted by
+/// Kbuild.toml)`; empty without targets.
+fn targets_line(targets: &[kbuild_manifest::manifest::TargetCoverage]) -> String {
+    if targets.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = targets
+        .iter()
+        .map(|c| c.line().replacen(':', "", 1))
+        .collect();
+    format!("\nkbuild: per target: {}", parts.join(", "))
 }

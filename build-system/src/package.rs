@@ -27,6 +27,14 @@ pub enum PackageError {
     Target(#[from] TargetError),
     #[error("creating a scratch directory: {0}")]
     Scratch(std::io::Error),
+    /// `--build-dir` names the project's own out-dir, built before `[package]` was edited.
+    #[error("{build_dir} was built as `{built}`, but {file} now says `{now}`: rebuild it (`kbuild build`, or `kbuild package` without --build-dir, which builds first) before packaging")]
+    StaleBuildDir {
+        build_dir: String,
+        built: String,
+        file: String,
+        now: String,
+    },
 }
 
 /// Build `project` with `opts` for packaging; its out-dir. Failed jobs refuse it unless
@@ -42,6 +50,37 @@ pub fn build_for_package(
         return Err(PackageError::Failed(report.failures.len()));
     }
     Ok(report.out_dir)
+}
+
+/// A named build dir that is `project`'s own out-dir must hold a build of the project's
+/// current `[package]` name and version: a bundle named after an older `[package]` would be
+/// published under the wrong name. Refused, not warned. A build dir elsewhere is another
+/// build's, packaged as its manifest names it.
+pub fn check_build_dir_package(
+    project: &Project,
+    build_dir: &Path,
+    manifest: &Manifest,
+) -> Result<(), PackageError> {
+    let same_dir = match (
+        std::fs::canonicalize(build_dir),
+        std::fs::canonicalize(&project.out_dir),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    let (built, now) = (
+        format!("{} {}", manifest.package.name, manifest.package.version),
+        format!("{} {}", project.name, project.version),
+    );
+    if same_dir && built != now {
+        return Err(PackageError::StaleBuildDir {
+            build_dir: build_dir.display().to_string(),
+            built,
+            file: project.file.display().to_string(),
+            now,
+        });
+    }
+    Ok(())
 }
 
 /// The targets to package from a build made with `opts`: those it names, or every target the

@@ -218,18 +218,48 @@ pub fn init_summary(r: &InitReport, dir: &Path) -> String {
     for note in &r.skipped {
         let _ = writeln!(s, "  skipped: {note}");
     }
-    for u in &r.units {
-        let what = match u.status {
-            "failed" => "commented out",
-            "partial" => "restricted to the other vendor's targets",
-            _ => continue,
-        };
-        for (t, e) in &u.errors {
-            let _ = writeln!(
-                s,
-                "  {} ({}): does not compile for {t}, {what}: {e}",
-                u.kernel, u.source
-            );
+    if r.package_from == "the directory" {
+        let _ = writeln!(
+            s,
+            "  package `{}` is named after the directory (no Cargo.toml, pyproject.toml or CMakeLists.txt names the library): edit [package] in {}",
+            r.package, r.file
+        );
+    } else {
+        let _ = writeln!(s, "  package `{}` (from {})", r.package, r.package_from);
+    }
+    if !r.per_target.is_empty() {
+        let parts: Vec<String> = r
+            .per_target
+            .iter()
+            .map(|t| format!("{} {} of {}", t.target, t.kernels, r.kernels))
+            .collect();
+        let _ = writeln!(s, "  kernels per target: {}", parts.join(", "));
+    }
+    let restricted = r.units.iter().filter(|u| u.targets.is_some()).count();
+    if restricted > 0 {
+        let _ = writeln!(
+            s,
+            "  {restricted} kernel(s) build for one vendor only (`targets = [\"nvidia\"]` or `[\"amd\"]`)"
+        );
+    }
+    for c in &r.failure_causes {
+        let _ = writeln!(
+            s,
+            "  {} unit{} for {}: {} ({}{})",
+            c.units.len(),
+            if c.units.len() == 1 { "" } else { "s" },
+            c.targets.join(", "),
+            c.cause,
+            c.units
+                .iter()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if c.units.len() > 3 { ", ..." } else { "" }
+        );
+        if let Some(h) = &c.hint {
+            let _ = writeln!(s, "      help: {h}");
         }
     }
     if r.kernels == 0 {

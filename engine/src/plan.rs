@@ -223,6 +223,7 @@ mod tests {
             containers: Vec::new(),
             failed: Vec::new(),
             missing: Vec::new(),
+            restricted: Default::default(),
             partial: false,
             shard: None,
         }

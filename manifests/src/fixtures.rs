@@ -37,6 +37,7 @@ pub fn manifest(name: &str, version: &str, objects: Vec<ObjectRecord>) -> Manife
         containers: vec![],
         failed: vec![],
         missing: vec![],
+        restricted: Default::default(),
         partial: false,
         shard: None,
     }

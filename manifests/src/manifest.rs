@@ -56,6 +56,12 @@ pub struct Manifest {
     /// interrupted; absent when every job ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<UnbuiltObject>,
+    /// Kernels of the project that Kbuild.toml keeps off a target (a kernel's `targets`, or a
+    /// HIP kernel on an NVIDIA target), by target, in Kbuild.toml order; absent when it keeps
+    /// none off any (and in manifests before it). A target it leaves without objects makes the
+    /// build incomplete ([`Manifest::empty_targets`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub restricted: BTreeMap<String, Vec<String>>,
     /// Set by `kbuild package --allow-partial` on a build with failed or missing objects:
     /// the bundle was released knowingly incomplete. Absent (false) otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -127,6 +133,46 @@ pub struct ContainerRecord {
     pub size: u64,
     /// The targets inside, canonical names.
     pub targets: Vec<String>,
+}
+
+/// How many of the project's kernels one target holds, and why the rest are absent
+/// ([`Manifest::coverage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetCoverage {
+    pub target: String,
+    /// The project's kernels.
+    pub kernels: usize,
+    /// Kernels with at least one object for the target.
+    pub built: usize,
+    /// Kernels Kbuild.toml keeps off the target (their `targets`, or HIP on NVIDIA).
+    pub restricted: usize,
+    /// Kernels whose jobs for the target failed or never ran.
+    pub failed: usize,
+}
+
+impl TargetCoverage {
+    /// `gfx1100: 0 of 27 kernels (27 restricted by Kbuild.toml)`.
+    pub fn line(&self) -> String {
+        let mut why = Vec::new();
+        if self.restricted > 0 {
+            why.push(format!("{} restricted by Kbuild.toml", self.restricted));
+        }
+        if self.failed > 0 {
+            why.push(format!("{} failed", self.failed));
+        }
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", why.join(", "))
+        };
+        format!(
+            "{}: {} of {} kernel{}{why}",
+            self.target,
+            self.built,
+            self.kernels,
+            if self.kernels == 1 { "" } else { "s" }
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,9 +336,51 @@ impl Manifest {
         Ok(())
     }
 
-    /// Whether the build left objects out: some job failed or never ran.
+    /// Whether the build left objects out: some job failed or never ran, or a target it lists
+    /// holds no object at all (every kernel failed there or was restricted away from it).
     pub fn is_incomplete(&self) -> bool {
-        !self.failed.is_empty() || !self.missing.is_empty()
+        !self.failed.is_empty() || !self.missing.is_empty() || !self.empty_targets().is_empty()
+    }
+
+    /// Per target, in `targets` order: how many of the project's kernels it holds an object
+    /// of, and why the others are absent.
+    pub fn coverage(&self) -> Vec<TargetCoverage> {
+        self.targets
+            .iter()
+            .map(|t| {
+                let built: std::collections::BTreeSet<&str> = self
+                    .objects
+                    .iter()
+                    .filter(|o| o.target == *t)
+                    .map(|o| o.kernel.as_str())
+                    .collect();
+                let restricted = self.restricted.get(t).map_or(0, |ks| {
+                    ks.iter().filter(|k| !built.contains(k.as_str())).count()
+                });
+                let failed: std::collections::BTreeSet<&str> = self
+                    .failed
+                    .iter()
+                    .chain(&self.missing)
+                    .filter(|o| o.target == *t && !built.contains(o.kernel.as_str()))
+                    .map(|o| o.kernel.as_str())
+                    .collect();
+                TargetCoverage {
+                    target: t.clone(),
+                    kernels: self.kernels.len(),
+                    built: built.len(),
+                    restricted,
+                    failed: failed.len(),
+                }
+            })
+            .collect()
+    }
+
+    /// The targets the manifest lists that hold no object.
+    pub fn empty_targets(&self) -> Vec<TargetCoverage> {
+        self.coverage()
+            .into_iter()
+            .filter(|c| c.built == 0)
+            .collect()
     }
 
     /// `2 failed (a for sm_89, b for gfx1100), 1 missing (c for sm_89)`: what an incomplete
@@ -312,9 +400,20 @@ impl Manifest {
                 kbuild_base::list::short_list(&names, 5)
             ))
         };
+        let empty = self.empty_targets();
+        let empty = (!empty.is_empty()).then(|| {
+            let names: Vec<String> = empty.iter().map(TargetCoverage::line).collect();
+            format!(
+                "{} target{} without objects ({})",
+                empty.len(),
+                if empty.len() == 1 { "" } else { "s" },
+                names.join("; ")
+            )
+        });
         let parts: Vec<String> = [list("failed", &self.failed), list("missing", &self.missing)]
             .into_iter()
             .flatten()
+            .chain(empty)
             .collect();
         Some(parts.join(", "))
     }
@@ -347,6 +446,74 @@ mod tests {
         m.targets = vec!["sm_89".into()];
         m.kernels = vec!["rmsnorm".into()];
         m
+    }
+
+    /// A target that ends with no object makes the build incomplete, and says why (restricted
+    /// by Kbuild.toml, failed); restrictions that leave objects do not; a manifest written
+    /// before `restricted` existed still reads.
+    #[test]
+    fn a_target_without_objects_is_incomplete_and_coverage_says_why() {
+        let obj = |k: &str, t: &str| crate::fixtures::object(k, t, "cubin", k.as_bytes());
+        let mut m =
+            crate::fixtures::manifest("k", "0.1.0", vec![obj("a", "sm_89"), obj("b", "sm_89")]);
+        m.kernels.push("c".into());
+        m.targets.push("gfx1100".into());
+        m.failed = vec![UnbuiltObject {
+            kernel: "c".into(),
+            variant: None,
+            target: "sm_89".into(),
+            error: Some("x".into()),
+        }];
+        m.restricted = [
+            (
+                "gfx1100".to_string(),
+                vec!["a".to_string(), "b".to_string()],
+            ),
+            ("sm_89".to_string(), vec![]),
+        ]
+        .into();
+        m.failed.push(UnbuiltObject {
+            kernel: "c".into(),
+            variant: None,
+            target: "gfx1100".into(),
+            error: Some("x".into()),
+        });
+        let lines: Vec<String> = m.coverage().iter().map(TargetCoverage::line).collect();
+        assert_eq!(
+            lines,
+            [
+                "sm_89: 2 of 3 kernels (1 failed)",
+                "gfx1100: 0 of 3 kernels (2 restricted by Kbuild.toml, 1 failed)"
+            ]
+        );
+        assert_eq!(m.empty_targets().len(), 1);
+        // Without the failures, the empty target alone makes it incomplete.
+        m.failed.clear();
+        assert!(m.is_incomplete());
+        assert_eq!(
+            m.incomplete_summary().unwrap(),
+            "1 target without objects (gfx1100: 0 of 3 kernels (2 restricted by Kbuild.toml))"
+        );
+        // A restriction that leaves objects is the project's choice: complete.
+        m.objects.push(obj("c", "gfx1100"));
+        assert!(!m.is_incomplete(), "{:?}", m.incomplete_summary());
+        assert_eq!(
+            m.coverage()[1].line(),
+            "gfx1100: 1 of 3 kernels (2 restricted by Kbuild.toml)"
+        );
+        // Written and read back; and an older manifest (no `restricted`) reads as none.
+        let back = Manifest::from_json(m.to_json().as_bytes()).unwrap();
+        assert_eq!(back.restricted, m.restricted);
+        let mut old: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        old.as_object_mut().unwrap().remove("restricted");
+        let old = Manifest::from_json(old.to_string().as_bytes()).unwrap();
+        assert!(old.restricted.is_empty());
+        assert!(
+            !m.to_json().is_empty()
+                && !crate::fixtures::manifest("k", "0.1.0", vec![])
+                    .to_json()
+                    .contains("restricted")
+        );
     }
 
     /// Every key a manifest serialises is declared in the shipped JSON Schema (and every
@@ -452,6 +619,7 @@ mod tests {
             target: "gfx1100".into(),
             error: None,
         }];
+        m.restricted = [("gfx1100".to_string(), vec!["k".to_string()])].into();
         m.partial = true;
         m.shard = Some(Shard {
             index: 1,

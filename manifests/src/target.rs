@@ -251,6 +251,25 @@ pub static GROUPS: &[(&str, &[&str])] = &[
     ("cdna3", &["gfx942"]),
 ];
 
+/// Vendor groups: every target of one vendor that `all` names (plain targets; no generic or
+/// arch-specific ones). Accepted wherever a target list is (Kbuild.toml `[build] targets`, a
+/// kernel's `targets`, `--targets`); like `all`, a build drops those its toolchain cannot
+/// build instead of failing.
+pub static VENDOR_GROUPS: &[(&str, Vendor)] = &[
+    ("nvidia", Vendor::Nvidia),
+    ("cuda", Vendor::Nvidia),
+    ("amd", Vendor::Amd),
+    ("rocm", Vendor::Amd),
+];
+
+/// The vendor a vendor group names (`nvidia`, `cuda`, `amd`, `rocm`).
+pub fn vendor_group(item: &str) -> Option<Vendor> {
+    VENDOR_GROUPS
+        .iter()
+        .find(|(g, _)| *g == item)
+        .map(|(_, v)| *v)
+}
+
 /// Look up a catalogue row by exact name.
 pub fn processor(name: &str) -> Option<&'static Processor> {
     PROCESSORS.iter().find(|p| p.name == name)
@@ -388,6 +407,13 @@ pub fn family_of(name: &str) -> String {
                 }
             })
             .collect(),
+    }
+}
+
+impl Target {
+    /// Not PTX and no feature setting: the processor's plain target (`sm_90`, `gfx90a`).
+    pub fn is_plain(&self) -> bool {
+        !self.ptx && self.xnack == Feature::Any && self.sramecc == Feature::Any
     }
 }
 
@@ -536,8 +562,8 @@ pub fn parse_target_lists<S: AsRef<str>>(lists: &[S]) -> Result<Option<TargetSpe
 pub struct TargetSpec {
     /// The targets, in order, exclusions applied (may be empty: `-sm_89` alone).
     pub targets: Vec<Target>,
-    /// `all` was among the items: a build drops the targets its toolchains cannot build
-    /// (with a warning) instead of failing.
+    /// `all` or a vendor group was among the items: a build drops the targets its toolchains
+    /// cannot build (with a warning) instead of failing.
     pub all: bool,
 }
 
@@ -555,7 +581,7 @@ pub fn parse_target_spec(list: &str) -> Result<TargetSpec, TargetError> {
                 out.retain(|t| !gone.contains(t));
             }
             None => {
-                all |= item == "all";
+                all |= item == "all" || vendor_group(item).is_some();
                 for t in expand_item(item)? {
                     if !out.contains(&t) {
                         out.push(t);
@@ -572,9 +598,11 @@ fn expand_item(item: &str) -> Result<Vec<Target>, TargetError> {
     if item.is_empty() {
         return Err(TargetError::Empty);
     }
-    if item == "all" {
+    let vendor = vendor_group(item);
+    if item == "all" || vendor.is_some() {
         return Ok(PROCESSORS
             .iter()
+            .filter(|p| vendor.is_none_or(|v| p.vendor() == v))
             .filter(|p| {
                 !p.is_generic()
                     && !matches!(
@@ -826,5 +854,52 @@ mod tests {
             Err(TargetError::Empty)
         ));
         assert_eq!(parse_target_lists::<&str>(&[]).unwrap(), None);
+    }
+
+    #[test]
+    fn vendor_groups_name_every_target_of_one_vendor() {
+        let all = parse_target_spec("all").unwrap().targets;
+        for (group, vendor) in VENDOR_GROUPS {
+            let spec = parse_target_lists(&[*group]).unwrap().unwrap();
+            assert!(
+                spec.all,
+                "{group} drops what the toolchain cannot build, as all does"
+            );
+            let want: Vec<Target> = all
+                .iter()
+                .filter(|t| t.vendor() == *vendor)
+                .copied()
+                .collect();
+            assert_eq!(spec.targets, want, "{group}");
+            assert!(spec
+                .targets
+                .iter()
+                .all(|t| !t.ptx && !t.processor.is_generic()));
+        }
+        let nv = parse_target_list("nvidia").unwrap();
+        assert!(nv.iter().any(|t| t.to_string() == "sm_89"));
+        assert!(nv.iter().any(|t| t.to_string() == "sm_90"));
+        assert!(!nv.iter().any(|t| t.to_string() == "sm_90a"));
+        assert_eq!(parse_target_list("cuda").unwrap(), nv);
+        let amd = parse_target_list("rocm").unwrap();
+        assert!(amd.iter().any(|t| t.to_string() == "gfx1100"));
+        assert_eq!(parse_target_list("amd").unwrap(), amd);
+        // Both together are `all`; exclusions and other items mix as with any group.
+        let both = parse_target_lists(&["nvidia", "amd"]).unwrap().unwrap();
+        assert_eq!(both.targets.len(), all.len());
+        let spec = parse_target_lists(&["amd", "-gfx950", "sm_89"])
+            .unwrap()
+            .unwrap();
+        assert!(!spec.targets.iter().any(|t| t.to_string() == "gfx950"));
+        assert_eq!(
+            spec.targets.last().map(Target::to_string).as_deref(),
+            Some("sm_89")
+        );
+        assert!(matches!(
+            parse_target_lists(&["nvidia", "-cuda"]),
+            Err(TargetError::Empty)
+        ));
+        // A plain target list does not turn into `all`.
+        assert!(!parse_target_spec("sm_89,gfx1100").unwrap().all);
     }
 }

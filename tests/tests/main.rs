@@ -35,3 +35,4 @@ mod trust;
 mod trust_local;
 mod trust_net;
 mod trust_tree;
+mod vendor_targets;

@@ -380,7 +380,8 @@ fn init_writes_a_kbuild_toml_that_builds() {
     assert!(
         stdout.contains("3 translation unit(s), 2 kernel(s), 4 entries")
             && stdout.contains("1 failed")
-            && stdout.contains("oops (broken/oops.cu): does not compile for sm_89"),
+            && stdout.contains("undeclared (broken/oops.cu)")
+            && stdout.contains("kernels per target: sm_89 2 of 2, gfx1100 2 of 2"),
         "{}",
         text(&forced)
     );

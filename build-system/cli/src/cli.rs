@@ -236,6 +236,10 @@ pub struct BuildArgs {
     /// Keep building other jobs after a failure.
     #[arg(long)]
     pub keep_going: bool,
+    /// A requested target that ends with no object (every kernel failed there, or
+    /// Kbuild.toml's `targets` keep them all off it) is an error, not a warning.
+    #[arg(long)]
+    pub strict: bool,
     /// Also write one fatbin per CUDA kernel and one offload bundle per HIP kernel.
     #[arg(long)]
     pub fat: bool,

@@ -35,6 +35,7 @@ impl BuildArgs {
         Ok(BuildOptions {
             out_dir: self.out.clone(),
             keep_going: self.keep_going,
+            strict: self.strict,
             fat: self.fat,
             job_timeout: self.job_timeout,
             remote_cache: self.remote_cache.clone(),

@@ -129,7 +129,9 @@ impl Observer for BuildProgress {
             }
             BuildProgress::Plain(v) => {
                 let show = match e {
-                    Event::Job { .. } | Event::Shard { .. } => *v > Verbosity::Quiet,
+                    Event::Job { .. } | Event::Shard { .. } | Event::Unit { .. } => {
+                        *v > Verbosity::Quiet
+                    }
                     Event::Summary { failed, .. } => *v > Verbosity::Quiet || *failed > 0,
                 };
                 if show {
@@ -161,6 +163,15 @@ impl Observer for BuildProgress {
                     if let Some(line) = e.line() {
                         bar.println(line);
                     }
+                }
+                Event::Unit { source, .. } => {
+                    if *verbosity >= Verbosity::Verbose {
+                        if let Some(line) = e.line() {
+                            bar.println(line);
+                        }
+                    }
+                    bar.set_message(source.clone());
+                    bar.inc(1);
                 }
                 Event::Summary { .. } => {
                     bar.finish_and_clear();

@@ -55,6 +55,10 @@ pub struct BuildOptions {
     pub remote_cache_mode: Option<RemoteMode>,
     /// Talk to the remote cache over http://.
     pub plain_http: bool,
+    /// `--strict`: a requested target that ends with no object (every kernel failed there or
+    /// Kbuild.toml keeps them off it) is an error ([`BuildError::EmptyTargets`], after the
+    /// manifest is written); without it, a warning.
+    pub strict: bool,
     /// `--shard I/N`: build only shard I of the resolved target list split N ways
     /// ([`crate::shard`]); the manifest records it.
     pub shard: Option<ShardSpec>,
@@ -86,6 +90,12 @@ pub enum BuildError {
     /// written.
     #[error("interrupted: compilers stopped, scratch directories removed, no manifest written")]
     Interrupted,
+    /// `--strict` and a requested target holds no object; the manifest was written.
+    #[error("--strict: {} without objects: {}; the manifest {manifest} lists it", if .targets.len() == 1 { "a requested target is" } else { "requested targets are" }, .targets.iter().map(|c| c.line()).collect::<Vec<_>>().join("; "))]
+    EmptyTargets {
+        targets: Vec<kbuild_manifest::manifest::TargetCoverage>,
+        manifest: String,
+    },
     /// No cache directory: HOME and the XDG variables are unset.
     #[error(transparent)]
     Dirs(#[from] kbuild_base::dirs::DirsError),
@@ -257,6 +267,20 @@ pub fn build(
     } else {
         Vec::new()
     };
+    // What Kbuild.toml keeps off each target: recorded, so that a target it leaves empty is
+    // seen as incomplete by `package` and `publish`, as failed jobs are.
+    let restricted = targets
+        .iter()
+        .filter_map(|t| {
+            let off: Vec<String> = project
+                .kernels
+                .iter()
+                .filter(|k| !k.builds_for(t))
+                .map(|k| k.name.clone())
+                .collect();
+            (!off.is_empty()).then(|| (t.to_string(), off))
+        })
+        .collect();
     let manifest = Manifest {
         schema: manifest::SCHEMA.to_string(),
         package: PackageInfo {
@@ -270,6 +294,7 @@ pub fn build(
         containers,
         failed,
         missing,
+        restricted,
         partial: false,
         shard: shard_of.map(|(spec, all)| manifest::Shard {
             index: spec.index,
@@ -283,6 +308,17 @@ pub fn build(
     let manifest_path = write_manifest(&manifest, &out_dir)?;
     let seconds = start.elapsed().as_secs_f64();
     let remote = remote.map(|r| r.stats());
+    let coverage = manifest.coverage();
+    let empty: Vec<_> = coverage.iter().filter(|c| c.built == 0).cloned().collect();
+    if !opts.strict {
+        for c in &empty {
+            reporter.note(&format!(
+                "warning: target {} built no object: {} (package refuses such a build without --allow-partial; --strict makes it an error)",
+                c.target,
+                c.line()
+            ));
+        }
+    }
     reporter.event(&Event::Summary {
         compiled,
         cached,
@@ -290,7 +326,14 @@ pub fn build(
         seconds: round3(seconds),
         manifest: Some(manifest_path.display().to_string()),
         remote_cache: remote.clone(),
+        targets: coverage,
     });
+    if opts.strict && !empty.is_empty() {
+        return Err(BuildError::EmptyTargets {
+            targets: empty,
+            manifest: manifest_path.display().to_string(),
+        });
+    }
     Ok(BuildReport {
         compiled,
         cached,

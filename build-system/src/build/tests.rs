@@ -265,6 +265,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -o) out="$2"; shift ;;
     -MF) dep="$2"; shift ;;
+    -Xcompiler) case "$2" in -MD,-MF,*) dep="${2#-MD,-MF,}" ;; esac; shift ;;
     -arch=compute_*) arch="${1#-arch=compute_}" ;;
     -*) ;;
     *) src="$1" ;;
@@ -401,7 +402,7 @@ fn block_size_per_entry_reaches_the_manifest() {
         std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
         let nvcc = cuda.join("bin/nvcc");
         let script = format!(
-            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
+            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -Xcompiler) case \"$2\" in -MD,-MF,*) dep=\"${2#-MD,-MF,}\" ;; esac; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
             fixtures.join("kern_sm89.cubin").display().to_string(),
             fixtures.join("kern_sm89.ptxas.log").display().to_string(),
         );
@@ -450,4 +451,74 @@ fn block_size_per_entry_reaches_the_manifest() {
         failures[0].cause
     );
     assert!(m.objects.is_empty());
+}
+
+/// Per target, the summary says how many kernels it built and why the rest are absent; the
+/// manifest records the restrictions; a target left without objects is a warning, and an
+/// error under `strict` (after the manifest is written).
+#[test]
+fn a_target_without_objects_warns_and_fails_under_strict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (project, mut opts) = project(dir.path(), &[("a", GOOD), ("b", GOOD), ("c", BROKEN)]);
+    let mut project = project;
+    // `a` and `b` are kept to compute_89; `c` fails everywhere: compute_90 gets nothing.
+    let only_89 = vec!["compute_89".parse().expect("target")];
+    project.kernels[0].targets = Some(only_89.clone());
+    project.kernels[1].targets = Some(only_89);
+    opts.targets = Some(vec![
+        "compute_89".parse().expect("target"),
+        "compute_90".parse().expect("target"),
+    ]);
+    opts.keep_going = true;
+    let seen = Seen::default();
+    let report = build(&project, &opts, &seen).expect("builds");
+    let m = Manifest::from_json(&std::fs::read(&report.manifest_path).expect("manifest"))
+        .expect("parses");
+    assert_eq!(
+        m.restricted.get("compute_90"),
+        Some(&vec!["a".to_string(), "b".to_string()])
+    );
+    assert!(!m.restricted.contains_key("compute_89"));
+    assert!(m.is_incomplete());
+    let summary = seen
+        .events
+        .lock()
+        .expect("lock")
+        .iter()
+        .find_map(|e| matches!(e, Event::Summary { .. }).then(|| e.line()))
+        .flatten()
+        .expect("a summary");
+    assert!(
+        summary.ends_with(
+            "\nkbuild: per target: compute_89 2 of 3 kernels (1 failed), compute_90 0 of 3 kernels (2 restricted by Kbuild.toml, 1 failed)"
+        ),
+        "{summary}"
+    );
+    let notes = seen.notes.lock().expect("lock").clone();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("warning: target compute_90 built no object")),
+        "{notes:?}"
+    );
+    assert!(
+        !notes
+            .iter()
+            .any(|n| n.contains("target compute_89 built no")),
+        "{notes:?}"
+    );
+
+    opts.strict = true;
+    let err = build(&project, &opts, &Seen::default()).expect_err("strict refuses");
+    assert!(matches!(err, BuildError::EmptyTargets { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("compute_90: 0 of 3 kernels (2 restricted by Kbuild.toml, 1 failed)"),
+        "{text}"
+    );
+    assert!(report.manifest_path.is_file());
+    // Every target with an object passes under strict.
+    opts.targets = Some(vec!["compute_89".parse().expect("target")]);
+    project.kernels.truncate(2);
+    build(&project, &opts, &Seen::default()).expect("complete under strict");
 }

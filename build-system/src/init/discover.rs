@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use kbuild_manifest::manifest::Manifest;
 use kbuild_manifest::target::{Target, Vendor};
@@ -10,7 +11,7 @@ use kbuild_manifest::target::{Target, Vendor};
 use crate::build::{build, BuildOptions, Failure};
 use crate::config::{Kernel, Language, Project, ToolchainConfig, VendorFlags, FILE_NAME};
 use crate::entries::EntryPattern;
-use crate::events::Observer;
+use crate::events::{Event, JobStatus, Observer};
 use crate::toolchain::Toolchains;
 
 use super::{package_name, CompileSettings, InitError, InitOptions, Unit};
@@ -127,7 +128,8 @@ pub(super) fn discover(
         env: opts.env.clone(),
         ..BuildOptions::default()
     };
-    let result = build(&project, &build_opts, &Silent(observer));
+    let silent = Silent::new(observer, units, &owner);
+    let result = build(&project, &build_opts, &silent);
     let manifest_path = out_dir.join("manifest.json");
     let manifest = std::fs::read(&manifest_path);
     let _ = std::fs::remove_dir_all(&out_dir);
@@ -166,14 +168,102 @@ pub(super) fn discover(
 }
 
 /// The discovery build's observer: its notes (one per failed job, with the compiler's whole
-/// output) are init's to summarise, so only remote-cache and toolchain notes pass.
-pub(super) struct Silent<'a>(&'a dyn Observer);
+/// output) are init's to summarise, so only remote-cache and toolchain notes pass; its job
+/// events become one [`Event::Unit`] per translation unit, when the unit's last job is done.
+pub(super) struct Silent<'a> {
+    inner: &'a dyn Observer,
+    /// Discovery kernel name → the unit's source.
+    source_of: BTreeMap<String, String>,
+    /// Per unit source: what is still to come and what came.
+    progress: Mutex<UnitsProgress>,
+}
+
+#[derive(Default)]
+struct UnitsProgress {
+    left: BTreeMap<String, usize>,
+    built: BTreeMap<String, Vec<String>>,
+    failed: BTreeMap<String, Vec<String>>,
+    seconds: BTreeMap<String, f64>,
+    done: usize,
+    total: usize,
+}
+
+impl<'a> Silent<'a> {
+    fn new(
+        inner: &'a dyn Observer,
+        units: &[Unit],
+        owner: &BTreeMap<String, (String, Target)>,
+    ) -> Silent<'a> {
+        let source: BTreeMap<&str, String> = units
+            .iter()
+            .map(|u| (u.kernel.as_str(), super::slash(&u.rel)))
+            .collect();
+        let mut source_of = BTreeMap::new();
+        let mut p = UnitsProgress::default();
+        for (name, (kernel, _)) in owner {
+            if let Some(s) = source.get(kernel.as_str()) {
+                source_of.insert(name.clone(), s.clone());
+                *p.left.entry(s.clone()).or_default() += 1;
+            }
+        }
+        p.total = p.left.len();
+        Silent {
+            inner,
+            source_of,
+            progress: Mutex::new(p),
+        }
+    }
+}
 
 impl Observer for Silent<'_> {
-    fn event(&self, _: &crate::events::Event) {}
+    fn planned(&self, _: usize) {
+        if let Ok(p) = self.progress.lock() {
+            self.inner.planned(p.total);
+        }
+    }
+    fn event(&self, e: &Event) {
+        let Event::Job {
+            kernel,
+            target,
+            status,
+            seconds,
+            ..
+        } = e
+        else {
+            return;
+        };
+        let (Some(source), Ok(mut p)) = (self.source_of.get(kernel), self.progress.lock()) else {
+            return;
+        };
+        let list = if *status == JobStatus::Failed {
+            &mut p.failed
+        } else {
+            &mut p.built
+        };
+        list.entry(source.clone()).or_default().push(target.clone());
+        *p.seconds.entry(source.clone()).or_default() += seconds;
+        let Some(left) = p.left.get_mut(source) else {
+            return;
+        };
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return;
+        }
+        p.done += 1;
+        let unit = Event::Unit {
+            index: p.done,
+            total: p.total,
+            source: source.clone(),
+            built: p.built.remove(source).unwrap_or_default(),
+            failed: p.failed.remove(source).unwrap_or_default(),
+            seconds: (p.seconds.remove(source).unwrap_or_default() * 100.0).round() / 100.0,
+        };
+        drop(p);
+        self.inner.event(&unit);
+    }
     fn note(&self, text: &str) {
         if !text.starts_with("error: ") {
-            self.0.note(text);
+            self.inner.note(text);
         }
     }
 }

@@ -8,8 +8,10 @@
 //! keep: kernels grouped by directory, entries by name (demangled C++ patterns for mangled
 //! names), units that do not compile commented out with their first error line.
 
+mod causes;
 mod compile_commands;
 mod discover;
+mod name;
 mod scan;
 mod shell;
 mod strip;
@@ -17,6 +19,7 @@ mod strip;
 mod tests;
 mod toml_out;
 
+pub use causes::FailureCause;
 pub use scan::defines_kernel;
 
 use compile_commands::compile_settings;
@@ -126,6 +129,9 @@ pub struct UnitReport {
     pub exported: BTreeMap<String, Vec<String>>,
     /// Per discovery target that failed: the first error line.
     pub errors: BTreeMap<String, String>,
+    /// The `targets` restriction written (vendor groups: `["nvidia"]`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub targets: Option<Vec<String>>,
 }
 
 /// What `kbuild init` did (`kbuild.init/v1` with `--json`).
@@ -154,11 +160,25 @@ pub struct InitReport {
     pub failures: usize,
     /// Units that build but export no kernel (host code only), left out.
     pub host_only: usize,
+    /// Per `[build] targets` entry: how many of the written kernels build for it.
+    pub per_target: Vec<TargetKernels>,
+    /// The failures of every unit, grouped by cause, most units first.
+    pub failure_causes: Vec<FailureCause>,
+    /// Where the package name came from (`Cargo.toml`, `pyproject.toml`, `CMakeLists.txt`,
+    /// or the directory, with a note to edit it).
+    pub package_from: String,
     /// What was left out, each naming the file or compile_commands.json entry and the value:
     /// source files and values holding a character a shell acts on (never compiled, never
     /// written), function-like macros, include directories that do not exist.
     pub skipped: Vec<String>,
 }
+/// How many of the written kernels one target builds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetKernels {
+    pub target: String,
+    pub kernels: usize,
+}
+
 /// A unit found by the scan.
 #[derive(Debug, Clone)]
 struct Unit {
@@ -304,7 +324,8 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     let mut reports = Vec::new();
     let mut out = Out::new();
     header(&mut out, dir, &discovery);
-    package_section(&mut out, dir);
+    let package = name::package_name(dir);
+    package_section(&mut out, &package);
     let mut build = Table::new();
     let mut above = String::new();
     for s in &skipped_units {
@@ -401,6 +422,14 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         out.blank();
         out.comment("No translation unit built: uncomment a kernel above once it compiles.");
     }
+    let per_target = build_targets
+        .iter()
+        .map(|t| TargetKernels {
+            target: t.to_string(),
+            kernels: reports.iter().filter(|r| builds_for(r, t)).count(),
+        })
+        .collect();
+    let failure_causes = causes::group(&reports);
     let doc = out.finish();
     let text = doc.to_string();
     check_written(&file, &doc, &text)?;
@@ -420,7 +449,7 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
     Ok(InitReport {
         schema: "kbuild.init/v1",
         file: file.display().to_string(),
-        package: package_name(dir),
+        package: package.name.clone(),
         targets: target_items,
         discovery_targets: discovery.iter().map(Target::to_string).collect(),
         compile_commands: settings.file.as_ref().map(|p| p.display().to_string()),
@@ -432,10 +461,26 @@ pub fn init(opts: &InitOptions, observer: &dyn Observer) -> Result<InitReport, I
         entries,
         failures,
         host_only,
+        per_target,
+        failure_causes,
+        package_from: package.from.clone(),
         skipped: skipped_units
             .into_iter()
             .chain(settings.skipped.iter().cloned())
             .collect(),
+    })
+}
+
+/// Whether the kernel init wrote for `r` builds for `t`: written, of a language that builds
+/// there, and not restricted away from its vendor.
+fn builds_for(r: &UnitReport, t: &Target) -> bool {
+    if !matches!(r.status, "ok" | "partial") || (r.language == "hip" && t.vendor() != Vendor::Amd) {
+        return false;
+    }
+    r.targets.as_ref().is_none_or(|groups| {
+        groups
+            .iter()
+            .any(|g| kbuild_manifest::target::vendor_group(g) == Some(t.vendor()))
     })
 }
 
@@ -507,24 +552,5 @@ pub fn package_name(dir: &Path) -> String {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default();
-    let mut out = String::new();
-    for c in base.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c) {
-            out.push(c);
-        } else if !out.ends_with('-') {
-            out.push('-');
-        }
-    }
-    let out: String = out
-        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
-        .trim_end_matches('-')
-        .chars()
-        .take(kbuild_base::ident::MAX_LEN)
-        .collect();
-    if kbuild_base::ident::check_package_name("name", &out).is_ok() {
-        out
-    } else {
-        "kernels".into()
-    }
+    name::sanitize(&base).unwrap_or_else(|| "kernels".into())
 }

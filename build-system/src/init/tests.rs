@@ -153,10 +153,20 @@ fn many_entries_become_star_and_vendor_differences_a_comment() {
     let r = kernel_section(&mut out, &unit("cuda"), &d, &targets);
     let text = out.finish().to_string();
     assert_eq!(r.status, "partial");
+    // Restricted to the vendor's group, not to the one discovery target.
     assert!(
-        text.contains("targets = [\"sm_89\"]") && text.contains("error: nope"),
+        text.contains("targets = [\"nvidia\"]") && text.contains("error: nope"),
         "{text}"
     );
+    assert_eq!(r.targets, Some(vec!["nvidia".to_string()]));
+    let mut d = Discovered::default();
+    d.exported.insert("gfx1100".into(), vec!["k".into()]);
+    d.errors
+        .insert("sm_89".into(), "k.cu:1:1: error: nope".into());
+    let mut out = Out::new();
+    kernel_section(&mut out, &unit("amd_only"), &d, &targets);
+    let text = out.finish().to_string();
+    assert!(text.contains("targets = [\"amd\"]"), "{text}");
     let d = Discovered {
         errors: [("sm_89".to_string(), "bad".to_string())]
             .into_iter()

@@ -14,7 +14,8 @@ use crate::config::Language;
 use crate::entries::{EntryPattern, Exported};
 
 use super::discover::{vendor_of, Discovered};
-use super::{package_name, slash, Unit, UnitReport, MAX_LISTED};
+use super::name::PackageName;
+use super::{slash, Unit, UnitReport, MAX_LISTED};
 
 /// `# TEXT` and a newline, with every control character of `text` escaped (`\n`, `\r`,
 /// `\u{1b}`): scanned text in a comment stays on its comment line.
@@ -156,6 +157,7 @@ pub(super) fn kernel_section(
         entries: Vec::new(),
         exported: d.exported.clone(),
         errors: d.errors.clone(),
+        targets: None,
     };
     // A unit whose text has no kernel, that compiled and exported none: host code.
     let host_only = !u.defines_kernel
@@ -209,7 +211,8 @@ pub(super) fn kernel_section(
             library.len()
         )));
     }
-    // Built for some vendors only: restrict it to the targets of those.
+    // Built for some vendors only: restrict it to those vendors' groups (`nvidia`, `amd`), not
+    // to the discovery target, so a target of that vendor added later builds it too.
     let built: BTreeSet<Vendor> = d.exported.keys().filter_map(|t| vendor_of(t)).collect();
     if !d.errors.is_empty() {
         report.status = "partial";
@@ -218,14 +221,15 @@ pub(super) fn kernel_section(
                 "kbuild init: does not compile for {t}: {e}"
             )));
         }
-        let keep: Vec<String> = targets
-            .iter()
-            .filter(|t| built.contains(&t.vendor()))
-            .map(Target::to_string)
-            .collect();
         // Only when the list also holds targets of the vendor it failed for.
-        if !keep.is_empty() && keep.len() < targets.len() {
-            put(&mut t, "targets", array(&keep), &mut above);
+        let failed_vendor_listed = targets.iter().any(|t| !built.contains(&t.vendor()));
+        if !built.is_empty() && failed_vendor_listed {
+            let groups: Vec<String> = built
+                .iter()
+                .map(|v| vendor_group_name(*v).to_string())
+                .collect();
+            put(&mut t, "targets", array(&groups), &mut above);
+            report.targets = Some(groups);
         }
     }
     // The symbols every discovery target exports; the rest are named in a comment.
@@ -342,6 +346,14 @@ pub(super) fn without_compile_names(demangled: &str) -> String {
     out
 }
 
+/// The vendor group init writes in a kernel's `targets` (`kbuild_manifest::target::VENDOR_GROUPS`).
+pub(super) fn vendor_group_name(v: Vendor) -> &'static str {
+    match v {
+        Vendor::Nvidia => "nvidia",
+        Vendor::Amd => "amd",
+    }
+}
+
 /// The comment lines the file starts with.
 pub(super) fn header(out: &mut Out, dir: &Path, discovery: &[Target]) {
     let names: Vec<String> = discovery.iter().map(Target::to_string).collect();
@@ -365,11 +377,15 @@ pub(super) fn header(out: &mut Out, dir: &Path, discovery: &[Target]) {
     out.blank();
 }
 
-pub(super) fn package_section(out: &mut Out, dir: &Path) {
+pub(super) fn package_section(out: &mut Out, package: &PackageName) {
     let mut t = Table::new();
-    let mut none = String::new();
-    put(&mut t, "name", package_name(dir), &mut none);
-    put(&mut t, "version", "0.1.0", &mut none);
+    let mut above = if package.from == "the directory" {
+        comment("Named after the directory (no Cargo.toml, pyproject.toml or CMakeLists.txt here names the library): edit it.")
+    } else {
+        comment(&format!("Name and version from {}.", package.from))
+    };
+    put(&mut t, "name", package.name.as_str(), &mut above);
+    put(&mut t, "version", package.version.as_str(), &mut above);
     out.table("package", t);
 }
 

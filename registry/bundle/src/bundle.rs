@@ -418,6 +418,7 @@ impl Bundle {
             manifest.objects.retain(|o| keep.contains(&o.target));
             manifest.failed.retain(|o| keep.contains(&o.target));
             manifest.missing.retain(|o| keep.contains(&o.target));
+            manifest.restricted.retain(|t, _| keep.contains(t));
         }
         if let Some(summary) = manifest.incomplete_summary() {
             if !allow_partial {
@@ -725,5 +726,37 @@ pub(crate) mod tests {
         .unwrap();
         let e = Bundle::from_bytes(&bytes, ArchiveLimits::default()).unwrap_err();
         assert!(e.to_string().contains("starts with manifest.json"), "{e}");
+    }
+
+    /// A build whose gfx1100 holds no object (Kbuild.toml kept its one kernel off it) is
+    /// refused by package as failures are, or packaged marked partial, which publish refuses
+    /// without --allow-partial; packaging only the targets with objects is complete.
+    #[test]
+    fn a_target_without_objects_makes_package_refuse_or_mark_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = b"sm_89 object".to_vec();
+        let o = kbuild_manifest::fixtures::object("k", "sm_89", "cubin", &data);
+        std::fs::create_dir_all(dir.path().join("sm_89")).unwrap();
+        std::fs::write(dir.path().join(&o.path), &data).unwrap();
+        let mut m = kbuild_manifest::fixtures::manifest("pkg", "1.2.3", vec![o]);
+        m.targets.push("gfx1100".into());
+        m.restricted = [("gfx1100".to_string(), vec!["k".to_string()])].into();
+        std::fs::write(dir.path().join("manifest.json"), m.to_json()).unwrap();
+
+        let e = Bundle::from_build_dir(dir.path(), None, false).unwrap_err();
+        assert!(matches!(e, BundleError::Partial { .. }), "{e}");
+        assert!(
+            e.to_string().contains(
+                "1 target without objects (gfx1100: 0 of 1 kernel (1 restricted by Kbuild.toml))"
+            ),
+            "{e}"
+        );
+        let b = Bundle::from_build_dir(dir.path(), None, true).unwrap();
+        assert!(b.manifest().partial);
+        assert!(b.check_publishable("b", false).is_err());
+        assert!(b.check_publishable("b", true).is_ok());
+        let only = ["sm_89".to_string()];
+        let b = Bundle::from_build_dir(dir.path(), Some(&only), false).unwrap();
+        assert!(!b.manifest().partial && b.manifest().restricted.is_empty());
     }
 }

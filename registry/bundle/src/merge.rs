@@ -483,6 +483,7 @@ pub fn merge(
     let mut failed: BTreeMap<Key, UnbuiltObject> = BTreeMap::new();
     let mut missing: BTreeMap<Key, UnbuiltObject> = BTreeMap::new();
     let mut present: BTreeSet<String> = BTreeSet::new();
+    let mut restricted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut overlapping = 0;
     for (i, (name, b)) in inputs.iter().enumerate() {
         let m = b.manifest();
@@ -520,6 +521,9 @@ pub fn merge(
                 .entry(key(&u.target, &u.kernel, &u.variant))
                 .or_insert_with(|| u.clone());
         }
+        for (t, ks) in m.restricted.iter().filter(|(t, _)| held.contains(*t)) {
+            restricted.entry(t.clone()).or_insert_with(|| ks.clone());
+        }
         present.extend(held);
     }
     // A job that failed or never ran on one runner but built on another is built.
@@ -552,9 +556,27 @@ pub fn merge(
                 });
         }
     }
-    let incomplete = !missing_targets.is_empty() || !failed.is_empty() || !missing.is_empty();
+    // Held, yet no object: every kernel failed there or Kbuild.toml kept it off.
+    let empty_targets: Vec<&String> = targets
+        .iter()
+        .filter(|t| present.contains(*t) && !records.keys().any(|k| k.0 == **t))
+        .collect();
+    let incomplete = !missing_targets.is_empty()
+        || !failed.is_empty()
+        || !missing.is_empty()
+        || !empty_targets.is_empty();
     if incomplete && !allow_partial {
         let mut what = Vec::new();
+        if !empty_targets.is_empty() {
+            what.push(format!(
+                "target(s) without objects: {}",
+                empty_targets
+                    .iter()
+                    .map(|t| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         if !missing_targets.is_empty() {
             what.push(format!(
                 "no bundle holds target(s) {}",
@@ -604,6 +626,7 @@ pub fn merge(
         containers: Vec::new(),
         failed: failed.into_values().collect(),
         missing: missing.into_values().collect(),
+        restricted,
         partial: incomplete || inputs.iter().any(|(_, b)| b.manifest().partial),
         shard: None,
     };

@@ -42,7 +42,13 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
             dir.display()
         );
     }
-    let report = init(&opts, &BuildProgress::plain())?;
+    // A bar on a terminal; one line per translation unit otherwise (CI logs show progress).
+    let progress = if args.json {
+        BuildProgress::plain()
+    } else {
+        BuildProgress::new(false, env)
+    };
+    let report = init(&opts, &progress)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

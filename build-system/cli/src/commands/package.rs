@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use kbuild_base::env::Env;
-use kbuild_build::package::verify_reproducible;
 use kbuild_build::package::{build_for_package, manifest_targets, packaged_targets};
+use kbuild_build::package::{check_build_dir_package, verify_reproducible};
 use kbuild_build::package::{Reproduce, Reproduced};
 use kbuild_bundle::archive::ArchiveLimits;
 use kbuild_bundle::output::{self, PackageReport, SplitReport, Written};
@@ -36,6 +36,12 @@ pub fn run(args: PackageArgs, env: &Env) -> Result<ExitCode> {
         }
     };
     let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref(), args.allow_partial)?;
+    // A named build dir that is the project's own out-dir must match the current [package].
+    if args.build_dir.is_some() {
+        if let Ok(project) = args.project.open() {
+            check_build_dir_package(&project, &build_dir, bundle.manifest())?;
+        }
+    }
     let bytes = bundle.to_bytes(mtime)?;
     let split = match args.max_asset_size {
         Some(limit) => Some(output::write_release(
