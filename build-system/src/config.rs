@@ -608,7 +608,9 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
                 let missing = || {
                     at(
                         k.entries.span(),
-                        format!("kernel `{kname}`: `entries` must list the entry symbols it exports"),
+                        format!(
+                            "kernel `{kname}`: `entries` must list the entry symbols it exports"
+                        ),
                     )
                 };
                 if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {

@@ -402,7 +402,7 @@ fn block_size_per_entry_reaches_the_manifest() {
         std::fs::create_dir_all(cuda.join("bin")).expect("mkdir");
         let nvcc = cuda.join("bin/nvcc");
         let script = format!(
-            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -Xcompiler) case \"$2\" in -MD,-MF,*) dep=\"${2#-MD,-MF,}\" ;; esac; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
+            "#!/bin/sh\nif [ \"$1\" = \"--version\" ]; then\n  echo \"Cuda compilation tools, release 13.5, V13.5.37\"\n  exit 0\nfi\nout=; dep=; src=\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in\n    -o) out=\"$2\"; shift ;;\n    -MF) dep=\"$2\"; shift ;;\n    -Xcompiler) case \"$2\" in -MD,-MF,*) dep=\"${{2#-MD,-MF,}}\" ;; esac; shift ;;\n    -*) ;;\n    *) src=\"$1\" ;;\n  esac\n  shift\ndone\ncat {:?} > \"$out\"\ncat {:?} >&2\nprintf '%s: %s\\n' \"$out\" \"$src\" > \"$dep\"\n",
             fixtures.join("kern_sm89.cubin").display().to_string(),
             fixtures.join("kern_sm89.ptxas.log").display().to_string(),
         );
