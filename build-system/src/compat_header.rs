@@ -38,6 +38,37 @@ pub const FILES: &[(&str, &str)] = &[
     (
         "hip-shim/device_launch_parameters.h",
         include_str!("../include/hip-shim/device_launch_parameters.h"),
+    ),    (
+        "hip-shim/cuda_runtime_api.h",
+        include_str!("../include/hip-shim/cuda_runtime_api.h"),
+    ),
+    (
+        "hip-shim/cuda_fp8.h",
+        include_str!("../include/hip-shim/cuda_fp8.h"),
+    ),
+    (
+        "hip-shim/cuda.h",
+        include_str!("../include/hip-shim/cuda.h"),
+    ),
+    (
+        "hip-shim/driver_types.h",
+        include_str!("../include/hip-shim/driver_types.h"),
+    ),
+    (
+        "hip-shim/library_types.h",
+        include_str!("../include/hip-shim/library_types.h"),
+    ),
+    (
+        "hip-shim/cuComplex.h",
+        include_str!("../include/hip-shim/cuComplex.h"),
+    ),
+    (
+        "hip-shim/cub/cub.cuh",
+        include_str!("../include/hip-shim/cub/cub.cuh"),
+    ),
+    (
+        "hip-shim/cuda/std/limits",
+        include_str!("../include/hip-shim/cuda/std/limits"),
     ),
 ];
 
