@@ -968,4 +968,13 @@
 #define cudaHostAllocMapped hipHostMallocMapped
 #define cudaHostAllocPortable hipHostMallocPortable
 #define cudaHostAllocDefault hipHostMallocDefault
+// CUDA's runtime takes any kernel function pointer where HIP 5.2 takes const void*.
+template <typename KcKernel>
+static inline hipError_t hipFuncSetAttribute(KcKernel* kernel, hipFuncAttribute attr, int value) {
+  return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+template <typename KcKernel>
+static inline hipError_t hipFuncGetAttributes(hipFuncAttributes* attr, KcKernel* kernel) {
+  return hipFuncGetAttributes(attr, reinterpret_cast<const void*>(kernel));
+}
 #endif
