@@ -299,7 +299,7 @@ __global__ void k(unsigned* u, int* i, long long* l, unsigned short* s, __half* 
 
     /// The fp8 value of `code` (positive half, `code` up to the largest finite + 1), exact.
     fn fp8_value(code: u32, e4m3: bool) -> f64 {
-        let (man, bias) = if e4m3 { (3, 7) } else { (2, 15) };
+        let (man, bias): (u32, i32) = if e4m3 { (3, 7) } else { (2, 15) };
         let (e, m) = (code >> man, code & ((1 << man) - 1));
         if e == 0 {
             m as f64 * 2f64.powi(1 - bias - man as i32)

@@ -1,7 +1,8 @@
 // cuda.h for hip-clang, shipped with kbuild (docs/compat-header.md): the runtime names
 // (cuda_runtime_api.h) and the driver API's common names (CUresult, CUdevice, CUdeviceptr,
 // CUstream, cuGetErrorString, cuDeviceGet, cuDeviceGetAttribute, the virtual memory calls) as
-// HIP's. CUDA_VERSION is not defined: this is not a CUDA toolkit. Only on hip-clang's include
+// HIP's (HIP 5.2 has no virtual memory device attribute: CU_DEVICE_ATTRIBUTE_VIRTUAL_*
+// stays undeclared). CUDA_VERSION is not defined: this is not a CUDA toolkit. Only on hip-clang's include
 // path.
 #ifndef KBUILD_SHIM_CUDA_H
 #define KBUILD_SHIM_CUDA_H
@@ -33,5 +34,4 @@ typedef hipCtx_t CUcontext;
 #define CU_MEM_ALLOCATION_TYPE_PINNED hipMemAllocationTypePinned
 #define CU_MEM_ALLOC_GRANULARITY_RECOMMENDED hipMemAllocationGranularityRecommended
 #define CU_MEM_LOCATION_TYPE_DEVICE hipMemLocationTypeDevice
-#define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED hipDeviceAttributeVirtualMemoryManagementSupported
 #endif

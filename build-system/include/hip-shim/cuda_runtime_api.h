@@ -977,4 +977,8 @@ template <typename KcKernel>
 static inline hipError_t hipFuncGetAttributes(hipFuncAttributes* attr, KcKernel* kernel) {
   return hipFuncGetAttributes(attr, reinterpret_cast<const void*>(kernel));
 }
+// CUDA's C++ API defaults the flags.
+static inline hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event) {
+  return hipStreamWaitEvent(stream, event, 0);
+}
 #endif
