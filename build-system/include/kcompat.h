@@ -24,6 +24,7 @@
 // ----------------------------------------------------------------------------------- AMD / HIP
 #define KC_HIP 1
 #include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
 
 // Wave size of the target being compiled: 64 on gfx9 (gfx90a, gfx942), 32 by default on
 // gfx10+/gfx11/gfx12 (64 there only with -mwavefrontsize64, which updates the macro too).
@@ -132,6 +133,162 @@ KC_DEVICE void __syncwarp(unsigned long long = ~0ull) {
 #if HIP_VERSION_MAJOR < 6
 KC_DEVICE unsigned long long __activemask() { return __ballot(1); }
 #endif
+
+// __CUDA_ARCH__ in the device pass: undefined under hip-clang, so `#if __CUDA_ARCH__ < 600` is
+// true and `#if __CUDA_ARCH__ >= 700` false, which picks the oldest code path (and its own
+// atomicAdd(double), which HIP already has). kbuild defines it to KC_CUDA_ARCH (default 610:
+// fp16 and __dp4a, no tensor-core or cp.async paths, which are inline PTX). -DKC_CUDA_ARCH=N
+// picks another level (800 turns on bf16/fp8 paths), -DKC_NO_CUDA_ARCH leaves it undefined.
+#if defined(__HIP_DEVICE_COMPILE__) && !defined(__CUDA_ARCH__) && !defined(KC_NO_CUDA_ARCH)
+#ifndef KC_CUDA_ARCH
+#define KC_CUDA_ARCH 610
+#endif
+#define __CUDA_ARCH__ KC_CUDA_ARCH
+#endif
+
+// Declared as templates with a defaulted parameter: a library that defines one of these itself
+// (a fallback behind an arch guard) declares a plain function, which wins overload resolution
+// instead of colliding with ours.
+#define KC_SHIM template <typename KcShim = void> KC_DEVICE
+
+// __trap: abort the kernel.
+KC_SHIM void __trap() { __builtin_trap(); }
+
+// SIMD-in-a-word intrinsics (per byte: 4, per halfword: 2), computed lane by lane.
+namespace kc_detail {
+template <typename Lane, int N, typename F>
+KC_DEVICE unsigned int simd(unsigned int a, unsigned int b, F f) {
+  constexpr int bits = 32 / N;
+  constexpr unsigned int mask = (1u << bits) - 1u;
+  unsigned int r = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const Lane x = (Lane)((a >> (i * bits)) & mask), y = (Lane)((b >> (i * bits)) & mask);
+    r |= ((unsigned int)f(x, y) & mask) << (i * bits);
+  }
+  return r;
+}
+template <typename T, int Lo, int Hi> KC_DEVICE int sat(int v) { return v < Lo ? Lo : (v > Hi ? Hi : v); }
+}  // namespace kc_detail
+#define KC_SIMD(name, lane, n, expr) \
+  KC_SHIM unsigned int name(unsigned int a, unsigned int b) { \
+    return kc_detail::simd<lane, n>(a, b, [](lane x, lane y) { return (int)(expr); }); \
+  }
+KC_SIMD(__vadd4, unsigned char, 4, x + y)
+KC_SIMD(__vsub4, unsigned char, 4, x - y)
+KC_SIMD(__vaddss4, signed char, 4, (kc_detail::sat<int, -128, 127>((int)x + (int)y)))
+KC_SIMD(__vsubss4, signed char, 4, (kc_detail::sat<int, -128, 127>((int)x - (int)y)))
+KC_SIMD(__vaddus4, unsigned char, 4, (kc_detail::sat<int, 0, 255>((int)x + (int)y)))
+KC_SIMD(__vsubus4, unsigned char, 4, (kc_detail::sat<int, 0, 255>((int)x - (int)y)))
+KC_SIMD(__vabsdiffu4, unsigned char, 4, x > y ? x - y : y - x)
+KC_SIMD(__vabsdiffs4, signed char, 4, x > y ? (int)x - (int)y : (int)y - (int)x)
+KC_SIMD(__vmaxu4, unsigned char, 4, x > y ? x : y)
+KC_SIMD(__vminu4, unsigned char, 4, x < y ? x : y)
+KC_SIMD(__vmaxs4, signed char, 4, x > y ? x : y)
+KC_SIMD(__vmins4, signed char, 4, x < y ? x : y)
+KC_SIMD(__vcmpeq4, unsigned char, 4, x == y ? 0xff : 0)
+KC_SIMD(__vcmpne4, unsigned char, 4, x != y ? 0xff : 0)
+KC_SIMD(__vadd2, unsigned short, 2, x + y)
+KC_SIMD(__vsub2, unsigned short, 2, x - y)
+KC_SIMD(__vaddss2, short, 2, (kc_detail::sat<int, -32768, 32767>((int)x + (int)y)))
+KC_SIMD(__vsubss2, short, 2, (kc_detail::sat<int, -32768, 32767>((int)x - (int)y)))
+KC_SIMD(__vmaxs2, short, 2, x > y ? x : y)
+KC_SIMD(__vmins2, short, 2, x < y ? x : y)
+KC_SIMD(__vcmpeq2, unsigned short, 2, x == y ? 0xffff : 0)
+#undef KC_SIMD
+KC_SHIM unsigned int __vabs4(unsigned int a) { return __vabsdiffs4(a, 0u); }
+KC_SHIM unsigned int __vneg4(unsigned int a) { return __vsub4(0u, a); }
+// Byte-wise dot products with a 32-bit accumulator.
+KC_SHIM int __dp4a(int a, int b, int c) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+  return c;
+}
+KC_SHIM unsigned int __dp4a(unsigned int a, unsigned int b, unsigned int c) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c += ((a >> (8 * i)) & 0xffu) * ((b >> (8 * i)) & 0xffu);
+  return c;
+}
+KC_SHIM int __dp4a(char4 a, char4 b, int c) {
+  return c + a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+// Two 16-bit products (a's halves) with the low (lo=true) or high two bytes of b.
+KC_SHIM int __dp2a_lo(int a, int b, int c) {
+  return c + (int)(short)a * (int)(signed char)b + (int)(short)(a >> 16) * (int)(signed char)(b >> 8);
+}
+KC_SHIM int __dp2a_hi(int a, int b, int c) {
+  return c + (int)(short)a * (int)(signed char)(b >> 16) + (int)(short)(a >> 16) * (int)(signed char)(b >> 24);
+}
+
+// Atomics HIP 5.2 lacks: 64-bit signed min/max and 16-bit compare-and-swap, as CAS loops on the
+// aligned 32- or 64-bit word.
+KC_SHIM long long atomicMax(long long* address, long long val) {
+  unsigned long long* p = (unsigned long long*)address;
+  unsigned long long old = *p, assumed;
+  do {
+    assumed = old;
+    if ((long long)assumed >= val) break;
+    old = atomicCAS(p, assumed, (unsigned long long)val);
+  } while (assumed != old);
+  return (long long)old;
+}
+KC_SHIM long long atomicMin(long long* address, long long val) {
+  unsigned long long* p = (unsigned long long*)address;
+  unsigned long long old = *p, assumed;
+  do {
+    assumed = old;
+    if ((long long)assumed <= val) break;
+    old = atomicCAS(p, assumed, (unsigned long long)val);
+  } while (assumed != old);
+  return (long long)old;
+}
+KC_SHIM unsigned short atomicCAS(unsigned short* address, unsigned short compare, unsigned short val) {
+  unsigned int* word = (unsigned int*)((unsigned long long)address & ~3ull);
+  const unsigned int shift = ((unsigned long long)address & 2ull) ? 16u : 0u;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    if ((unsigned short)(assumed >> shift) != compare) break;
+    old = atomicCAS(word, assumed, (assumed & ~(0xffffu << shift)) | ((unsigned int)val << shift));
+  } while (assumed != old);
+  return (unsigned short)(old >> shift);
+}
+
+// atomicAdd on __half (CUDA has it from sm_70): a 16-bit CAS loop, the sum rounded per step.
+KC_SHIM __half atomicAdd(__half* address, __half val) {
+  unsigned short* p = (unsigned short*)address;
+  unsigned short old = *p, assumed;
+  do {
+    assumed = old;
+    const __half sum = __float2half(__half2float(__ushort_as_half(assumed)) + __half2float(val));
+    old = atomicCAS<>(p, assumed, __half_as_ushort(sum));
+  } while (assumed != old);
+  return __ushort_as_half(old);
+}
+// __hmax / __hmin on __half (HIP 5.2 has neither): the larger / smaller, the number when one
+// is NaN (as CUDA's); the _nan forms return NaN when either is.
+KC_SHIM __half __hmax(__half a, __half b) { return __half(fmaxf(__half2float(a), __half2float(b))); }
+KC_SHIM __half __hmin(__half a, __half b) { return __half(fminf(__half2float(a), __half2float(b))); }
+KC_SHIM __half __hmax_nan(__half a, __half b) { return __hisnan(a) ? a : (__hisnan(b) ? b : __hmax(a, b)); }
+KC_SHIM __half __hmin_nan(__half a, __half b) { return __hisnan(a) ? a : (__hisnan(b) ? b : __hmin(a, b)); }
+KC_SHIM __half2 __hmax2(__half2 a, __half2 b) { return __half2(__hmax(a.x, b.x), __hmax(a.y, b.y)); }
+KC_SHIM __half2 __hmin2(__half2 a, __half2 b) { return __half2(__hmin(a.x, b.x), __hmin(a.y, b.y)); }
+// min/max on unsigned and 64-bit integers, and mixed int/unsigned (CUDA's math headers have
+// them; clang's HIP headers only int, float and double, so min(unsigned, blockDim.x) is ambiguous).
+#define KC_MINMAX(T)                                          \
+  KC_SHIM T min(T a, T b) { return a < b ? a : b; }           \
+  KC_SHIM T max(T a, T b) { return a > b ? a : b; }
+KC_MINMAX(unsigned int)
+KC_MINMAX(long)
+KC_MINMAX(unsigned long)
+KC_MINMAX(long long)
+KC_MINMAX(unsigned long long)
+#undef KC_MINMAX
+KC_SHIM unsigned int min(int a, unsigned int b) { return min<>((unsigned int)a, b); }
+KC_SHIM unsigned int min(unsigned int a, int b) { return min<>(a, (unsigned int)b); }
+KC_SHIM unsigned int max(int a, unsigned int b) { return max<>((unsigned int)a, b); }
+KC_SHIM unsigned int max(unsigned int a, int b) { return max<>(a, (unsigned int)b); }
+#undef KC_SHIM
 #endif  // !KC_NO_CUDA_NAMES
 
 #else

@@ -32,7 +32,7 @@ template __global__ void scale<int>(int*, int);
 /// A kernel the CUDA targets export and the AMD ones do not.
 const GUARDED: &str = r#"#include "kcompat.h"
 KC_KERNEL(64) void both(float* x) { x[threadIdx.x] += 1.0f; }
-#if defined(__CUDA_ARCH__)
+#if defined(KC_CUDA)
 KC_KERNEL(64) void cuda_only(float* x) { x[threadIdx.x] += 2.0f; }
 #endif
 "#;

@@ -86,4 +86,80 @@ __device__ __forceinline__ __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b
 }
 __device__ __forceinline__ __nv_bfloat16 __hneg(__nv_bfloat16 a) { return __ushort_as_bfloat16(a.__x ^ 0x8000u); }
 __device__ __forceinline__ __nv_bfloat16 __habs(__nv_bfloat16 a) { return __ushort_as_bfloat16(a.__x & 0x7fffu); }
+
+// Math on __nv_bfloat16 (CUDA's cuda_bf16.h names): computed in float, rounded to nearest even.
+#define KC_BF16_UNARY(name, expr)                                                  \
+  __device__ __forceinline__ __nv_bfloat16 name(__nv_bfloat16 a) {                \
+    const float x = __bfloat162float(a);                                          \
+    return __float2bfloat16_rn(expr);                                             \
+  }
+KC_BF16_UNARY(hsqrt, sqrtf(x))
+KC_BF16_UNARY(hrsqrt, rsqrtf(x))
+KC_BF16_UNARY(hrcp, 1.0f / x)
+KC_BF16_UNARY(hexp, expf(x))
+KC_BF16_UNARY(hexp2, exp2f(x))
+KC_BF16_UNARY(hexp10, exp10f(x))
+KC_BF16_UNARY(hlog, logf(x))
+KC_BF16_UNARY(hlog2, log2f(x))
+KC_BF16_UNARY(hlog10, log10f(x))
+KC_BF16_UNARY(hsin, sinf(x))
+KC_BF16_UNARY(hcos, cosf(x))
+KC_BF16_UNARY(htanh, tanhf(x))
+KC_BF16_UNARY(hfloor, floorf(x))
+KC_BF16_UNARY(hceil, ceilf(x))
+KC_BF16_UNARY(htrunc, truncf(x))
+KC_BF16_UNARY(hrint, rintf(x))
+#undef KC_BF16_UNARY
+__device__ __forceinline__ bool __hisnan(__nv_bfloat16 a) { return (a.__x & 0x7fffu) > 0x7f80u; }
+__device__ __forceinline__ bool __hisinf(__nv_bfloat16 a) { return (a.__x & 0x7fffu) == 0x7f80u; }
+__device__ __forceinline__ __nv_bfloat16 __hmax_nan(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __hisnan(a) ? a : (__hisnan(b) ? b : __hmax(a, b));
+}
+__device__ __forceinline__ __nv_bfloat16 __hmin_nan(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __hisnan(a) ? a : (__hisnan(b) ? b : __hmin(a, b));
+}
+#define KC_BF16_COMPARE(name, op) \
+  __device__ __forceinline__ bool name(__nv_bfloat16 a, __nv_bfloat16 b) { return __bfloat162float(a) op __bfloat162float(b); }
+KC_BF16_COMPARE(__heq, ==)
+KC_BF16_COMPARE(__hne, !=)
+KC_BF16_COMPARE(__hlt, <)
+KC_BF16_COMPARE(__hle, <=)
+KC_BF16_COMPARE(__hgt, >)
+KC_BF16_COMPARE(__hge, >=)
+#undef KC_BF16_COMPARE
+// Compound assignment (a + b already works through float; += needs an lvalue of the type).
+#define KC_BF16_ASSIGN(op)                                                                   \
+  __device__ __forceinline__ __nv_bfloat16& operator op##=(__nv_bfloat16& a, __nv_bfloat16 b) { \
+    a = __float2bfloat16_rn(__bfloat162float(a) op __bfloat162float(b));                     \
+    return a;                                                                                \
+  }
+KC_BF16_ASSIGN(+)
+KC_BF16_ASSIGN(-)
+KC_BF16_ASSIGN(*)
+KC_BF16_ASSIGN(/)
+#undef KC_BF16_ASSIGN
+// atomicAdd on bf16 (CUDA has it from sm_80): a CAS loop on the aligned 32-bit word.
+__device__ __forceinline__ __nv_bfloat16 atomicAdd(__nv_bfloat16* address, __nv_bfloat16 val) {
+  unsigned int* word = (unsigned int*)((unsigned long long)address & ~3ull);
+  const unsigned int shift = ((unsigned long long)address & 2ull) ? 16u : 0u;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    const float sum = __bfloat162float(__ushort_as_bfloat16((unsigned short)(assumed >> shift))) + __bfloat162float(val);
+    const unsigned int bits = __float2bfloat16_rn(sum).__x;
+    old = atomicCAS(word, assumed, (assumed & ~(0xffffu << shift)) | (bits << shift));
+  } while (assumed != old);
+  return __ushort_as_bfloat16((unsigned short)(old >> shift));
+}
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rd(float f) {
+  __nv_bfloat16 h = __float2bfloat16_rz(f);
+  return (f < 0.0f && __bfloat162float(h) != f) ? __ushort_as_bfloat16(h.__x + 1u) : h;
+}
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16_ru(float f) {
+  __nv_bfloat16 h = __float2bfloat16_rz(f);
+  return (f > 0.0f && __bfloat162float(h) != f) ? __ushort_as_bfloat16(h.__x + 1u) : h;
+}
+__device__ __forceinline__ __nv_bfloat16 __double2bfloat16(double d) { return __float2bfloat16_rn((float)d); }
+__device__ __forceinline__ __nv_bfloat16 __int2bfloat16_rn(int i) { return __float2bfloat16_rn((float)i); }
+__device__ __forceinline__ int __bfloat162int_rz(__nv_bfloat16 h) { return (int)__bfloat162float(h); }
 #endif
