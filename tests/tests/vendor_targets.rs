@@ -5,7 +5,7 @@
 //! partial; `package --build-dir` refuses a build made before `[package]` was edited.
 //!
 //! NVIDIA is a fake toolkit (PTX for `compute_XY`, entry `scale`, failing on a source that
-//! says `NV_BROKEN`); AMD is the installed hip-clang, which fails on `cuda_fp8.h`.
+//! says `NV_BROKEN`); AMD is the installed hip-clang, which fails on `thrust/device_vector.h`.
 
 use crate::kbuild_tests;
 
@@ -43,7 +43,7 @@ printf '%s: %s\n' "$out" "$src" > "$dep"
 
 const BOTH: &str = "extern \"C\" __global__ void scale(float* x) { x[0] = 1.0f; }\n";
 const NVIDIA_ONLY: &str =
-    "#include <cuda_fp8.h>\nextern \"C\" __global__ void scale(float* x) { x[0] = 1.0f; }\n";
+    "#include <thrust/device_vector.h>\nextern \"C\" __global__ void scale(float* x) { x[0] = 1.0f; }\n";
 const AMD_ONLY: &str =
     "// NV_BROKEN\nextern \"C\" __global__ void scale(float* x) { x[0] = 2.0f; }\n";
 
@@ -150,11 +150,13 @@ fn init_keeps_a_unit_to_its_vendor_and_says_why_per_target() {
         "{out}"
     );
     assert!(
-        out.contains("2 units for gfx1100: `cuda_fp8.h` not found (src/fp8_a.cu, src/fp8_b.cu)"),
+        out.contains(
+            "2 units for gfx1100: `thrust/device_vector.h` not found (src/fp8_a.cu, src/fp8_b.cu)"
+        ),
         "{out}"
     );
     assert!(
-        out.contains("help: `cuda_fp8.h` is part of the CUDA toolkit"),
+        out.contains("help: `thrust/device_vector.h` is part of the CUDA toolkit"),
         "{out}"
     );
     assert!(
