@@ -340,6 +340,28 @@ __global__ void k(unsigned* u, int* i, long long* l, unsigned short* s, __half* 
         sign | if best > max_code { overflow } else { best }
     }
 
+    /// `program` (C++) built for the host with `clang` and `args` in `dir`, run; its stdout.
+    fn run_on_cpu(clang: &Path, dir: &Path, name: &str, program: &str, args: &[String]) -> String {
+        let src = dir.join(format!("{name}.cpp"));
+        std::fs::write(&src, program).unwrap();
+        let exe = dir.join(name);
+        let out = std::process::Command::new(clang)
+            .args(["-x", "c++", "-std=c++17", "-O2"])
+            .args(args)
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = std::process::Command::new(&exe).output().unwrap();
+        String::from_utf8(run.stdout).unwrap()
+    }
+
     #[test]
     fn fp8_conversions_match_a_cpu_reference() {
         // The shim's formulas, compiled for the CPU (KC_FP8_CORE_ONLY), against the nearest
@@ -399,24 +421,13 @@ __global__ void k(unsigned* u, int* i, long long* l, unsigned short* s, __half* 
              }}\n",
             bits.join(",")
         );
-        let src = d.path().join("fp8.cpp");
-        std::fs::write(&src, program).unwrap();
-        let exe = d.path().join("fp8");
-        let out = std::process::Command::new(&tc.clang)
-            .args(["-x", "c++", "-std=c++17", "-O2", "-DKC_FP8_CORE_ONLY"])
-            .arg(format!("-I{}", inc.display()))
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let text = run_on_cpu(
+            &tc.clang,
+            d.path(),
+            "fp8",
+            &program,
+            &["-DKC_FP8_CORE_ONLY".into(), format!("-I{}", inc.display())],
         );
-        let run = std::process::Command::new(&exe).output().unwrap();
-        let text = String::from_utf8(run.stdout).unwrap();
         let mut lines = text.lines();
         for x in &values {
             let got: Vec<u32> = lines
@@ -482,23 +493,7 @@ __global__ void k(unsigned* u, int* i, long long* l, unsigned short* s, __half* 
              }}\n",
             &kc[start..end]
         );
-        let src = d.path().join("simd.cpp");
-        std::fs::write(&src, program).unwrap();
-        let exe = d.path().join("simd");
-        let out = std::process::Command::new(&tc.clang)
-            .args(["-x", "c++", "-std=c++17", "-O2"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let run = std::process::Command::new(&exe).output().unwrap();
-        let text = String::from_utf8(run.stdout).unwrap();
+        let text = run_on_cpu(&tc.clang, d.path(), "simd", &program, &[]);
         assert_eq!(text.lines().count(), 2000);
         for line in text.lines() {
             let n: Vec<i64> = line.split(' ').map(|x| x.parse().unwrap()).collect();

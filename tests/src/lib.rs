@@ -151,6 +151,38 @@ impl Default for Scratch {
     }
 }
 
+/// A stand-in for nvcc, as far as kbuild sees it: `--version`, then `prelude`, then the
+/// arguments read into `out`, `dep` (from `-MF` or `-Xcompiler -MD,-MF,FILE`, both ways
+/// kbuild asks for a depfile), `arch` (of `-arch=compute_XY`) and `src`, then `body`, then
+/// PTX with one entry `scale` for `compute_<arch>` written to `out` and a depfile.
+pub fn fake_nvcc(prelude: &str, body: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+if [ "$1" = "--version" ]; then
+  echo "nvcc: NVIDIA (R) Cuda compiler driver"
+  echo "Cuda compilation tools, release 13.5, V13.5.37"
+  exit 0
+fi
+{prelude}
+out=; dep=; arch=; src=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) out="$2"; shift ;;
+    -MF) dep="$2"; shift ;;
+    -Xcompiler) case "$2" in -MD,-MF,*) dep="${{2#-MD,-MF,}}" ;; esac; shift ;;
+    -arch=compute_*) arch="${{1#-arch=compute_}}" ;;
+    -*) ;;
+    *) src="$1" ;;
+  esac
+  shift
+done
+{body}
+printf '.version 8.0\n.target sm_%s\n.address_size 64\n\n.visible .entry scale(\n\t.param .u64 scale_param_0\n)\n{{\n\tret;\n}}\n' "$arch" > "$out"
+printf '%s: %s\n' "$out" "$src" > "$dep"
+"#
+    )
+}
+
 pub fn make_executable(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let mut perm = std::fs::metadata(p).expect("metadata").permissions();

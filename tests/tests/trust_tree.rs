@@ -15,28 +15,9 @@ use kbuild_tests::text;
 /// nvcc as far as kbuild sees it: `--version`, and PTX with one entry `scale` plus a depfile
 /// for `-arch=compute_XY`. Its first step is what makes the attack real: nvcc hands its
 /// sub-steps to `sh`.
-const SHELL_NVCC: &str = r#"#!/bin/sh
-if [ "$1" = "--version" ]; then
-  echo "nvcc: NVIDIA (R) Cuda compiler driver"
-  echo "Cuda compilation tools, release 13.5, V13.5.37"
-  exit 0
-fi
-sh -c "true $*"
-out=; dep=; arch=; src=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o) out="$2"; shift ;;
-    -MF) dep="$2"; shift ;;
-    -Xcompiler) case "$2" in -MD,-MF,*) dep="${2#-MD,-MF,}" ;; esac; shift ;;
-    -arch=compute_*) arch="${1#-arch=compute_}" ;;
-    -*) ;;
-    *) src="$1" ;;
-  esac
-  shift
-done
-printf '.version 8.0\n.target sm_%s\n.address_size 64\n\n.visible .entry scale(\n\t.param .u64 scale_param_0\n)\n{\n\tret;\n}\n' "$arch" > "$out"
-printf '%s: %s\n' "$out" "$src" > "$dep"
-"#;
+fn shell_nvcc() -> String {
+    kbuild_tests::fake_nvcc(r#"sh -c "true $*""#, "")
+}
 
 const KERNEL: &str = "__global__ void scale(float* x) { x[0] = 1.0f; }\n";
 
@@ -53,7 +34,7 @@ impl Tree {
         let t = Tree { dir };
         let bin = t.cuda().join("bin");
         std::fs::create_dir_all(&bin).expect("mkdir");
-        std::fs::write(bin.join("nvcc"), SHELL_NVCC).expect("write nvcc");
+        std::fs::write(bin.join("nvcc"), shell_nvcc()).expect("write nvcc");
         kbuild_tests::make_executable(&bin.join("nvcc"));
         std::fs::create_dir_all(t.proj().join("tools")).expect("mkdir");
         std::fs::create_dir_all(t.outside()).expect("mkdir");

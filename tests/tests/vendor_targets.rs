@@ -14,32 +14,17 @@ use std::process::{Command, Output};
 
 use kbuild_tests::text;
 
-const FAKE_NVCC: &str = r#"#!/bin/sh
-if [ "$1" = "--version" ]; then
-  echo "nvcc: NVIDIA (R) Cuda compiler driver"
-  echo "Cuda compilation tools, release 13.5, V13.5.37"
-  exit 0
-fi
-out=; dep=; arch=; src=
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o) out="$2"; shift ;;
-    -MF) dep="$2"; shift ;;
-    -Xcompiler) case "$2" in -MD,-MF,*) dep="${2#-MD,-MF,}" ;; esac; shift ;;
-    -arch=compute_*) arch="${1#-arch=compute_}" ;;
-    -*) ;;
-    *) src="$1" ;;
-  esac
-  shift
-done
-while IFS= read -r line; do
+/// Fails a source holding `NV_BROKEN`, as nvcc fails an undefined name.
+fn fake_nvcc() -> String {
+    kbuild_tests::fake_nvcc(
+        "",
+        r#"while IFS= read -r line; do
   case "$line" in
     *NV_BROKEN*) echo "$src(1): error: identifier \"nv_broken\" is undefined" >&2; exit 2 ;;
   esac
-done < "$src"
-printf '.version 8.0\n.target sm_%s\n.address_size 64\n\n.visible .entry scale(\n\t.param .u64 scale_param_0\n)\n{\n\tret;\n}\n' "$arch" > "$out"
-printf '%s: %s\n' "$out" "$src" > "$dep"
-"#;
+done < "$src""#,
+    )
+}
 
 const BOTH: &str = "extern \"C\" __global__ void scale(float* x) { x[0] = 1.0f; }\n";
 const NVIDIA_ONLY: &str =
@@ -58,7 +43,7 @@ impl Tree {
         };
         let bin = t.dir.path().join("cuda/bin");
         std::fs::create_dir_all(&bin).expect("mkdir");
-        std::fs::write(bin.join("nvcc"), FAKE_NVCC).expect("write nvcc");
+        std::fs::write(bin.join("nvcc"), fake_nvcc()).expect("write nvcc");
         kbuild_tests::make_executable(&bin.join("nvcc"));
         std::fs::create_dir_all(t.proj().join("src")).expect("mkdir");
         t

@@ -487,13 +487,6 @@ impl AssetIndex {
                 })
             })?;
         budget.spend(bundle.unpacked_bytes());
-        if bundle.manifest_digest() != self.manifest_digest() {
-            return Err(bad(format!(
-                "its manifest is {}, the index's is {}: a part of another build",
-                bundle.manifest_digest(),
-                self.manifest_digest()
-            )));
-        }
         if bundle.targets() != part.targets {
             return Err(bad(format!(
                 "it holds {}, the index says {}",
