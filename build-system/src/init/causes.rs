@@ -186,7 +186,7 @@ mod tests {
                     &format!("src/f{i}.cu"),
                     &[(
                         "gfx1100",
-                        &format!("src/f{i}.cu:{i}:1: fatal error: 'cuda_fp8.h' file not found"),
+                        &format!("src/f{i}.cu:{i}:1: fatal error: 'cuda/pipeline' file not found"),
                     )],
                 )
             })
@@ -206,6 +206,13 @@ mod tests {
             )],
         ));
         units.push(unit(
+            "src/e.cu",
+            &[(
+                "gfx1100",
+                "src/e.cu:1:10: fatal error: 'cuda_fp8.h' file not found",
+            )],
+        ));
+        units.push(unit(
             "src/m.cu",
             &[(
                 "gfx1100",
@@ -213,7 +220,7 @@ mod tests {
             )],
         ));
         let g = group(&units);
-        assert_eq!(g[0].cause, "`cuda_fp8.h` not found");
+        assert_eq!(g[0].cause, "`cuda/pipeline` not found");
         assert_eq!(g[0].units.len(), 10);
         assert_eq!(g[0].targets, ["gfx1100"]);
         assert!(g[0].hint.as_deref().unwrap().contains("kept to `nvidia`"));
@@ -233,6 +240,12 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("-I DIR"));
-        assert_eq!(g.len(), 4);
+        // A header the compat header shims is not a reason to keep a unit to NVIDIA.
+        assert!(by("`cuda_fp8.h` not found")
+            .hint
+            .as_deref()
+            .unwrap()
+            .contains("has a HIP shim"));
+        assert_eq!(g.len(), 5);
     }
 }
