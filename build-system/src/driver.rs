@@ -30,6 +30,9 @@ pub struct CompileCommand {
     pub compat_digest: Option<String>,
     /// How the dependency file is asked for (not part of the key: the object is the same).
     pub depfile: DepfileFrom,
+    /// How many `-D` arguments from the kernel's `defines` and its variant end `key_args`,
+    /// just before the source (the rest of the command is shared by the kernel's variants).
+    pub unit_defines: usize,
 }
 
 /// How a compiler is asked for the dependency file.
@@ -216,6 +219,7 @@ pub fn command(
     if let Some(v) = &job.variant {
         defines.extend(v.defines.clone());
     }
+    let unit_defines = defines.len();
     for (key, value) in defines {
         args.push(format!("-D{key}={value}"));
     }
@@ -236,6 +240,7 @@ pub fn command(
         compat_dir: compat_dir.map(Path::to_path_buf),
         compat_digest: compat_dir.map(|_| compat_header::digest()),
         depfile,
+        unit_defines,
     })
 }
 
@@ -288,6 +293,17 @@ pub fn run(
     tmp: &Path,
     timeout: Option<Duration>,
 ) -> Result<CompileOutput, CompileError> {
+    run_with(cmd, cwd, tmp, timeout, &[])
+}
+
+/// [`run`] with `extra` arguments before the output paths (a precompiled header to load).
+pub fn run_with(
+    cmd: &CompileCommand,
+    cwd: &Path,
+    tmp: &Path,
+    timeout: Option<Duration>,
+    extra: &[String],
+) -> Result<CompileOutput, CompileError> {
     use std::os::unix::process::CommandExt;
     let start = Instant::now();
     let mut c = match &cmd.launcher {
@@ -299,6 +315,7 @@ pub fn run(
         None => Command::new(&cmd.program),
     };
     c.args(cmd.args())
+        .args(extra)
         .args(output_args(tmp, cmd.depfile))
         .current_dir(cwd)
         .stdin(Stdio::null())
@@ -437,6 +454,7 @@ mod tests {
             compat_dir: digest.map(|_| PathBuf::from("/build/out/include")),
             compat_digest: digest.map(str::to_string),
             depfile: DepfileFrom::Compiler,
+            unit_defines: 0,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod git;
 pub mod init;
 pub mod interrupt;
 pub mod package;
+pub mod pch;
 pub mod plan;
 pub mod remote_cache;
 pub mod report;

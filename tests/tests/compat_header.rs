@@ -241,3 +241,96 @@ fn a_plain_vector_add_on_gfx1100_has_no_scratch_and_no_spills() {
     assert_eq!(r["sgpr_spills"], 0, "{r:#}");
     assert!(r["vgprs"].as_u64().is_some_and(|v| v < 41), "{r:#}");
 }
+
+/// The compat header precompiled for the AMD compiles (build-system/src/pch.rs) changes no
+/// byte of a build: every compile of the project's kernels for gfx1100 loads it, and the
+/// objects, their logs, the manifest, and each cache entry's dependency list and compiler log
+/// equal a build with `KBUILD_PCH=0`.
+#[test]
+fn the_precompiled_compat_header_changes_no_byte_of_a_build() {
+    let s = Scratch::with_repo_kernels("proj");
+    let kernels = s.path().join("proj/kernels");
+    let build = |pch: &str| {
+        let o = std::process::Command::new(kbuild_tests::kbuild_bin())
+            .args([
+                "build",
+                "--targets",
+                "gfx1100",
+                "--out",
+                &format!("out-{pch}"),
+            ])
+            .current_dir(&kernels)
+            .env("KBUILD_CACHE_DIR", s.path().join(format!("cache-{pch}")))
+            .env("KBUILD_PCH", pch)
+            .env("KBUILD_LOG", "kbuild_build::build::compile=debug")
+            .env("NO_COLOR", "1")
+            // A launcher turns it off (a compiler cache keys on the command line).
+            .env_remove("KBUILD_LAUNCHER")
+            .output()
+            .expect("running kbuild");
+        assert!(o.status.success(), "KBUILD_PCH={pch}: {}", text(&o));
+        String::from_utf8_lossy(&o.stderr)
+            .matches("compiled with the precompiled compat header")
+            .count()
+    };
+    assert_eq!(build("0"), 0);
+    let loaded = build("1");
+
+    let (plain, pch) = (kernels.join("out-0"), kernels.join("out-1"));
+    let objects: Vec<PathBuf> = std::fs::read_dir(plain.join("gfx1100"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let hsaco = objects
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "hsaco"))
+        .count();
+    assert!(hsaco >= 20, "{objects:?}");
+    assert_eq!(loaded, hsaco, "every compile loads the precompiled header");
+    for p in &objects {
+        let name = p.file_name().unwrap();
+        assert!(
+            std::fs::read(p).unwrap() == std::fs::read(pch.join("gfx1100").join(name)).unwrap(),
+            "{} differs",
+            name.to_string_lossy()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(plain.join("manifest.json")).unwrap(),
+        std::fs::read_to_string(pch.join("manifest.json")).unwrap()
+    );
+
+    // The cache entries: the same action keys, dependency lists and compiler logs.
+    let entries = |cache: &str| -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        for shard in std::fs::read_dir(s.path().join(cache).join("objects")).unwrap() {
+            for e in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+                v.push(e.unwrap().path());
+            }
+        }
+        v.sort();
+        v
+    };
+    let (a, b) = (entries("cache-0"), entries("cache-1"));
+    let names = |v: &[PathBuf]| -> Vec<String> {
+        v.iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(&a), names(&b), "the same action keys");
+    assert!(a.len() >= 20);
+    for (x, y) in a.iter().zip(&b) {
+        let meta = |d: &Path| -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(d.join("meta.json")).unwrap()).unwrap()
+        };
+        let (mx, my) = (meta(x), meta(y));
+        for field in ["deps", "object_blake3", "size"] {
+            assert_eq!(mx[field], my[field], "{field} of {}", x.display());
+        }
+        assert!(
+            std::fs::read(x.join("log")).unwrap() == std::fs::read(y.join("log")).unwrap(),
+            "log of {}",
+            x.display()
+        );
+    }
+}

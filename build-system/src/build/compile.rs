@@ -68,7 +68,7 @@ pub(super) fn compile(
         CompileFailure::new(cause, String::new(), String::new())
     })?;
     let shown = cmd.display(&tmp);
-    let result = driver::run(cmd, &ctx.project.root, &tmp, ctx.timeout);
+    let result = run(ctx, cmd, &tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     let out = result.map_err(|e: CompileError| {
         let log = e.log().to_string();
@@ -127,4 +127,36 @@ pub(super) fn compile(
             };
             CompileFailure::new(cause, shown, String::new())
         })
+}
+
+/// Run the compiler, loading the precompiled compat header where the build has one for this
+/// command; a compile that fails with it runs again without it (see [`crate::pch`]).
+fn run(
+    ctx: &Ctx,
+    cmd: &CompileCommand,
+    tmp: &std::path::Path,
+) -> Result<driver::CompileOutput, CompileError> {
+    let root = &ctx.project.root;
+    let pch = ctx
+        .pch
+        .as_ref()
+        .and_then(|set| set.for_command(cmd, root, ctx.timeout));
+    let Some(pch) = pch else {
+        return driver::run(cmd, root, tmp, ctx.timeout);
+    };
+    match driver::run_with(cmd, root, tmp, ctx.timeout, &pch.args()) {
+        Ok(mut out) => {
+            tracing::debug!(
+                "compiled with the precompiled compat header: {}",
+                cmd.display(tmp)
+            );
+            let args = cmd.args();
+            if let Some(source) = args.last() {
+                out.deps = pch.plain_deps(out.deps, std::path::Path::new(source));
+            }
+            Ok(out)
+        }
+        Err(e @ (CompileError::Interrupted | CompileError::Timeout(..))) => Err(e),
+        Err(_) => driver::run(cmd, root, tmp, ctx.timeout),
+    }
 }

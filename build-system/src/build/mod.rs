@@ -143,6 +143,8 @@ struct Ctx<'a> {
     env: &'a Env,
     /// The written compat header's include dir (absolute); `None`: the project opted out.
     compat_dir: Option<PathBuf>,
+    /// The compat header precompiled for the AMD compiles (`None`: `KBUILD_PCH=0`).
+    pch: Option<crate::pch::PchSet>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);
@@ -230,6 +232,7 @@ pub fn build(
         dep_roots: DepRoots::for_build(&project.root, &tcs),
         env: &opts.env,
         compat_dir,
+        pch: crate::pch::PchSet::new(&cache.scratch(), &opts.env),
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()

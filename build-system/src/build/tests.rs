@@ -215,6 +215,7 @@ fn the_runner_stops_at_the_first_failure_without_keep_going() {
         dep_roots: DepRoots::for_build(&project.root, &prepared.tcs),
         env: &opts.env,
         compat_dir: None,
+        pch: None,
     };
     let ran = run_jobs(&ctx, &jobs, 1, false);
     assert_eq!(ran.ran, [true, false]);

@@ -26,6 +26,7 @@ pub mod names {
     pub const KBUILD_DEVICE: &str = "KBUILD_DEVICE";
     pub const KBUILD_HIP_SEARCH: &str = "KBUILD_HIP_SEARCH";
     pub const KBUILD_LOG: &str = "KBUILD_LOG";
+    pub const KBUILD_PCH: &str = "KBUILD_PCH";
     pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
     pub const REGISTRY_AUTH_FILE: &str = "REGISTRY_AUTH_FILE";
     pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
@@ -65,6 +66,7 @@ pub mod names {
         KBUILD_DEVICE,
         KBUILD_HIP_SEARCH,
         KBUILD_LOG,
+        KBUILD_PCH,
         SOURCE_DATE_EPOCH,
         REGISTRY_AUTH_FILE,
         DOCKER_CONFIG,
