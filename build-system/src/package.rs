@@ -1,5 +1,6 @@
-//! Building for a bundle: the build `kbuild package` makes when no build dir is named (refused
-//! with failed jobs unless partial bundles are allowed), and the reproducibility check (a clean
+//! `kbuild package` as one call ([`package`]): the build it makes when no build dir is named
+//! (refused with failed jobs unless partial bundles are allowed), the bundle written whole,
+//! split for release-asset limits or per target, and the reproducibility check (a clean
 //! rebuild of the bundle's targets in a scratch cache and out-dir, packaged again, compared
 //! byte for byte, and the objects that differ named).
 
@@ -7,11 +8,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kbuild_base::digest::oci_digest;
+#[cfg(feature = "package")]
+use kbuild_bundle::output::{self, OutputError, SplitReport, Written};
 use kbuild_bundle::{Bundle, BundleError};
 use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::target::{Target, TargetError};
 
 use crate::build::{build, BuildError, BuildOptions};
+#[cfg(feature = "package")]
+use crate::config::{self, ConfigError};
 use crate::config::Project;
 use crate::events::Observer;
 
@@ -25,6 +30,12 @@ pub enum PackageError {
     Bundle(#[from] BundleError),
     #[error(transparent)]
     Target(#[from] TargetError),
+    #[cfg(feature = "package")]
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[cfg(feature = "package")]
+    #[error(transparent)]
+    Output(#[from] OutputError),
     #[error("creating a scratch directory: {0}")]
     Scratch(std::io::Error),
     /// `--build-dir` names the project's own out-dir, built before `[package]` was edited.
@@ -35,6 +46,127 @@ pub enum PackageError {
         file: String,
         now: String,
     },
+}
+
+#[cfg(feature = "package")]
+/// What `kbuild package` is asked to do.
+pub struct PackageRequest<'a> {
+    /// Kbuild.toml (`None`: found from the current directory); read only when needed.
+    pub manifest_path: Option<&'a Path>,
+    /// A build output directory to package (`None`: build the project first).
+    pub build_dir: Option<&'a Path>,
+    pub build: BuildOptions,
+    /// Where bundles go.
+    pub out: &'a Path,
+    /// Also one bundle per target.
+    pub per_target: bool,
+    /// Split for release assets of at most this many bytes, instead of the whole bundle.
+    pub max_asset_size: Option<u64>,
+    pub verify_reproducible: bool,
+    pub allow_partial: bool,
+    /// The archive's mtime (`SOURCE_DATE_EPOCH`).
+    pub mtime: u64,
+    /// Where the reproducibility check makes its scratch build.
+    pub scratch: &'a Path,
+}
+
+#[cfg(feature = "package")]
+/// What [`package`] wrote.
+pub struct Packaged {
+    pub bundle: Bundle,
+    /// The whole bundle (none when split for release assets).
+    pub whole: Option<Written>,
+    pub split: Option<SplitReport>,
+    /// One bundle per target (`per_target`).
+    pub per_target: Vec<Written>,
+    /// The reproducibility check's outcome, when asked for.
+    pub reproduced: Option<Reproduced>,
+}
+
+#[cfg(feature = "package")]
+impl Packaged {
+    /// Every file written, in order.
+    pub fn written(&self) -> Vec<&Written> {
+        let mut all = match &self.split {
+            Some(s) => s.written(),
+            None => self.whole.iter().collect(),
+        };
+        all.extend(self.per_target.iter());
+        all
+    }
+
+    /// What the user should know about the files written (pruned targets, split parts).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self
+            .split
+            .as_ref()
+            .map(SplitReport::notes)
+            .unwrap_or_default();
+        let written = self.whole.iter().chain(self.per_target.iter());
+        notes.extend(written.filter_map(Written::note));
+        notes
+    }
+}
+
+#[cfg(feature = "package")]
+/// Package a build: `req.build_dir`, else a build of the project made now (through the
+/// cache); then the reproducibility check when asked for.
+pub fn package(req: PackageRequest, observer: &dyn Observer) -> Result<Packaged, PackageError> {
+    let filter = packaged_targets(&req.build);
+    let build_dir = match req.build_dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let project = config::open(req.manifest_path)?;
+            build_for_package(&project, &req.build, req.allow_partial, observer)?
+        }
+    };
+    let bundle = Bundle::from_build_dir(&build_dir, filter.as_deref(), req.allow_partial)?;
+    // A named build dir that is the project's own out-dir must match the current [package].
+    if req.build_dir.is_some() {
+        if let Ok(project) = config::open(req.manifest_path) {
+            check_build_dir_package(&project, &build_dir, bundle.manifest())?;
+        }
+    }
+    let bytes = bundle.to_bytes(req.mtime)?;
+    let (whole, split) = match req.max_asset_size {
+        Some(limit) => {
+            let split = output::write_release(req.out, &bundle, &bytes, limit, req.mtime)?;
+            (None, Some(split))
+        }
+        None => (Some(output::write_bundle(req.out, &bundle, &bytes)?), None),
+    };
+    let per_target = match req.per_target {
+        true => output::write_per_target(req.out, &bundle, req.mtime)?,
+        false => Vec::new(),
+    };
+    let reproduced = match req.verify_reproducible {
+        true => {
+            let project = config::open(req.manifest_path)?;
+            let again = Reproduce {
+                targets: manifest_targets(bundle.manifest())?,
+                filter: filter.as_deref(),
+                allow_partial: req.allow_partial,
+                mtime: req.mtime,
+                build: req.build.clone(),
+            };
+            Some(verify_reproducible(
+                &project,
+                &bundle,
+                &bytes,
+                again,
+                req.scratch,
+                observer,
+            )?)
+        }
+        false => None,
+    };
+    Ok(Packaged {
+        bundle,
+        whole,
+        split,
+        per_target,
+        reproduced,
+    })
 }
 
 /// Build `project` with `opts` for packaging; its out-dir. Failed jobs refuse it unless

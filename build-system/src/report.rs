@@ -54,6 +54,21 @@ impl ShardsReport {
                 .collect(),
         }
     }
+
+    /// `shard I/N (cost C): TARGETS`, one line per shard.
+    pub fn text(&self) -> String {
+        let line = |s: &ShardDoc| {
+            let list = match s.targets.is_empty() {
+                true => "(no targets)".to_string(),
+                false => s.targets.join(", "),
+            };
+            format!(
+                "shard {}/{} (cost {}): {list}\n",
+                s.index, self.count, s.cost
+            )
+        };
+        self.shards.iter().map(line).collect()
+    }
 }
 
 /// One line of `--print-commands`: a job and the command that builds it.

@@ -11,6 +11,14 @@ pub enum EngineError {
     Geometry(#[from] GeometryError),
     #[error(transparent)]
     Inputs(#[from] InputError),
+    /// A size of a run request that the geometry refuses (`flag`: the request's field).
+    #[error("--{flag}: {source}")]
+    Request {
+        flag: &'static str,
+        source: GeometryError,
+    },
+    #[error("--seeds: give at least one seed")]
+    NoSeeds,
     /// Kernels the engine needs that the bundle lacks or cannot run on the device.
     #[error("{bundle}: the GDN engine needs {} kernel object(s) the bundle cannot give for {device}:\n{}\nhint: {hint}", .missing.len(), .missing.iter().map(|m| format!("  - {m}")).collect::<Vec<_>>().join("\n"))]
     MissingKernels {

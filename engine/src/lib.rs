@@ -6,7 +6,8 @@
 //! * [`plan`]: which kernel objects the engine needs, checked against a bundle's selection;
 //! * [`engine`]: [`GdnEngine`], device buffers, forward (verify), commit (per layer, batched),
 //!   CUDA-graph capture;
-//! * [`parity`], [`bench`]: the GPU parity suite and the benchmark `kbuild run gdn` prints.
+//! * [`parity`], [`bench`]: the GPU parity suite and the benchmark `kbuild run gdn` prints;
+//! * [`run`]: `kbuild run gdn` as one call (the request checked, then parity and bench).
 //!
 //! The kernels come from the bundle through kbuild-loader, never from code compiled into the
 //! engine.
@@ -23,6 +24,7 @@ pub mod parity;
 pub mod plan;
 pub mod reference;
 pub mod report;
+pub mod run;
 
 pub use engine::{CommitMode, GdnEngine, Path};
 pub use error::{EngineError, Result};

@@ -25,6 +25,8 @@ pub mod cuda;
 pub mod detect;
 mod error;
 pub mod explain;
+#[cfg(feature = "registry")]
+pub mod explain_source;
 #[cfg(test)]
 mod fixtures;
 pub mod hip;
@@ -44,7 +46,7 @@ pub use launch::{
 };
 pub use load::{AttributeCheck, Function, Gpu, LoadedModule, Loader};
 pub use package::{ObjectRef, Package};
-pub use pick::pick_targets;
+pub use pick::{pick_device_targets, pick_targets, DevicePickError};
 pub use select::{Candidate, KernelChoice, Selection};
 
 /// Counts this thread's allocations, so that tests can check that a path makes none.

@@ -6,7 +6,7 @@
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
 
-use crate::error::PickError;
+use crate::error::{LoaderError, PickError};
 use crate::package::Package;
 
 /// The targets `device` needs of `manifest`: of every kernel, the target of the object
@@ -29,6 +29,58 @@ pub fn pick_targets(manifest: &Manifest, device: &Device) -> Result<Vec<String>,
         .collect();
     picked.sort_by_key(|t| position.get(t.as_str()).copied());
     Ok(picked)
+}
+
+/// Why [`pick_device_targets`] found nothing to fetch, in words that name the device.
+#[derive(Debug, thiserror::Error)]
+pub enum DevicePickError {
+    #[error("{label}: {source}")]
+    Package {
+        label: String,
+        #[source]
+        source: LoaderError,
+    },
+    #[error("no object of {package} {version} runs on {label}: {} (targets: {}); see `kbuild explain --device {device}`", .kernels.join(", "), .targets.join(", "))]
+    NoMatch {
+        package: String,
+        version: String,
+        label: String,
+        /// `kernel` or `kernel.variant`, each that nothing runs on.
+        kernels: Vec<String>,
+        targets: Vec<String>,
+        device: String,
+    },
+}
+
+/// [`pick_targets`] for a device the user named (`label` describes it): what `kbuild pull
+/// --device` fetches.
+pub fn pick_device_targets(
+    manifest: &Manifest,
+    device: &Device,
+    label: &str,
+) -> Result<Vec<String>, Box<DevicePickError>> {
+    pick_targets(manifest, device).map_err(|e| {
+        Box::new(match e {
+            PickError::Package(source) => DevicePickError::Package {
+                label: label.into(),
+                source,
+            },
+            PickError::NoMatch(missing) => DevicePickError::NoMatch {
+                package: manifest.package.name.clone(),
+                version: manifest.package.version.clone(),
+                label: label.into(),
+                kernels: missing
+                    .iter()
+                    .map(|m| match &m.variant {
+                        Some(v) => format!("{}.{v}", m.kernel),
+                        None => m.kernel.clone(),
+                    })
+                    .collect(),
+                targets: manifest.targets.clone(),
+                device: device.name(),
+            },
+        })
+    })
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub enum PullError {
     /// A split release's index or part (see [`crate::release`]).
     #[error(transparent)]
     Asset(#[from] kbuild_bundle::assets::AssetError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
     #[error("{registry} has no versions of {name}")]
     NoVersions { registry: String, name: String },
     #[error("no version of {name} in {registry} matches `{req}` (available: {available})")]
@@ -138,6 +140,30 @@ pub fn newest_matching(
                 }
             }
         })
+}
+
+/// A report's side named `NAME@...` (a published version) rather than a file: the spec, when
+/// `path` does not exist and reads as one.
+pub fn published_spec(path: &Path) -> Option<&str> {
+    let text = path.to_str()?;
+    (text.contains('@') && !path.exists() && parse_spec(text).is_ok()).then_some(text)
+}
+
+/// The manifest of a published version, fetched alone (never its objects), and its label:
+/// `NAME@VERSION`, followed by the spec asked for when that was not the exact version.
+pub fn published_manifest(
+    registry: &Registry,
+    spec: &str,
+) -> Result<(Manifest, String), PullError> {
+    let (name, want) = parse_spec(spec)?;
+    let resolved = resolve_published(registry, &name, &want, &crate::progress::Silent)?;
+    let package = &resolved.manifest.package;
+    let exact = format!("{}@{}", package.name, package.version);
+    let label = match exact == spec {
+        true => exact,
+        false => format!("{exact} ({spec})"),
+    };
+    Ok((resolved.manifest, label))
 }
 
 /// `NAME@REQ` (or `NAME@sha256:...`) resolved to one published version: its manifest, and no

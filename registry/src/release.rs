@@ -45,6 +45,23 @@ pub struct ReleasePulled {
     pub parts_skipped: Vec<String>,
 }
 
+impl ReleasePulled {
+    /// The text lines under the pull's own line: each part read, then those not needed
+    /// (`for_device`: the pull named a device).
+    pub fn parts_text(&self, for_device: bool) -> String {
+        let mut out = String::new();
+        for p in &self.parts_read {
+            out.push_str(&format!("  read {}\n", p.display()));
+        }
+        if !self.parts_skipped.is_empty() {
+            let on = if for_device { " on this device" } else { "" };
+            let skipped = self.parts_skipped.join(", ");
+            out.push_str(&format!("  not needed{on}: {skipped}\n"));
+        }
+        out
+    }
+}
+
 /// Why a split release cannot be pulled from where it was named.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {

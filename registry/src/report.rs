@@ -63,6 +63,15 @@ impl<'a> PublishReport<'a> {
             signed,
         }
     }
+
+    /// The line `kbuild publish` prints.
+    pub fn text(&self) -> String {
+        let (name, version, reg, digest) = (self.name, self.version, &self.registry, self.digest);
+        match (self.uploaded_blobs, self.skipped_blobs, self.uploaded_bytes) {
+            (Some(uploaded), Some(skipped), Some(bytes)) => format!("published {name} {version} to {reg} ({digest}; {uploaded} blob(s) uploaded, {bytes} bytes, {skipped} already there)\n"),
+            _ => format!("{name} {version} is already in {reg} with exactly these bytes ({digest}); nothing to do\n"),
+        }
+    }
 }
 
 /// The `signature` object of `kbuild.pull/v1`.
@@ -217,5 +226,32 @@ impl<'a> LsReport<'a> {
                 })
                 .collect(),
         }
+    }
+
+    /// The text of `kbuild ls`: each published name's versions, then each cached version.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for (name, versions) in self.remote {
+            let versions = match versions.is_empty() {
+                true => "no versions".to_string(),
+                false => versions.join(", "),
+            };
+            out.push_str(&format!("{name} in {}: {versions}\n", self.registry));
+        }
+        if self.cached.is_empty() {
+            out.push_str("cache: nothing pulled yet\n");
+        }
+        for c in &self.cached {
+            let targets: Vec<&str> = c.targets.iter().map(|t| t.as_str()).collect();
+            out.push_str(&format!(
+                "cached {} {} from {} ({}): {}\n",
+                c.name,
+                c.version,
+                c.registry,
+                c.artifact,
+                targets.join(", ")
+            ));
+        }
+        out
     }
 }

@@ -70,6 +70,20 @@ pub struct InitOptions {
     pub env: Env,
 }
 
+/// `-D NAME` / `-D NAME=VALUE` options as [`InitOptions::defines`] (a bare name is `1`).
+pub fn parse_defines(list: &[String]) -> Result<BTreeMap<String, String>, InitError> {
+    let mut defines = BTreeMap::new();
+    for d in list {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
+        if name.is_empty() || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()) {
+            let (define, name) = (d.clone(), name.to_string());
+            return Err(InitError::Define { define, name });
+        }
+        defines.insert(name.to_string(), value.to_string());
+    }
+    Ok(defines)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error("{0} is not a directory")]
@@ -84,6 +98,8 @@ pub enum InitError {
     CompileCommands { path: String, message: String },
     #[error("--targets: {0}")]
     Targets(#[from] TargetError),
+    #[error("-D {define}: `{name}` is not a macro name (NAME or NAME=VALUE)")]
+    Define { define: String, name: String },
     #[error(
         "no toolchain builds any of the units: {0} (install one with `kbuild toolchain install`)"
     )]

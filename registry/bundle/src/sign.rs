@@ -26,8 +26,8 @@ const SECRET_TAG: &str = "kbuild-ed25519-secret";
 
 mod files;
 pub use files::{
-    default_key_dir, default_secret_key, read_signatures, sign_file, write_signatures,
-    SigFileError, Signed, MAX_SIG_FILE_BYTES,
+    default_key_dir, default_secret_key, read_signatures, sign_artifact, sign_file,
+    write_signatures, SigFileError, SignArtifactError, Signed, SignedArtifact, MAX_SIG_FILE_BYTES,
 };
 #[cfg(feature = "keygen")]
 pub use files::{write_key_pair, KeyFileError, KeyPair};

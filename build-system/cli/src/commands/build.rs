@@ -24,18 +24,10 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
     let opts = args.options(env)?;
     if let Some(count) = args.print_shards {
         let (all, split) = shards(&project, &opts, count, &BuildProgress::plain())?;
-        if args.json {
-            print_json_line(&ShardsReport::new(count, &all, &split))?;
-        } else {
-            for s in &split {
-                let t: Vec<String> = s.targets.iter().map(ToString::to_string).collect();
-                let list = if t.is_empty() {
-                    "(no targets)".to_string()
-                } else {
-                    t.join(", ")
-                };
-                outln!("shard {}/{count} (cost {}): {list}", s.index, s.cost);
-            }
+        let report = ShardsReport::new(count, &all, &split);
+        match args.json {
+            true => print_json_line(&report)?,
+            false => out!("{}", report.text()),
         }
         return Ok(ExitCode::SUCCESS);
     }

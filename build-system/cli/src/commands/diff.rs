@@ -19,11 +19,10 @@ use kbuild_report::demangle::demangle_snapshots;
 use kbuild_report::diff::gate::{self, GateReport};
 use kbuild_report::diff::{self, load_allowlist, Diff};
 
-use kbuild_registry::pull;
-use kbuild_report::diff::Snapshot;
-
 use crate::cli::{DiffArgs, Format, RegistryArgs, ReleaseNotesArgs};
 use crate::progress::BuildProgress;
+use kbuild_registry::pull;
+use kbuild_report::diff::Snapshot;
 
 /// Why no diff was made (exit 2).
 struct Failed(anyhow::Error);
@@ -79,10 +78,10 @@ fn diff_and_gate(args: DiffArgs, env: &Env) -> Result<ExitCode, Failed> {
             let ((base, base_label), (head, head_label)) = (side(old, "OLD")?, side(new, "NEW")?);
             (base, head, base_label, head_label)
         }
-        (Some(_), _, _) => return Err(usage("pass either OLD NEW or --base GIT_REV, not both")),
+        // clap has already refused both forms together, or neither.
         _ => {
             return Err(usage(
-                "pass two sides (kbuild diff OLD NEW) or a git revision (kbuild diff --base REV)",
+                "pass two sides (kbuild diff OLD NEW) or --base GIT_REV",
             ))
         }
     };
@@ -135,38 +134,14 @@ fn any_side(
     limits: ArchiveLimits,
     env: &Env,
 ) -> anyhow::Result<(Snapshot, String)> {
-    match published_spec(path) {
-        Some(spec) => published_side(&spec, registry, which, env),
-        None => Ok((load_side(path, which, limits)?, path.display().to_string())),
-    }
-}
-
-/// `NAME@...` when `path` is no file and reads as a published package.
-fn published_spec(path: &std::path::Path) -> Option<String> {
-    let text = path.to_str()?;
-    (text.contains('@') && !path.exists() && pull::parse_spec(text).is_ok()).then(|| text.into())
-}
-
-/// The manifest of a published version, fetched alone (never its objects).
-fn published_side(
-    spec: &str,
-    registry: &RegistryArgs,
-    which: &str,
-    env: &Env,
-) -> anyhow::Result<(Snapshot, String)> {
     use anyhow::Context as _;
-    let (name, want) = pull::parse_spec(spec).map_err(anyhow::Error::msg)?;
-    let reg = registry.open(env)?;
-    let resolved = pull::resolve_published(&reg, &name, &want, &kbuild_registry::progress::Silent)
-        .with_context(|| format!("{which}: {spec} in {}", reg.describe()))?;
-    let package = &resolved.manifest.package;
-    let exact = format!("{}@{}", package.name, package.version);
-    let label = if exact == spec {
-        exact
-    } else {
-        format!("{exact} ({spec})")
+    let Some(spec) = pull::published_spec(path) else {
+        return Ok((load_side(path, which, limits)?, path.display().to_string()));
     };
-    Ok((Snapshot::from_manifest(&resolved.manifest), label))
+    let reg = registry.open(env)?;
+    let (manifest, label) = pull::published_manifest(&reg, spec)
+        .with_context(|| format!("{which}: {spec} in {}", reg.describe()))?;
+    Ok((Snapshot::from_manifest(&manifest), label))
 }
 
 /// Print the report on stdout in `format` (text coloured on a terminal unless NO_COLOR).

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use kbuild_base::env::Env;
-use kbuild_build::init::{init, InitOptions};
+use kbuild_build::init::{init, parse_defines, InitOptions};
 use kbuild_build::report::init_summary;
 
 use crate::cli::InitArgs;
@@ -17,20 +17,12 @@ pub fn run(args: InitArgs, env: &Env) -> Result<ExitCode> {
         None => std::env::current_dir().context("reading the current directory")?,
     };
     let targets = (!args.targets.targets.is_empty()).then(|| args.targets.targets.join(","));
-    let mut defines = std::collections::BTreeMap::new();
-    for d in &args.defines {
-        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
-        if name.is_empty() || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()) {
-            anyhow::bail!("-D {d}: `{name}` is not a macro name (NAME or NAME=VALUE)");
-        }
-        defines.insert(name.to_string(), value.to_string());
-    }
     let opts = InitOptions {
         dir: dir.clone(),
         targets,
         force: args.force,
         include_dirs: args.include_dirs,
-        defines,
+        defines: parse_defines(&args.defines)?,
         cuda_flags: args.cuda_flags,
         hip_flags: args.hip_flags,
         cache_dir: None,

@@ -21,33 +21,10 @@ pub fn run(args: LsArgs, env: &Env) -> Result<ExitCode> {
     } else {
         registry.list(args.name.as_deref(), &Bars::new(args.json))?
     };
-    if args.json {
-        print_json_line(&LsReport::new(registry.describe(), &remote, &cached))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    for (n, versions) in &remote {
-        outln!(
-            "{n} in {}: {}",
-            registry.describe(),
-            if versions.is_empty() {
-                "no versions".to_string()
-            } else {
-                versions.join(", ")
-            }
-        );
-    }
-    if cached.is_empty() {
-        outln!("cache: nothing pulled yet");
-    }
-    for r in &cached {
-        outln!(
-            "cached {} {} from {} ({}): {}",
-            r.name,
-            r.version,
-            r.registry,
-            r.artifact,
-            r.layers.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
+    let report = LsReport::new(registry.describe(), &remote, &cached);
+    match args.json {
+        true => print_json_line(&report)?,
+        false => out!("{}", report.text()),
     }
     Ok(ExitCode::SUCCESS)
 }

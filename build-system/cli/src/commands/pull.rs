@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::ArchiveLimits;
-use kbuild_loader::{detect, PickError};
+use kbuild_loader::detect;
 use kbuild_manifest::compat::Device;
 use kbuild_manifest::manifest::Manifest;
 use kbuild_registry::lock::{LockMode, Lockfile};
@@ -48,7 +48,7 @@ fn resolve_device(args: &PullArgs, env: &Env) -> Result<Picked> {
 fn select(device: &Picked, m: &Manifest) -> Result<Vec<String>, pull::SelectError> {
     match device {
         None => Ok(m.targets.clone()),
-        Some((d, label)) => device_targets(m, d, label).map_err(Into::into),
+        Some((d, label)) => kbuild_loader::pick_device_targets(m, d, label).map_err(Into::into),
     }
 }
 
@@ -135,20 +135,7 @@ fn pull_release(args: &PullArgs, env: &Env) -> Result<ExitCode> {
     };
     let out_file = finish(args, env, pulled, lock_now, &shown, Some(parts))?;
     if !args.json {
-        for p in &got.parts_read {
-            outln!("  read {}", p.display());
-        }
-        if !got.parts_skipped.is_empty() {
-            outln!(
-                "  not needed{}: {}",
-                if label.is_some() {
-                    " on this device"
-                } else {
-                    ""
-                },
-                got.parts_skipped.join(", ")
-            );
-        }
+        out!("{}", got.parts_text(label.is_some()));
         if let Some(p) = out_file {
             outln!("wrote {}", p.display());
         }
@@ -203,33 +190,4 @@ fn finish(
         eprintln!("warning: {name} {}: {note}", b.version());
     }
     Ok(out_file)
-}
-
-/// The targets a device selects: the loader's one picking (per kernel, through the compat
-/// table); an error naming each kernel that nothing runs on.
-fn device_targets(
-    manifest: &Manifest,
-    device: &Device,
-    label: &str,
-) -> Result<Vec<String>, String> {
-    kbuild_loader::pick_targets(manifest, device).map_err(|e| match e {
-        PickError::Package(e) => format!("{label}: {e}"),
-        PickError::NoMatch(missing) => {
-            let names: Vec<String> = missing
-                .iter()
-                .map(|m| match &m.variant {
-                    Some(v) => format!("{}.{v}", m.kernel),
-                    None => m.kernel.clone(),
-                })
-                .collect();
-            format!(
-                "no object of {} {} runs on {label}: {} (targets: {}); see `kbuild explain --device {}`",
-                manifest.package.name,
-                manifest.package.version,
-                names.join(", "),
-                manifest.targets.join(", "),
-                device.name()
-            )
-        }
-    })
 }

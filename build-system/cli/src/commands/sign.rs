@@ -9,9 +9,7 @@ use anyhow::{bail, Result};
 use kbuild_base::dirs::Dirs;
 use kbuild_base::env::Env;
 use kbuild_bundle::archive::ArchiveLimits;
-use kbuild_bundle::assets::{is_index_path, AssetIndex};
-use kbuild_bundle::sign::{default_secret_key, sign_file, SecretKey};
-use kbuild_bundle::Bundle;
+use kbuild_bundle::sign::{default_secret_key, sign_artifact, SecretKey};
 
 use crate::cli::SignArgs;
 use crate::progress::Bars;
@@ -26,40 +24,24 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
     })?;
     let file = Path::new(&args.target);
     if file.is_file() {
-        // An index's signature covers the manifest it and every part carry, which `pull` of
-        // the index checks.
-        let index = is_index_path(file);
-        let (name, version, digest): (String, String, String) = if index {
-            let i = AssetIndex::open(file)?;
-            (
-                i.name().into(),
-                i.version().into(),
-                i.manifest_digest().into(),
-            )
-        } else {
-            let b = Bundle::open(file, ArchiveLimits::from_env(env))?;
-            (
-                b.name().into(),
-                b.version().into(),
-                b.manifest_digest().into(),
-            )
-        };
-        let signed = sign_file(file, &key, &name, &version, &digest)?;
-        if !signed.dropped.is_empty() {
-            let why: Vec<String> = signed.dropped.iter().map(ToString::to_string).collect();
+        let a = sign_artifact(file, &key, ArchiveLimits::from_env(env))?;
+        let (name, version, digest) = (&a.name, &a.version, &a.manifest_digest);
+        if !a.signed.dropped.is_empty() {
+            let why: Vec<String> = a.signed.dropped.iter().map(ToString::to_string).collect();
+            let why = match a.index {
+                true => String::new(),
+                false => format!(" ({})", why.join("; ")),
+            };
             eprintln!(
-                "note: {}: dropped {} signature(s) that do not match {}{}",
-                signed.path.display(),
-                why.len(),
+                "note: {}: dropped {} signature(s) that do not match {}{why}",
+                a.signed.path.display(),
+                a.signed.dropped.len(),
                 file.display(),
-                if index {
-                    String::new()
-                } else {
-                    format!(" ({})", why.join("; "))
-                }
             );
         }
-        let which = if index {
+        // An index's signature covers the manifest it and every part carry, which `pull` of
+        // the index checks.
+        let which = if a.index {
             ", the one every part carries"
         } else {
             ""
@@ -67,7 +49,7 @@ pub fn run(args: SignArgs, env: &Env) -> Result<ExitCode> {
         outln!(
             "signed {name} {version} (manifest {digest}{which}) with key {}: {}",
             key.public().id(),
-            signed.path.display()
+            a.signed.path.display()
         );
         return Ok(ExitCode::SUCCESS);
     }

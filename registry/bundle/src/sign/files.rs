@@ -96,6 +96,57 @@ pub fn sign_file(
     Ok(Signed { path, dropped })
 }
 
+/// Why [`sign_artifact`] signed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SignArtifactError {
+    #[error(transparent)]
+    Index(#[from] crate::assets::AssetError),
+    #[error(transparent)]
+    Bundle(#[from] crate::BundleError),
+    #[error(transparent)]
+    File(#[from] SigFileError),
+}
+
+/// A bundle file or a split release's index, signed by [`sign_artifact`].
+pub struct SignedArtifact {
+    pub name: String,
+    pub version: String,
+    pub manifest_digest: String,
+    /// A split release's index: the signature covers the manifest every part carries.
+    pub index: bool,
+    pub signed: Signed,
+}
+
+/// Sign a bundle file, or a split release's index (`.kbindex`), with `key`: its name, version
+/// and manifest digest read from the file itself, the `.sig` beside it through [`sign_file`].
+pub fn sign_artifact(
+    file: &Path,
+    key: &SecretKey,
+    limits: crate::archive::ArchiveLimits,
+) -> Result<SignedArtifact, SignArtifactError> {
+    let index = crate::assets::is_index_path(file);
+    let (name, version, manifest_digest): (String, String, String) = if index {
+        let i = crate::assets::AssetIndex::open(file)?;
+        let (n, v, d) = (i.name(), i.version(), i.manifest_digest());
+        (n.into(), v.into(), d.into())
+    } else {
+        let b = crate::Bundle::open(file, limits)?;
+        (
+            b.name().into(),
+            b.version().into(),
+            b.manifest_digest().into(),
+        )
+    };
+    let signed = sign_file(file, key, &name, &version, &manifest_digest)?;
+    Ok(SignedArtifact {
+        name,
+        version,
+        manifest_digest,
+        index,
+        signed,
+    })
+}
+
 /// Where `kbuild keygen` puts keys by default: `keys/` beside the kbuild config file.
 pub fn default_key_dir(dirs: &kbuild_base::dirs::Dirs) -> PathBuf {
     dirs.config_file
