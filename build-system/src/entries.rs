@@ -20,9 +20,17 @@ pub enum EntryScope {
     Target(Target),
 }
 
+/// A key of a kernel's `entries` table that names no scope.
+#[derive(Debug, thiserror::Error)]
+#[error("`{key}` is not `all`, `nvidia`, `amd` or a target ({why})")]
+pub struct ScopeError {
+    pub key: String,
+    pub why: kbuild_manifest::target::TargetError,
+}
+
 impl EntryScope {
     /// A key of the `entries` table: `all`, `nvidia`, `amd` or a target name.
-    pub fn parse(key: &str) -> Result<EntryScope, String> {
+    pub fn parse(key: &str) -> Result<EntryScope, ScopeError> {
         match key {
             "all" => Ok(EntryScope::All),
             "nvidia" => Ok(EntryScope::Vendor(Vendor::Nvidia)),
@@ -30,7 +38,10 @@ impl EntryScope {
             other => other
                 .parse::<Target>()
                 .map(EntryScope::Target)
-                .map_err(|e| format!("`{other}` is not `all`, `nvidia`, `amd` or a target ({e})")),
+                .map_err(|why| ScopeError {
+                    key: other.into(),
+                    why,
+                }),
         }
     }
 

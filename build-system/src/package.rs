@@ -15,9 +15,9 @@ use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::target::{Target, TargetError};
 
 use crate::build::{build, BuildError, BuildOptions};
+use crate::config::Project;
 #[cfg(feature = "package")]
 use crate::config::{self, ConfigError};
-use crate::config::Project;
 use crate::events::Observer;
 
 #[derive(Debug, thiserror::Error)]
