@@ -33,6 +33,22 @@ pub struct EntryMeta {
     pub command: String,
     /// Compile wall time, seconds.
     pub seconds: f64,
+    /// What the object's launch needs beyond the object (a Triton kernel's
+    /// `kbuild_manifest::triton::TritonLaunch`, as JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<String>,
+}
+
+/// What a compile made, to store.
+#[derive(Debug, Clone)]
+pub struct Made {
+    pub object: Vec<u8>,
+    pub log: String,
+    /// The command line, for humans.
+    pub command: String,
+    pub seconds: f64,
+    /// See [`EntryMeta::launch`].
+    pub launch: Option<String>,
 }
 
 /// A cache hit.
@@ -176,15 +192,14 @@ impl Cache {
 
     /// Store a compile result; returns the entry. Concurrent stores of the same key are fine:
     /// the first rename wins and the others are discarded.
-    pub fn store(
-        &self,
-        action: &str,
-        deps: Vec<Dep>,
-        object: Vec<u8>,
-        log: String,
-        command: String,
-        seconds: f64,
-    ) -> std::io::Result<Entry> {
+    pub fn store(&self, action: &str, deps: Vec<Dep>, made: Made) -> std::io::Result<Entry> {
+        let Made {
+            object,
+            log,
+            command,
+            seconds,
+            launch,
+        } = made;
         let key = Self::result_key(action, &deps);
         let meta = EntryMeta {
             object_blake3: blake3::hash(&object).to_hex().to_string(),
@@ -192,6 +207,7 @@ impl Cache {
             deps: deps.clone(),
             command,
             seconds,
+            launch,
         };
         let final_dir = self.shard("objects", &key);
         if self.read_entry(&key).is_none() {
@@ -261,10 +277,13 @@ mod tests {
             .store(
                 &action,
                 vec![("a.h".into(), h)],
-                b"obj".to_vec(),
-                "log".into(),
-                "cmd".into(),
-                0.1,
+                Made {
+                    object: b"obj".to_vec(),
+                    log: "log".into(),
+                    command: "cmd".into(),
+                    seconds: 0.1,
+                    launch: None,
+                },
             )
             .unwrap();
         let hit = cache.lookup(&action, project.path()).unwrap();
@@ -286,10 +305,13 @@ mod tests {
             .store(
                 &action,
                 vec![],
-                b"object".to_vec(),
-                String::new(),
-                String::new(),
-                0.0,
+                Made {
+                    object: b"object".to_vec(),
+                    log: String::new(),
+                    command: String::new(),
+                    seconds: 0.0,
+                    launch: None,
+                },
             )
             .unwrap();
         let obj = cache.shard("objects", &e.key).join("object");
@@ -300,10 +322,13 @@ mod tests {
             .store(
                 &action,
                 vec![],
-                b"object".to_vec(),
-                String::new(),
-                String::new(),
-                0.0,
+                Made {
+                    object: b"object".to_vec(),
+                    log: String::new(),
+                    command: String::new(),
+                    seconds: 0.0,
+                    launch: None,
+                },
             )
             .unwrap();
         assert!(cache.lookup(&action, project.path()).is_some());

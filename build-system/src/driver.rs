@@ -144,7 +144,8 @@ pub fn sets_opt_level(flags: &[String]) -> bool {
 
 /// Build the command for `job`. The toolchain must have been checked for its target.
 /// `env` gives `KBUILD_LAUNCHER`, used when the project sets no launcher. `compat_dir` is the
-/// written compat header's include dir (absolute), `None` when the project opted out.
+/// written compat header's include dir (absolute), `None` when the project opted out. `None`
+/// for a Triton kernel (a worker compiles it) or a target without its toolchain.
 pub fn command(
     project: &Project,
     job: &Job,
@@ -153,6 +154,10 @@ pub fn command(
     compat_dir: Option<&Path>,
 ) -> Option<CompileCommand> {
     let k = &project.kernels[job.kernel];
+    // A Triton kernel runs no compiler command: a worker compiles it (crate::triton).
+    if k.triton.is_some() {
+        return None;
+    }
     let t = &job.target;
     let mut args: Vec<String> = Vec::new();
     let flags = k.flags.for_vendor(t.vendor());

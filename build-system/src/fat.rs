@@ -9,7 +9,7 @@ use std::process::Command;
 use kbuild_manifest::manifest::{ContainerRecord, ObjectRecord};
 use kbuild_manifest::target::{Target, Vendor};
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Made};
 use crate::toolchain::Toolchains;
 use kbuild_base::fs as fsutil;
 
@@ -157,7 +157,17 @@ fn run_cached(
     let bytes = result?;
     let cmd = format!("{} {}", tool.display(), args.join(" "));
     cache
-        .store(&action, Vec::new(), bytes.clone(), String::new(), cmd, 0.0)
+        .store(
+            &action,
+            Vec::new(),
+            Made {
+                object: bytes.clone(),
+                log: String::new(),
+                command: cmd,
+                seconds: 0.0,
+                launch: None,
+            },
+        )
         .map_err(|e| (cache.root().display().to_string(), e))?;
     Ok(bytes)
 }

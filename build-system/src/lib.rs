@@ -28,6 +28,7 @@ pub mod report;
 pub mod shard;
 pub mod sides;
 pub mod toolchain;
+pub mod triton;
 pub mod worktree;
 
 pub use buildrs::Build;

@@ -66,7 +66,7 @@ use kbuild_registry::progress::Silent;
 use serde::Deserialize;
 use serde::Serialize;
 
-use crate::cache::{Cache, Entry};
+use crate::cache::{Cache, Entry, Made};
 #[cfg(feature = "remote-cache")]
 use crate::cache::{Dep, EntryMeta};
 use crate::toolchain::Toolchains;
@@ -505,11 +505,15 @@ impl RemoteCache {
                 log: log.clone(),
                 meta: meta.clone(),
             };
-            let (command, seconds) = (meta.command.clone(), meta.seconds);
+            let made = Made {
+                object,
+                log,
+                command: meta.command.clone(),
+                seconds: meta.seconds,
+                launch: meta.launch.clone(),
+            };
             return Ok(Some(
-                cache
-                    .store(action, set.clone(), object, log, command, seconds)
-                    .unwrap_or(fallback),
+                cache.store(action, set.clone(), made).unwrap_or(fallback),
             ));
         }
         Ok(None)
@@ -773,6 +777,7 @@ mod tests {
             deps,
             command: String::new(),
             seconds: 0.0,
+            launch: None,
         }
     }
 

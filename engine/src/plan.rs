@@ -187,6 +187,7 @@ mod tests {
             resources: BTreeMap::new(),
             cache_key: String::new(),
             compile_args: Vec::new(),
+            triton: None,
         }
     }
 

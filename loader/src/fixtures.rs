@@ -49,6 +49,7 @@ pub(crate) fn object(
         resources,
         cache_key: String::new(),
         compile_args: Vec::new(),
+        triton: None,
     }
 }
 

@@ -410,6 +410,7 @@ impl Package {
             resources: self.resources(index)?,
             cache_key: String::new(),
             compile_args: Vec::new(),
+            triton: None,
         })
     }
 

@@ -62,6 +62,7 @@ pub fn object(kernel: &str, target: &str, format: &str, bytes: &[u8]) -> ObjectR
         resources: BTreeMap::new(),
         cache_key: "k".into(),
         compile_args: Vec::new(),
+        triton: None,
     }
 }
 

@@ -14,3 +14,4 @@ pub mod read;
 pub mod resources;
 pub mod shard;
 pub mod target;
+pub mod triton;

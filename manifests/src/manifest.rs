@@ -254,6 +254,9 @@ pub struct ObjectRecord {
     /// was recorded, and in records rebuilt from a load index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compile_args: Vec<String>,
+    /// A Triton kernel's launch: what its object does not record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton: Option<crate::triton::TritonLaunch>,
 }
 
 /// Why a manifest could not be read.
@@ -605,6 +608,7 @@ mod tests {
                 resources: [("k".to_string(), r)].into(),
                 cache_key: "x".into(),
                 compile_args: Vec::new(),
+                triton: None,
             });
         }
         m.failed = vec![UnbuiltObject {

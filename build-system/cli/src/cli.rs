@@ -167,10 +167,11 @@ pub enum BaselineCommand {
 pub enum ToolchainCommand {
     /// Show each toolchain's path, version and the catalogue targets it can build.
     List(ToolchainListArgs),
-    /// Install a toolchain (both when none is named). Idempotent.
+    /// Install a toolchain (CUDA and HIP when none is named). Idempotent.
     Install {
-        /// `cuda` or `hip` (default: both).
-        #[arg(value_parser = ["cuda", "hip"])]
+        /// `cuda`, `hip` or `triton` (the pinned Triton wheel, for Triton kernels); default:
+        /// cuda and hip.
+        #[arg(value_parser = ["cuda", "hip", "triton"])]
         which: Option<String>,
     },
 }

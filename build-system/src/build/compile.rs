@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use kbuild_base::fs as fsutil;
 use kbuild_manifest::target::Target;
 
-use crate::cache::Dep;
+use crate::cache::{Dep, Made};
 use crate::driver;
 use crate::driver::{CompileCommand, CompileError};
 
@@ -115,10 +115,13 @@ pub(super) fn compile(
         .store(
             action,
             deps,
-            out.object,
-            out.log,
-            shown.clone(),
-            out.seconds,
+            Made {
+                object: out.object,
+                log: out.log,
+                command: shown.clone(),
+                seconds: out.seconds,
+                launch: None,
+            },
         )
         .map_err(|source| {
             let cause = CompileCause::Store {

@@ -11,6 +11,7 @@ use kbuild_manifest::manifest::ObjectRecord;
 use kbuild_manifest::resources::{object_resources_by_entry, BlockSize};
 use kbuild_manifest::target::ObjectKind;
 
+use crate::cache::{Entry, Made};
 use crate::driver;
 use crate::events::{Event, JobStatus};
 use crate::plan::Job;
@@ -113,67 +114,16 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }),
         seconds: start.elapsed().as_secs_f64(),
     };
-    let Some(cmd) = driver::command(
-        ctx.project,
-        job,
-        ctx.tcs,
-        ctx.env,
-        ctx.compat_dir.as_deref(),
-    ) else {
-        return fail(
-            format!("no {} toolchain", job.target.vendor().toolchain()),
-            None,
-            String::new(),
-        );
-    };
-    // The last gate before a compiler (and, through nvcc, `sh`) sees the arguments: it also
-    // covers what Kbuild.toml's checks do not see, such as the resolved out-dir path.
-    if let Some(e) = cmd
-        .args()
-        .iter()
-        .find_map(|a| kbuild_base::ident::check_compiler_arg("compile argument", a).err())
-    {
-        return fail(e.to_string(), None, String::new());
-    }
-    let target_name = job.target.to_string();
-    let action = cmd.action_key(&target_name);
-    let remote_hit = || {
-        let remote = ctx.remote?;
-        match remote.fetch(ctx.cache, &action, &ctx.dep_roots) {
-            Fetch::Hit(e) => return Some(e),
-            Fetch::Miss => {}
-            Fetch::Refused(why) => ctx.reporter.note(&format!(
-                "kbuild: remote cache entry for {} refused ({why}); compiling locally",
-                job.label()
-            )),
-            Fetch::Unavailable(why) => ctx.reporter.note(&format!(
-                "kbuild: remote cache {} unavailable ({why}); compiling locally",
-                remote.url()
-            )),
-        }
-        None
-    };
-    let (entry, status) = match ctx.cache.lookup(&action, &ctx.project.root) {
-        Some(hit) => (hit, JobStatus::Cached),
-        None => match remote_hit() {
-            Some(hit) => (hit, JobStatus::Cached),
-            None => {
-                ctx.reporter.started(&job.label());
-                match compile(ctx, &cmd, &action, &job.target) {
-                    Ok(e) => {
-                        if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &e)) {
-                            ctx.reporter.note(&format!(
-                                "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
-                            ));
-                        }
-                        (e, JobStatus::Compiled)
-                    }
-                    Err(f) => return fail(f.cause.to_string(), Some(f.command), f.log),
-                }
-            }
-        },
-    };
     let kernel = &ctx.project.kernels[job.kernel];
+    let target_name = job.target.to_string();
+    let got = match &kernel.triton {
+        Some(t) => triton_entry(ctx, job, t),
+        None => compiled_entry(ctx, job),
+    };
+    let (entry, status, compile_args) = match got {
+        Ok(e) => e,
+        Err((cause, command, log)) => return fail(cause, command, log),
+    };
     let entries = kernel.entries.for_target(&job.target);
     let audited = match crate::audit::audit(&kernel.name, &job.target, &entries, &entry.object) {
         Ok(a) => a,
@@ -283,8 +233,13 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         demangled,
         resources,
         params,
+        triton: entry
+            .meta
+            .launch
+            .as_deref()
+            .and_then(|l| serde_json::from_str(l).ok()),
         cache_key: entry.key,
-        compile_args: cmd.recorded_args(),
+        compile_args,
     };
     Done {
         status,
@@ -295,6 +250,141 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
             _ => start.elapsed().as_secs_f64(),
         },
     }
+}
+
+/// Why a job has no cache entry: the cause, the command shown, the compiler's output.
+type NoEntry = (String, Option<String>, String);
+
+/// A CUDA/HIP job's entry: the local cache, else the remote cache, else a compile; with its
+/// status and the recorded compile arguments.
+fn compiled_entry(ctx: &Ctx, job: &Job) -> Result<(Entry, JobStatus, Vec<String>), NoEntry> {
+    let Some(cmd) = driver::command(
+        ctx.project,
+        job,
+        ctx.tcs,
+        ctx.env,
+        ctx.compat_dir.as_deref(),
+    ) else {
+        return Err((
+            format!("no {} toolchain", job.target.vendor().toolchain()),
+            None,
+            String::new(),
+        ));
+    };
+    // The last gate before a compiler (and, through nvcc, `sh`) sees the arguments: it also
+    // covers what Kbuild.toml's checks do not see, such as the resolved out-dir path.
+    if let Some(e) = cmd
+        .args()
+        .iter()
+        .find_map(|a| kbuild_base::ident::check_compiler_arg("compile argument", a).err())
+    {
+        return Err((e.to_string(), None, String::new()));
+    }
+    let action = cmd.action_key(&job.target.to_string());
+    let (entry, status) = match ctx.cache.lookup(&action, &ctx.project.root) {
+        Some(hit) => (hit, JobStatus::Cached),
+        None => match remote_hit(ctx, job, &action) {
+            Some(hit) => (hit, JobStatus::Cached),
+            None => {
+                ctx.reporter.started(&job.label());
+                match compile(ctx, &cmd, &action, &job.target) {
+                    Ok(e) => {
+                        if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &e)) {
+                            ctx.reporter.note(&format!(
+                                "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
+                            ));
+                        }
+                        (e, JobStatus::Compiled)
+                    }
+                    Err(f) => return Err((f.cause.to_string(), Some(f.command), f.log)),
+                }
+            }
+        },
+    };
+    Ok((entry, status, cmd.recorded_args()))
+}
+
+/// The remote cache's entry for `action`, when there is one and it passes its checks (a
+/// refusal or an unreachable cache is a note, and the job compiles locally).
+fn remote_hit(ctx: &Ctx, job: &Job, action: &str) -> Option<Entry> {
+    let remote = ctx.remote?;
+    match remote.fetch(ctx.cache, action, &ctx.dep_roots) {
+        Fetch::Hit(e) => return Some(e),
+        Fetch::Miss => {}
+        Fetch::Refused(why) => ctx.reporter.note(&format!(
+            "kbuild: remote cache entry for {} refused ({why}); compiling locally",
+            job.label()
+        )),
+        Fetch::Unavailable(why) => ctx.reporter.note(&format!(
+            "kbuild: remote cache {} unavailable ({why}); compiling locally",
+            remote.url()
+        )),
+    }
+    None
+}
+
+/// A Triton job's entry: keyed by the function's source key (a worker imports the module),
+/// from the local or remote cache, else compiled by a worker of the build's pool.
+fn triton_entry(
+    ctx: &Ctx,
+    job: &Job,
+    t: &crate::config::TritonKernel,
+) -> Result<(Entry, JobStatus, Vec<String>), NoEntry> {
+    let Some(pool) = ctx.triton.as_ref() else {
+        return Err(("no Triton toolchain".into(), None, String::new()));
+    };
+    let kernel = &ctx.project.kernels[job.kernel];
+    let root = &ctx.project.root;
+    let variant = job.variant.as_ref();
+    let action = crate::triton::job_key(pool, root, kernel, t, variant, &job.target)
+        .map_err(|e| (e.to_string(), None, String::new()))?;
+    if let Some(hit) = ctx.cache.lookup(&action, root) {
+        return Ok((hit, JobStatus::Cached, Vec::new()));
+    }
+    if let Some(hit) = remote_hit(ctx, job, &action) {
+        return Ok((hit, JobStatus::Cached, Vec::new()));
+    }
+    ctx.reporter.started(&job.label());
+    let scratch_root = ctx.cache.scratch();
+    let scratch = fsutil::tempdir_in(&scratch_root, "triton-job").map_err(|e| {
+        (
+            format!("creating a scratch dir in {}: {e}", scratch_root.display()),
+            None,
+            String::new(),
+        )
+    })?;
+    let start = Instant::now();
+    let out = crate::triton::compile_job(pool, root, kernel, t, variant, &job.target, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let out = out.map_err(|e| (e.to_string(), None, String::new()))?;
+    let launch = serde_json::to_string(&out.launch).ok();
+    let seconds = start.elapsed().as_secs_f64();
+    let entry = ctx
+        .cache
+        .store(
+            &action,
+            Vec::new(),
+            Made {
+                object: out.object,
+                log: out.log,
+                command: out.shown,
+                seconds,
+                launch,
+            },
+        )
+        .map_err(|e| {
+            (
+                format!("storing in the cache {}: {e}", ctx.cache.root().display()),
+                None,
+                String::new(),
+            )
+        })?;
+    if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &entry)) {
+        ctx.reporter.note(&format!(
+            "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
+        ));
+    }
+    Ok((entry, JobStatus::Compiled, Vec::new()))
 }
 
 /// Longest-processing-time-first from the durations of earlier builds (unknown jobs first:

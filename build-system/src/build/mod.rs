@@ -71,6 +71,8 @@ pub struct BuildOptions {
 pub enum BuildError {
     #[error("no targets: pass --targets or set [build] targets in {0}")]
     NoTargets(String),
+    #[error(transparent)]
+    Triton(crate::triton::WorkerError),
     /// The out-dir is a symbolic link, or cannot be made.
     #[error(transparent)]
     OutDir(#[from] crate::clean::MarkError),
@@ -145,6 +147,8 @@ struct Ctx<'a> {
     compat_dir: Option<PathBuf>,
     /// The compat header precompiled for the AMD compiles (`None`: `KBUILD_PCH=0`).
     pch: Option<crate::pch::PchSet>,
+    /// The Triton workers, when a Triton kernel is planned.
+    triton: Option<crate::triton::Pool>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);
@@ -233,6 +237,12 @@ pub fn build(
         env: &opts.env,
         compat_dir,
         pch: crate::pch::PchSet::new(&cache.scratch(), &opts.env),
+        triton: match &tcs.triton {
+            Some(tc) => {
+                Some(crate::triton::Pool::new(tc, &cache.scratch()).map_err(BuildError::Triton)?)
+            }
+            None => None,
+        },
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -124,8 +124,23 @@ pub(super) fn prepare(
         return Err(nothing_to_build(project, &targets));
     }
     let mut problems: Vec<ToolchainError> = Vec::new();
+    let triton_jobs = jobs
+        .iter()
+        .any(|j| project.kernels[j.kernel].triton.is_some());
+    let mut tcs = tcs;
+    if triton_jobs {
+        tcs.find_triton(&opts.env);
+        if tcs.triton.is_none() {
+            problems.push(ToolchainError::TritonMissing {
+                version: crate::toolchain::TRITON_VERSION.into(),
+            });
+        }
+    }
     for t in &targets {
-        if jobs.iter().any(|j| j.target == *t) {
+        if jobs
+            .iter()
+            .any(|j| j.target == *t && project.kernels[j.kernel].triton.is_none())
+        {
             if let Err(e) = tcs.check(t) {
                 problems.push(e);
             }

@@ -216,6 +216,7 @@ fn the_runner_stops_at_the_first_failure_without_keep_going() {
         env: &opts.env,
         compat_dir: None,
         pch: None,
+        triton: None,
     };
     let ran = run_jobs(&ctx, &jobs, 1, false);
     assert_eq!(ran.ran, [true, false]);

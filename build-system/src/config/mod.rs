@@ -45,6 +45,9 @@ pub enum Language {
     Cuda,
     /// HIP only: hip-clang, AMD targets only.
     Hip,
+    /// A `@triton.jit` function, compiled by kbuild's Triton workers for NVIDIA (cubin) and
+    /// AMD (hsaco) targets; its keys are in [`TritonKernel`].
+    Triton,
 }
 
 /// Flags per vendor toolchain.
@@ -134,9 +137,36 @@ struct RawKernel {
     variants: BTreeMap<String, Spanned<Vec<DefineValue>>>,
     #[serde(default)]
     flags: VendorFlags,
-    entries: Spanned<RawEntries>,
+    /// Required for CUDA and HIP; a Triton kernel's one entry is its function.
+    entries: Option<Spanned<RawEntries>>,
     block_size: Option<Spanned<RawBlockSize>>,
     targets: Option<Spanned<Vec<Spanned<String>>>>,
+    // The Triton keys (`language = "triton"`): see `triton::RawTriton`.
+    function: Option<String>,
+    signature: Option<BTreeMap<String, String>>,
+    constexprs: Option<BTreeMap<String, toml::Value>>,
+    divisible_16: Option<Vec<String>>,
+    num_warps: Option<u32>,
+    num_stages: Option<u32>,
+    num_ctas: Option<u32>,
+    maxnreg: Option<u32>,
+    import: Option<toml::Table>,
+}
+
+impl RawKernel {
+    fn triton(&self) -> RawTriton {
+        RawTriton {
+            function: self.function.clone(),
+            signature: self.signature.clone(),
+            constexprs: self.constexprs.clone(),
+            divisible_16: self.divisible_16.clone(),
+            num_warps: self.num_warps,
+            num_stages: self.num_stages,
+            num_ctas: self.num_ctas,
+            maxnreg: self.maxnreg,
+            import: self.import.clone(),
+        }
+    }
 }
 
 /// `entries`: a list for every target, or lists keyed by `all`, a vendor or a target.
@@ -242,6 +272,8 @@ pub struct Kernel {
     /// what a group such as `nvidia` expands to) admits its processor's PTX and feature
     /// settings too (`compute_90`, `gfx90a:xnack+`); a specific one only itself.
     pub targets: Option<Vec<Target>>,
+    /// `language = "triton"`: what the Triton worker compiles.
+    pub triton: Option<TritonKernel>,
 }
 
 impl Kernel {
@@ -253,6 +285,9 @@ impl Kernel {
     /// Whether this kernel is built for `target`.
     pub fn builds_for(&self, target: &Target) -> bool {
         if self.language == Language::Hip && target.vendor() != Vendor::Amd {
+            return false;
+        }
+        if self.language == Language::Triton && crate::triton::triton_arch(target).is_err() {
             return false;
         }
         match &self.targets {
@@ -598,46 +633,59 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             plain_flags(&format!("{table}.flags"), &k.flags, Some(spanned.span())),
         );
         let variants = keep(&mut errors, variant_matrix(kname, &k.variants, &at));
-        let entries = keep(
-            &mut errors,
-            (|| {
-                let lists: Vec<(Option<&String>, &Vec<String>)> = match k.entries.get_ref() {
-                    RawEntries::List(l) => vec![(None, l)],
-                    RawEntries::Scoped(m) => m.iter().map(|(key, l)| (Some(key), l)).collect(),
-                };
-                let missing = || {
-                    at(
-                        k.entries.span(),
-                        format!(
+        let entries =
+            keep(
+                &mut errors,
+                (|| {
+                    let triton_entry;
+                    let (lists, span): (Vec<(Option<&String>, &Vec<String>)>, _) =
+                        match (&k.entries, &k.function) {
+                            (Some(e), _) => match e.get_ref() {
+                                RawEntries::List(l) => (vec![(None, l)], e.span()),
+                                RawEntries::Scoped(m) => {
+                                    (m.iter().map(|(key, l)| (Some(key), l)).collect(), e.span())
+                                }
+                            },
+                            // A Triton kernel's entry is its function's name.
+                            (None, Some(f)) if k.language == Language::Triton => {
+                                triton_entry = vec![f.clone()];
+                                (vec![(None, &triton_entry)], spanned.span())
+                            }
+                            (None, _) => (Vec::new(), spanned.span()),
+                        };
+                    let missing = || {
+                        at(
+                            span.clone(),
+                            format!(
                             "kernel `{kname}`: `entries` must list the entry symbols it exports"
                         ),
-                    )
-                };
-                if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
-                    return Err(missing());
-                }
-                let mut entries = KernelEntries { lists: Vec::new() };
-                for (key, list) in lists {
-                    let scope = match key {
-                        None => EntryScope::All,
-                        Some(key) => EntryScope::parse(key).map_err(|e| {
-                            at(k.entries.span(), format!("kernel `{kname}`: entries: {e}"))
-                        })?,
+                        )
                     };
-                    if list.iter().any(|e| e.is_empty()) {
+                    if lists.is_empty() || lists.iter().all(|(_, l)| l.is_empty()) {
                         return Err(missing());
                     }
-                    let mut parsed = Vec::new();
-                    for e in list {
-                        parsed.push(EntryPattern::parse(e).map_err(|err| {
-                            at(k.entries.span(), format!("kernel `{kname}`: {err}"))
-                        })?);
+                    let mut entries = KernelEntries { lists: Vec::new() };
+                    for (key, list) in lists {
+                        let scope = match key {
+                            None => EntryScope::All,
+                            Some(key) => EntryScope::parse(key).map_err(|e| {
+                                at(span.clone(), format!("kernel `{kname}`: entries: {e}"))
+                            })?,
+                        };
+                        if list.iter().any(|e| e.is_empty()) {
+                            return Err(missing());
+                        }
+                        let mut parsed = Vec::new();
+                        for e in list {
+                            parsed.push(EntryPattern::parse(e).map_err(|err| {
+                                at(span.clone(), format!("kernel `{kname}`: {err}"))
+                            })?);
+                        }
+                        entries.lists.push((scope, parsed));
                     }
-                    entries.lists.push((scope, parsed));
-                }
-                Ok(entries)
-            })(),
-        );
+                    Ok(entries)
+                })(),
+            );
         let in_range = |n: u32, span: std::ops::Range<usize>| {
             if n == 0 || n > 1024 {
                 return Err(at(
@@ -670,6 +718,34 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             Some(list) => keep(&mut errors, targets(list)),
             None => None,
         };
+        let raw_triton = k.triton();
+        let triton = match k.language {
+            Language::Triton => {
+                let axes: Vec<&String> = k.variants.keys().collect();
+                match raw_triton.validate(&axes) {
+                    Ok(t) => Some(t),
+                    Err(problems) => {
+                        for p in problems {
+                            errors.push(at(spanned.span(), format!("kernel `{kname}`: {p}")));
+                        }
+                        None
+                    }
+                }
+            }
+            Language::Cuda | Language::Hip => {
+                let given = raw_triton.given();
+                if !given.is_empty() {
+                    errors.push(at(
+                        spanned.span(),
+                        format!(
+                            "kernel `{kname}`: {} only apply to language = \"triton\"",
+                            given.join(", ")
+                        ),
+                    ));
+                }
+                None
+            }
+        };
         let (Some(source), Some(variants), Some(entries), Some(block_size)) =
             (source, variants, entries, block_size)
         else {
@@ -692,6 +768,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             entries,
             block_size,
             targets: restriction,
+            triton,
         });
     }
     if raw.kernels.is_empty() {
@@ -773,7 +850,11 @@ fn lexical_clean(p: &Path) -> PathBuf {
 mod messages;
 #[cfg(test)]
 mod tests;
+mod triton;
 mod variants;
+
+use triton::RawTriton;
+pub use triton::TritonKernel;
 
 use messages::{line_col, user_message};
 use variants::{is_identifier, variant_matrix};

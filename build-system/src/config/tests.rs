@@ -171,7 +171,7 @@ fn errors_name_file_line_and_column() {
         (
             "block-size = 256",
             "block-size = 256\nlanguage = \"rust\"",
-            "language: unknown value `rust`, expected `cuda` or `hip`",
+            "language: unknown value `rust`, expected one of `cuda`, `hip`, `triton`",
         ),
     ] {
         let e = project(d.path(), &GOOD.replace(from, to))

@@ -148,6 +148,8 @@ pub(super) fn kernel_section(
     let language = match u.language {
         Language::Cuda => "cuda",
         Language::Hip => "hip",
+        // init scans C++ sources only.
+        Language::Triton => "triton",
     };
     let mut report = UnitReport {
         source: source.clone(),

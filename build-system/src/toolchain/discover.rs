@@ -63,6 +63,8 @@ impl HipToolchain {
 pub struct Toolchains {
     pub cuda: Option<CudaToolchain>,
     pub hip: Option<HipToolchain>,
+    /// Found only for a build with Triton kernels ([`Toolchains::find_triton`]).
+    pub triton: Option<super::TritonToolchain>,
     /// Where `kbuild toolchain install` puts toolchains (named in "missing" errors).
     pub managed: PathBuf,
 }
@@ -75,8 +77,15 @@ impl Toolchains {
         Toolchains {
             cuda: discover_cuda(config, cache_dir, env),
             hip: discover_hip(config, cache_dir, env),
+            triton: None,
             managed: managed_dir(env).unwrap_or_else(|e| PathBuf::from(format!("({e})"))),
         }
+    }
+
+    /// Look for the managed Triton (it costs an interpreter start, so only builds with Triton
+    /// kernels ask).
+    pub fn find_triton(&mut self, env: &Env) {
+        self.triton = super::discover_triton(env);
     }
 
     /// Check that `target` can be built; the error names the fix.

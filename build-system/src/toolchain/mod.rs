@@ -6,10 +6,14 @@
 mod discover;
 mod install;
 mod tools;
+mod triton;
 
 pub use discover::*;
 pub use install::*;
 pub use tools::ToolOutput;
+pub use triton::{
+    discover_triton, install_triton, TritonToolchain, TRITON_VERSION, TRITON_WHEELS, WORKER_PY,
+};
 
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.
 pub const CUDA_VERSION: &str = "13.5.37";
@@ -126,6 +130,8 @@ pub enum ToolchainError {
         dir: String,
         file: String,
     },
+    #[error("no Triton {version} found for the python3 on PATH (looked in kbuild's toolchains dir)\nhint: run `kbuild toolchain install triton`")]
+    TritonMissing { version: String },
     #[error("{0}")]
     Install(String),
     /// A package manager (pip, apt) or tool failed; `output` is what it printed, captured

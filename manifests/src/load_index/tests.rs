@@ -37,6 +37,7 @@ fn sample() -> Manifest {
             resources: [(format!("{kernel}_f32"), r)].into_iter().collect(),
             cache_key: "k".into(),
             compile_args: Vec::new(),
+            triton: None,
         }
     };
     let ptx = Resources::Ptx(PtxResources {

@@ -19,6 +19,10 @@ pub fn install(which: Option<&str>, env: &Env) -> Result<ExitCode> {
         crate::progress::Verbosity::Verbose => ToolOutput::Shown,
         _ => ToolOutput::Captured,
     };
+    if which == Some("triton") {
+        outln!("{}", shown(toolchain::install_triton(env, output))?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if which != Some("hip") {
         outln!("{}", shown(toolchain::install_cuda(env, output))?);
     }

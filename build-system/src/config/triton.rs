@@ -1,0 +1,267 @@
+//! A Triton kernel's section of Kbuild.toml (`language = "triton"`): the `@triton.jit`
+//! function, its signature, constexprs, launch options and what its module needs at import.
+//! Checked here as far as Kbuild.toml can tell; the compile worker checks the rest against
+//! the function itself (an argument the function lacks, a type Triton does not know).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The Triton keys of a `[kernels.NAME]` table, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) struct RawTriton {
+    pub(super) function: Option<String>,
+    pub(super) signature: Option<BTreeMap<String, String>>,
+    pub(super) constexprs: Option<BTreeMap<String, toml::Value>>,
+    pub(super) divisible_16: Option<Vec<String>>,
+    pub(super) num_warps: Option<u32>,
+    pub(super) num_stages: Option<u32>,
+    pub(super) num_ctas: Option<u32>,
+    pub(super) maxnreg: Option<u32>,
+    pub(super) import: Option<toml::Table>,
+}
+
+/// A Triton kernel's compile description, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TritonKernel {
+    /// The `@triton.jit` function (through `@triton.heuristics` / `@triton.autotune`).
+    pub function: String,
+    /// Argument → Triton type (`*fp32`, `i32`, `fp32`, …), or `None` for an argument passed
+    /// as `None` (it leaves the parameter list).
+    pub signature: BTreeMap<String, Option<String>>,
+    /// Constexpr → its value as JSON text (`128`, `true`, `"ieee"`).
+    pub constexprs: BTreeMap<String, String>,
+    /// Pointer and int arguments the code may assume divisible by 16 (checked at launch).
+    pub divisible_16: Vec<String>,
+    pub num_warps: u32,
+    pub num_stages: u32,
+    pub num_ctas: u32,
+    pub maxnreg: Option<u32>,
+    /// What the module needs at import on a machine without a GPU (JSON text of the
+    /// `[kernels.NAME.import]` table; the worker reads it: docs/triton.md).
+    pub import: String,
+}
+
+/// The Triton types a signature may name: pointers to them (`*T`), or scalars.
+const SCALARS: &[&str] = &[
+    "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5",
+    "fp8e4b15", "fp8e4b8", "fp8e5b16", "fp16", "bf16", "fp32", "fp64",
+];
+
+impl RawTriton {
+    /// The keys given, for a kernel that is not Triton (each is an error there).
+    pub(super) fn given(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let mut has = |set: bool, key: &'static str| {
+            if set {
+                keys.push(key)
+            }
+        };
+        has(self.function.is_some(), "function");
+        has(self.signature.is_some(), "signature");
+        has(self.constexprs.is_some(), "constexprs");
+        has(self.divisible_16.is_some(), "divisible-16");
+        has(self.num_warps.is_some(), "num-warps");
+        has(self.num_stages.is_some(), "num-stages");
+        has(self.num_ctas.is_some(), "num-ctas");
+        has(self.maxnreg.is_some(), "maxnreg");
+        has(self.import.is_some(), "import");
+        keys
+    }
+
+    /// The validated description; every problem, each a message naming its key.
+    pub(super) fn validate(&self, variant_axes: &[&String]) -> Result<TritonKernel, Vec<String>> {
+        let mut problems = Vec::new();
+        let function = match &self.function {
+            Some(f) if is_python_identifier(f) => f.clone(),
+            Some(f) => {
+                problems.push(format!("function `{f}` is not a Python identifier"));
+                String::new()
+            }
+            None => {
+                problems.push("`function` (the @triton.jit function's name) is missing".into());
+                String::new()
+            }
+        };
+        let mut signature = BTreeMap::new();
+        match &self.signature {
+            None => problems.push(
+                "`signature` (each non-constexpr argument's Triton type, e.g. { x_ptr = \"*fp32\", n = \"i32\" }) is missing"
+                    .into(),
+            ),
+            Some(s) => {
+                for (arg, ty) in s {
+                    if !is_python_identifier(arg) {
+                        problems.push(format!("signature: `{arg}` is not a Python identifier"));
+                    }
+                    let scalar = ty.strip_prefix('*').unwrap_or(ty);
+                    let ty = match ty.as_str() {
+                        "None" => None,
+                        _ if SCALARS.contains(&scalar) => Some(ty.clone()),
+                        _ => {
+                            problems.push(format!(
+                                "signature: `{arg}` has type `{ty}`; expected one of {} (a pointer is `*TYPE`), or \"None\" for an argument passed as None",
+                                SCALARS.join(", ")
+                            ));
+                            continue;
+                        }
+                    };
+                    signature.insert(arg.clone(), ty);
+                }
+            }
+        }
+        let mut constexprs = BTreeMap::new();
+        for (name, value) in self.constexprs.iter().flatten() {
+            if !is_python_identifier(name) {
+                problems.push(format!("constexprs: `{name}` is not a Python identifier"));
+            } else if signature.contains_key(name) {
+                problems.push(format!("`{name}` is in both `signature` and `constexprs`"));
+            }
+            match constexpr_json(value) {
+                Some(json) => {
+                    constexprs.insert(name.clone(), json);
+                }
+                None => problems.push(format!(
+                    "constexprs: `{name}` must be an integer, float, bool or string"
+                )),
+            }
+        }
+        for axis in variant_axes {
+            if signature.contains_key(*axis) {
+                problems.push(format!(
+                    "variant axis `{axis}` is a signature argument; a variant sets constexprs"
+                ));
+            }
+        }
+        let divisible_16 = self.divisible_16.clone().unwrap_or_default();
+        for arg in &divisible_16 {
+            match signature.get(arg) {
+                Some(Some(ty))
+                    if ty.starts_with('*') || ty.starts_with('i') || ty.starts_with('u') => {}
+                Some(_) => problems.push(format!(
+                    "divisible-16: `{arg}` is not a pointer or integer argument"
+                )),
+                None => problems.push(format!("divisible-16: `{arg}` is not in `signature`")),
+            }
+        }
+        let power_of_two = |key: &str, n: u32, max: u32, problems: &mut Vec<String>| {
+            if !n.is_power_of_two() || n > max {
+                problems.push(format!("{key} = {n}: a power of two up to {max}"));
+            }
+            n
+        };
+        let num_warps = power_of_two("num-warps", self.num_warps.unwrap_or(4), 32, &mut problems);
+        let num_ctas = power_of_two("num-ctas", self.num_ctas.unwrap_or(1), 16, &mut problems);
+        let num_stages = self.num_stages.unwrap_or(3);
+        if num_stages > 16 {
+            problems.push(format!("num-stages = {num_stages}: at most 16"));
+        }
+        if let Some(n) = self.maxnreg {
+            if !(16..=255).contains(&n) {
+                problems.push(format!("maxnreg = {n}: 16..=255"));
+            }
+        }
+        let import = match &self.import {
+            Some(t) => serde_json::to_string(t).unwrap_or_default(),
+            None => "{}".to_string(),
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(TritonKernel {
+            function,
+            signature,
+            constexprs,
+            divisible_16,
+            num_warps,
+            num_stages,
+            num_ctas,
+            maxnreg: self.maxnreg,
+            import,
+        })
+    }
+}
+
+/// A constexpr's value as JSON text; `None` for arrays, tables and dates.
+pub(super) fn constexpr_json(value: &toml::Value) -> Option<String> {
+    match value {
+        toml::Value::Integer(_)
+        | toml::Value::Float(_)
+        | toml::Value::Boolean(_)
+        | toml::Value::String(_) => serde_json::to_string(value).ok(),
+        _ => None,
+    }
+}
+
+fn is_python_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> RawTriton {
+        toml::from_str(text).expect("test TOML")
+    }
+
+    #[test]
+    fn a_full_section_validates() {
+        let t = raw(r#"
+            function = "add_kernel"
+            signature = { x_ptr = "*fp32", n = "i32", gk = "None", scale = "fp32" }
+            constexprs = { BLOCK = 1024, USE_G = true, PREC = "ieee" }
+            divisible-16 = ["x_ptr", "n"]
+            num-warps = 8
+        "#)
+        .validate(&[])
+        .expect("valid");
+        assert_eq!(t.function, "add_kernel");
+        assert_eq!(t.signature["gk"], None);
+        assert_eq!(t.signature["x_ptr"].as_deref(), Some("*fp32"));
+        assert_eq!(t.constexprs["BLOCK"], "1024");
+        assert_eq!(t.constexprs["USE_G"], "true");
+        assert_eq!(t.constexprs["PREC"], "\"ieee\"");
+        assert_eq!((t.num_warps, t.num_stages, t.num_ctas), (8, 3, 1));
+        assert_eq!(t.import, "{}");
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let problems = raw(r#"
+            function = "1bad"
+            signature = { x = "*float", n = "f32", y = "i32" }
+            constexprs = { y = 1, L = [1, 2] }
+            divisible-16 = ["z", "x"]
+            num-warps = 3
+            maxnreg = 300
+        "#)
+        .validate(&[&"n".to_string()])
+        .expect_err("invalid");
+        let text = problems.join("\n");
+        for needle in [
+            "function `1bad`",
+            "`x` has type `*float`",
+            "`n` has type `f32`",
+            "`y` is in both",
+            "constexprs: `L` must be",
+            "divisible-16: `z` is not in `signature`",
+            "num-warps = 3",
+            "maxnreg = 300",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+        let missing = raw("").validate(&[]).expect_err("nothing given");
+        assert!(
+            missing.iter().any(|p| p.contains("`function`")),
+            "{missing:?}"
+        );
+        assert!(
+            missing.iter().any(|p| p.contains("`signature`")),
+            "{missing:?}"
+        );
+    }
+}

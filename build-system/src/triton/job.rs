@@ -1,0 +1,246 @@
+//! One Triton job: the request a worker gets for a kernel × variant × target, the job's cache
+//! key (Triton's own source key of the function and every @jit function it calls, so an edit
+//! rebuilds exactly the kernels it reaches), and the object and launch record it returns.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kbuild_manifest::target::{CudaSuffix, ProcessorKind, Target, Vendor};
+use kbuild_manifest::triton::{TritonLaunch, TritonParam, TritonRemoved};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::cache::Cache;
+use crate::config::{Kernel, TritonKernel, Variant};
+
+use super::worker::{Pool, WorkerError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TritonError {
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The worker refused the request (import, specialization or compile error).
+    #[error("{0}")]
+    Refused(String),
+    #[error("the Triton worker's answer lacks or mistypes `{0}`")]
+    Answer(&'static str),
+    #[error("reading the object the worker wrote, {path}: {err}")]
+    Read { path: String, err: String },
+    #[error("target {target}: {why}")]
+    Target { target: String, why: String },
+}
+
+/// The `target` a worker compiles for, or why Triton cannot build `target`: NVIDIA SASS
+/// below sm_90 or the arch-specific `sm_XXa` from sm_90 up (the only cubins Triton writes
+/// there), AMD concrete processors with no feature setting (Triton's hsaco is xnack/sramecc
+/// any).
+pub fn triton_arch(target: &Target) -> Result<Value, String> {
+    let p = target.processor;
+    match (p.kind, target.vendor()) {
+        (ProcessorKind::Cuda { .. }, _) if target.ptx => {
+            Err("Triton ships SASS only, no PTX target".into())
+        }
+        (ProcessorKind::Cuda { suffix, .. }, Vendor::Nvidia) => {
+            let sm = p.sm().unwrap_or(0);
+            match (sm >= 90, suffix) {
+                (false, CudaSuffix::Plain) | (true, CudaSuffix::ArchSpecific) => {
+                    Ok(json!({"backend": "cuda", "arch": sm, "warp_size": 32}))
+                }
+                (true, CudaSuffix::Plain) => Err(format!(
+                    "Triton writes only arch-specific cubins from sm_90 up: list {}a",
+                    p.name
+                )),
+                _ => Err("Triton writes no family-specific cubin".into()),
+            }
+        }
+        (ProcessorKind::Amd { .. }, _) if target.is_plain() => Ok(json!({
+            "backend": "hip", "arch": p.name, "warp_size": target.wave_size()
+        })),
+        (ProcessorKind::Amd { .. }, _) => {
+            Err("Triton's hsaco takes any xnack/sramecc mode; list the plain processor".into())
+        }
+        _ => Err("Triton builds no generic AMD processor".into()),
+    }
+}
+
+/// The worker request of a kernel × variant × target (`op` and `out` added by the caller).
+fn request(
+    root: &Path,
+    kernel: &Kernel,
+    t: &TritonKernel,
+    variant: Option<&Variant>,
+    target: &Target,
+) -> Result<Value, TritonError> {
+    let arch = triton_arch(target).map_err(|why| TritonError::Target {
+        target: target.to_string(),
+        why,
+    })?;
+    let mut constexprs: BTreeMap<String, Value> = BTreeMap::new();
+    for (k, v) in &t.constexprs {
+        constexprs.insert(k.clone(), serde_json::from_str(v).unwrap_or(Value::Null));
+    }
+    // A variant axis sets a constexpr: its value as the number or bool it reads as.
+    for (k, v) in variant.map(|v| &v.defines).into_iter().flatten() {
+        let value = serde_json::from_str::<Value>(v)
+            .ok()
+            .filter(|x| x.is_number() || x.is_boolean())
+            .unwrap_or_else(|| Value::String(v.clone()));
+        constexprs.insert(k.clone(), value);
+    }
+    let import: Value = serde_json::from_str(&t.import).unwrap_or_else(|_| json!({}));
+    Ok(json!({
+        "file": root.join(&kernel.source).display().to_string(),
+        "function": t.function,
+        "family": match target.vendor() { Vendor::Nvidia => "nvidia", Vendor::Amd => "amd" },
+        "import": import,
+        "signature": t.signature,
+        "constexprs": constexprs,
+        "divisible_16": t.divisible_16,
+        "options": {
+            "num_warps": t.num_warps,
+            "num_stages": t.num_stages,
+            "num_ctas": t.num_ctas,
+            "maxnreg": t.maxnreg,
+        },
+        "target": arch,
+    }))
+}
+
+fn ok_or_refused(answer: Value) -> Result<Value, TritonError> {
+    match answer.get("ok").and_then(Value::as_bool) {
+        Some(true) => Ok(answer),
+        _ => Err(TritonError::Refused(
+            answer
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the worker gave no reason")
+                .to_string(),
+        )),
+    }
+}
+
+/// The job's action key: the Triton toolchain, the target and the whole request, with the
+/// function's source key (its code and every @jit function and global it uses) in place of
+/// the file's bytes.
+pub fn job_key(
+    pool: &Pool,
+    root: &Path,
+    kernel: &Kernel,
+    t: &TritonKernel,
+    variant: Option<&Variant>,
+    target: &Target,
+) -> Result<String, TritonError> {
+    let mut req = request(root, kernel, t, variant, target)?;
+    req["op"] = json!("key");
+    let answer = ok_or_refused(pool.call(&req)?)?;
+    let key = answer
+        .get("key")
+        .and_then(Value::as_str)
+        .ok_or(TritonError::Answer("key"))?;
+    // The file path is the project's: relative, so a clone elsewhere hits.
+    req["file"] = json!(kernel.source.display().to_string());
+    req["op"] = json!("compile");
+    req["source_key"] = json!(key);
+    Ok(Cache::action_key(
+        &pool.toolchain().identity,
+        &target.to_string(),
+        &[req.to_string()],
+    ))
+}
+
+/// What a compile returned: the object, ptxas' report (NVIDIA), the launch record.
+pub struct TritonOutput {
+    pub object: Vec<u8>,
+    pub log: String,
+    pub launch: TritonLaunch,
+    /// The request, for the failure text and the entry's `command`.
+    pub shown: String,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    num_warps: u32,
+    warp_size: u32,
+    num_ctas: u32,
+    num_stages: u32,
+    shared: u64,
+    global_scratch_size: u64,
+    global_scratch_align: u64,
+    profile_scratch_size: u64,
+    profile_scratch_align: u64,
+    launch_cooperative_grid: bool,
+    launch_pdl: bool,
+    #[serde(default)]
+    tmem_size: u64,
+    triton_version: String,
+}
+
+/// The largest object read back from a worker.
+const MAX_OBJECT: u64 = 256 << 20;
+
+/// Compile one job in a worker; the files it writes go to `scratch` and are removed.
+pub fn compile_job(
+    pool: &Pool,
+    root: &Path,
+    kernel: &Kernel,
+    t: &TritonKernel,
+    variant: Option<&Variant>,
+    target: &Target,
+    scratch: &Path,
+) -> Result<TritonOutput, TritonError> {
+    let mut req = request(root, kernel, t, variant, target)?;
+    req["op"] = json!("compile");
+    req["out"] = json!(scratch.join("object").display().to_string());
+    let shown = format!("triton worker: {req}");
+    let answer = ok_or_refused(pool.call(&req)?)?;
+    let path = answer
+        .get("object")
+        .and_then(Value::as_str)
+        .ok_or(TritonError::Answer("object"))?;
+    let object = kbuild_base::read::read_capped(Path::new(path), MAX_OBJECT, "Triton object")
+        .map_err(|e| TritonError::Read {
+            path: path.to_string(),
+            err: e.to_string(),
+        })?;
+    let field = |name: &'static str| answer.get(name).cloned().ok_or(TritonError::Answer(name));
+    let md: Metadata =
+        serde_json::from_value(field("metadata")?).map_err(|_| TritonError::Answer("metadata"))?;
+    let params: Vec<TritonParam> =
+        serde_json::from_value(field("params")?).map_err(|_| TritonError::Answer("params"))?;
+    let removed: Vec<TritonRemoved> =
+        serde_json::from_value(field("removed")?).map_err(|_| TritonError::Answer("removed"))?;
+    let constexprs = req["constexprs"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let launch = TritonLaunch {
+        function: t.function.clone(),
+        triton_version: md.triton_version,
+        num_warps: md.num_warps,
+        warp_size: md.warp_size,
+        num_ctas: md.num_ctas,
+        num_stages: md.num_stages,
+        shared: md.shared,
+        global_scratch_size: md.global_scratch_size,
+        global_scratch_align: md.global_scratch_align,
+        profile_scratch_size: md.profile_scratch_size,
+        profile_scratch_align: md.profile_scratch_align,
+        cooperative: md.launch_cooperative_grid,
+        pdl: md.launch_pdl,
+        tmem_size: md.tmem_size,
+        params,
+        removed,
+        constexprs,
+    };
+    let log = answer
+        .get("log")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    Ok(TritonOutput {
+        object,
+        log,
+        launch,
+        shown,
+    })
+}
