@@ -117,6 +117,9 @@ pub struct BlockSize {
     pub threads: u32,
     /// [`BlockSize::FROM_CONFIG`] or [`BlockSize::FROM_FLAG`].
     pub from: &'static str,
+    /// Dynamic shared memory (LDS) bytes each block is launched with, which the object does
+    /// not record (a Triton kernel's); counted by occupancy beside the object's own.
+    pub dynamic_shared: u32,
 }
 
 impl BlockSize {
@@ -128,16 +131,29 @@ impl BlockSize {
     pub const FROM_LAUNCH_BOUNDS: &'static str = "launch-bounds";
     /// The AMD code object's `.max_flat_workgroup_size`.
     pub const FROM_MAX_FLAT_WORKGROUP_SIZE: &'static str = "max-flat-workgroup-size";
+    /// A Triton kernel's launch record (`num_warps * warp_size`).
+    pub const FROM_TRITON: &'static str = "triton";
 
     pub fn config(threads: u32) -> BlockSize {
         BlockSize {
             threads,
             from: Self::FROM_CONFIG,
+            dynamic_shared: 0,
+        }
+    }
+
+    /// A Triton kernel's launch: `num_warps * warp_size` threads and its dynamic shared bytes.
+    pub fn triton(threads: u32, dynamic_shared: u32) -> BlockSize {
+        BlockSize {
+            threads,
+            from: Self::FROM_TRITON,
+            dynamic_shared,
         }
     }
 
     pub fn flag(threads: u32) -> BlockSize {
         BlockSize {
+            dynamic_shared: 0,
             threads,
             from: Self::FROM_FLAG,
         }
@@ -220,6 +236,7 @@ fn amd(
     for k in &obj.kernels {
         let Some(m) = &k.metadata else { continue };
         let threads = block_size(&k.name).unwrap_or(BlockSize {
+            dynamic_shared: 0,
             threads: m.max_flat_workgroup_size,
             from: BlockSize::FROM_MAX_FLAT_WORKGROUP_SIZE,
         });
@@ -230,7 +247,9 @@ fn amd(
                     vgprs: m.vgpr_count,
                     agprs: m.agpr_count.unwrap_or(0),
                     sgprs: m.sgpr_count,
-                    lds_bytes: u32::try_from(m.group_segment_fixed_size).unwrap_or(u32::MAX),
+                    lds_bytes: u32::try_from(m.group_segment_fixed_size)
+                        .unwrap_or(u32::MAX)
+                        .saturating_add(threads.dynamic_shared),
                     block_size: threads.threads,
                     wave_size: m.wavefront_size,
                 },
@@ -283,6 +302,7 @@ fn cuda(
             // so occupancy then says the bound is out of range) instead of wrapping.
             .map(|d| d.iter().fold(1u32, |acc, &x| acc.saturating_mul(x.max(1))));
         let threads = block_size(&k.name).or(bound.map(|threads| BlockSize {
+            dynamic_shared: 0,
             threads,
             from: BlockSize::FROM_LAUNCH_BOUNDS,
         }));
@@ -293,7 +313,7 @@ fn cuda(
                     &CudaUsage {
                         registers: k.registers,
                         static_shared: u32::try_from(k.shared_bytes).unwrap_or(u32::MAX),
-                        dynamic_shared: 0,
+                        dynamic_shared: b.dynamic_shared,
                         block_size: b.threads,
                         barriers: k.barriers,
                     },

@@ -16,7 +16,7 @@ use kbuild_tests::{cuobjdump, manifest, text, tool_output, Scratch};
 use serde_json::Value;
 
 /// `0x1f` → 31.
-fn hex(s: &str) -> u64 {
+pub(crate) fn hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim().trim_start_matches("0x"), 16)
         .unwrap_or_else(|_| panic!("not hex: {s:?}"))
 }
@@ -39,12 +39,12 @@ fn kparam_fields(line: &str) -> BTreeMap<String, String> {
 /// Per kernel of a cubin, as `cuobjdump -elf` prints its `.nv.info.<kernel>` section: the
 /// KPARAM_INFO records (fields by cuobjdump's names) and CBANK_PARAM_SIZE.
 #[derive(Default, Debug)]
-struct CubinKernel {
-    kparams: Vec<BTreeMap<String, String>>,
+pub(crate) struct CubinKernel {
+    pub(crate) kparams: Vec<BTreeMap<String, String>>,
     cbank_param_size: Option<u64>,
 }
 
-fn cuobjdump_params(path: &Path) -> BTreeMap<String, CubinKernel> {
+pub(crate) fn cuobjdump_params(path: &Path) -> BTreeMap<String, CubinKernel> {
     let out = tool_output(Command::new(cuobjdump()).arg("-elf").arg(path));
     let lines: Vec<&str> = out.lines().collect();
     let mut kernels: BTreeMap<String, CubinKernel> = BTreeMap::new();

@@ -31,6 +31,7 @@ mod release_safety;
 mod remote_cache;
 mod report_cli;
 mod shards;
+mod triton;
 mod trust;
 mod trust_local;
 mod trust_net;

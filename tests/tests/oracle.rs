@@ -17,7 +17,7 @@ use kbuild_tests::{cuobjdump, manifest, text, tool_output, Scratch};
 use serde_json::Value;
 
 /// `llvm-readobj-19 --notes`: per kernel name, its scalar `.key: value` pairs.
-fn readobj_kernels(path: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+pub(crate) fn readobj_kernels(path: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
     let out = tool_output(Command::new("llvm-readobj-19").arg("--notes").arg(path));
     let mut kernels = BTreeMap::new();
     let mut in_kernels = false;
@@ -217,7 +217,7 @@ fn check_amd(path: &Path, resources: &Value, checked: &mut usize) {
     }
 }
 
-fn check_cuda(path: &Path, resources: &Value, checked: &mut usize) {
+pub(crate) fn check_cuda(path: &Path, resources: &Value, checked: &mut usize) {
     let oracle = cuobjdump_kernels(path);
     let log = std::fs::read_to_string(path.with_extension("cubin.log"))
         .expect("ptxas log beside the cubin");

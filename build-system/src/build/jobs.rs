@@ -10,6 +10,7 @@ use kbuild_base::fs as fsutil;
 use kbuild_manifest::manifest::ObjectRecord;
 use kbuild_manifest::resources::{object_resources_by_entry, BlockSize};
 use kbuild_manifest::target::ObjectKind;
+use kbuild_manifest::triton::TritonLaunch;
 
 use crate::cache::{Entry, Made};
 use crate::driver;
@@ -154,7 +155,46 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
             }
         }
     }
-    let by_entry = |name: &str| block_sizes.get(name).map(|&n| BlockSize::config(n));
+    // A Triton object's launch: its block and dynamic shared memory, which the object lacks.
+    let launch: Option<TritonLaunch> = entry
+        .meta
+        .launch
+        .as_deref()
+        .and_then(|l| serde_json::from_str(l).ok());
+    let dynamic_shared = launch
+        .as_ref()
+        .map_or(0, |l| u32::try_from(l.shared).unwrap_or(u32::MAX));
+    if let Some(l) = &launch {
+        let limit = kbuild_manifest::occupancy::max_dynamic_shared(job.target.processor, 0);
+        if let Some(limit) = limit.filter(|&m| dynamic_shared > m) {
+            let why = format!(
+                "needs {} bytes of dynamic shared memory per block; {} allows {limit}: it could never launch",
+                l.shared, job.target
+            );
+            if ctx.strict {
+                return fail(why, Some(entry.meta.command.clone()), String::new());
+            }
+            ctx.reporter.note(&format!(
+                "warning: {}: {why}; left out of the build (--strict makes it an error)",
+                job.label()
+            ));
+            let _ = std::fs::remove_file(ctx.out_dir.join(&job.out_rel));
+            return Done {
+                status,
+                record: None,
+                failure: None,
+                seconds: start.elapsed().as_secs_f64(),
+            };
+        }
+    }
+    let by_entry = |name: &str| match (block_sizes.get(name), &launch) {
+        (Some(&n), _) => Some(BlockSize {
+            dynamic_shared,
+            ..BlockSize::config(n)
+        }),
+        (None, Some(l)) => Some(BlockSize::triton(l.block_threads(), dynamic_shared)),
+        (None, None) => None,
+    };
     let resources: BTreeMap<String, kbuild_manifest::resources::Resources> =
         match object_resources_by_entry(&entry.object, log, &by_entry) {
             Ok(r) => r
@@ -233,11 +273,7 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         demangled,
         resources,
         params,
-        triton: entry
-            .meta
-            .launch
-            .as_deref()
-            .and_then(|l| serde_json::from_str(l).ok()),
+        triton: launch,
         cache_key: entry.key,
         compile_args,
     };

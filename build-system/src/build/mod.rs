@@ -149,6 +149,8 @@ struct Ctx<'a> {
     pch: Option<crate::pch::PchSet>,
     /// The Triton workers, when a Triton kernel is planned.
     triton: Option<crate::triton::Pool>,
+    /// `--strict`: a Triton object over its target's shared memory fails its job.
+    strict: bool,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);
@@ -243,6 +245,7 @@ pub fn build(
             }
             None => None,
         },
+        strict: opts.strict,
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -217,6 +217,7 @@ fn the_runner_stops_at_the_first_failure_without_keep_going() {
         compat_dir: None,
         pch: None,
         triton: None,
+        strict: false,
     };
     let ran = run_jobs(&ctx, &jobs, 1, false);
     assert_eq!(ran.ran, [true, false]);

@@ -3,6 +3,8 @@
 //! Discovery order: explicit `[toolchain]` config → CUDA_HOME/CUDA_PATH,
 //! ROCM_PATH/HIP_PATH → /usr/local/cuda, /opt/rocm → kbuild-managed (data dir) → PATH.
 
+use kbuild_base::env::Env;
+
 mod discover;
 mod install;
 mod tools;
@@ -143,6 +145,18 @@ pub enum ToolchainError {
     Dirs(#[from] kbuild_base::dirs::DirsError),
     #[error("running {cmd}: {err}")]
     Run { cmd: String, err: std::io::Error },
+}
+
+/// Install the toolchain `name` names (`cuda`, `hip` or `triton`).
+pub fn install(name: &str, env: &Env, output: ToolOutput) -> Result<Installed, ToolchainError> {
+    match name {
+        "cuda" => install_cuda(env, output),
+        "hip" => install_hip(env, output),
+        "triton" => install_triton(env, output),
+        other => Err(ToolchainError::Install(format!(
+            "no toolchain `{other}`: kbuild installs cuda, hip and triton"
+        ))),
+    }
 }
 
 impl ToolchainError {

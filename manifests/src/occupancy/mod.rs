@@ -111,3 +111,42 @@ mod tests {
         assert_eq!(first_binding(&[]), ("", 0));
     }
 }
+
+/// The most dynamic shared memory (LDS) one block of a kernel using `static_shared` bytes of
+/// its own may ask for on `p`: CUDA's opt-in per-block limit; on AMD one work-group's LDS
+/// (64 KiB; 160 KiB on gfx950, whose CU holds that much). `None` for a processor the tables
+/// lack.
+pub fn max_dynamic_shared(p: &crate::target::Processor, static_shared: u32) -> Option<u32> {
+    if let Some(l) = cuda_limits(p) {
+        return Some(l.shared_per_block_optin.saturating_sub(static_shared));
+    }
+    let l = amd_limits(p)?;
+    // CDNA (8 waves/EU) gives a work-group its CU's whole LDS; RDNA's 128 KiB is per WGP,
+    // of which a work-group gets at most 64 KiB.
+    let per_group = match l.max_waves_per_eu {
+        8 => l.lds_bytes,
+        _ => l.lds_bytes.min(64 * 1024),
+    };
+    Some(per_group.saturating_sub(static_shared))
+}
+
+#[cfg(test)]
+mod dynamic_shared_tests {
+    use super::*;
+    use crate::target::Target;
+
+    fn limit(t: &str) -> u32 {
+        let t: Target = t.parse().expect("catalogue target");
+        max_dynamic_shared(t.processor, 0).expect("in the tables")
+    }
+
+    #[test]
+    fn per_block_limits() {
+        assert_eq!(limit("sm_90a"), 227 * 1024);
+        assert_eq!(limit("sm_80"), 163 * 1024);
+        assert_eq!(limit("sm_89"), 99 * 1024);
+        assert_eq!(limit("gfx1100"), 64 * 1024);
+        assert_eq!(limit("gfx942"), 64 * 1024);
+        assert_eq!(limit("gfx950"), 160 * 1024);
+    }
+}

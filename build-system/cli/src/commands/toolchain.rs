@@ -19,27 +19,18 @@ pub fn install(which: Option<&str>, env: &Env) -> Result<ExitCode> {
         crate::progress::Verbosity::Verbose => ToolOutput::Shown,
         _ => ToolOutput::Captured,
     };
-    if which == Some("triton") {
-        outln!("{}", shown(toolchain::install_triton(env, output))?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    if which != Some("hip") {
-        outln!("{}", shown(toolchain::install_cuda(env, output))?);
-    }
-    if which != Some("cuda") {
-        outln!("{}", shown(toolchain::install_hip(env, output))?);
+    for name in which.map_or(vec!["cuda", "hip"], |w| vec![w]) {
+        outln!("{}", shown(toolchain::install(name, env, output))?);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// A failed install's captured tool output goes to stderr before its error.
 fn shown(r: Result<Installed, ToolchainError>) -> Result<Installed, ToolchainError> {
-    if let Err(e) = &r {
-        if let Some(out) = e.tool_output() {
-            eprint!("{out}");
-            if !out.ends_with('\n') {
-                eprintln!();
-            }
+    if let Some(out) = r.as_ref().err().and_then(ToolchainError::tool_output) {
+        eprint!("{out}");
+        if !out.ends_with('\n') {
+            eprintln!();
         }
     }
     r

@@ -1,0 +1,410 @@
+//! Triton kernels ahead of time (issue 28), on a machine with no GPU: `language = "triton"`
+//! kernels built by kbuild's Triton workers (the pinned wheel, `kbuild toolchain install
+//! triton`) for NVIDIA and AMD targets; every object's metadata equal to cuobjdump, ptxas -v
+//! and llvm-readobj-19, its launch parameters to the cubin's `.nv.info` and the hsaco's kernarg
+//! table; clean builds byte-identical; an edit rebuilds exactly the kernels it reaches; a
+//! config over its target's shared memory left out (an error under --strict).
+
+use crate::kbuild_tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kbuild_tests::{copy_dir, events, kbuild_bin, manifest, repo_root, text, Scratch};
+use serde_json::Value;
+
+use crate::abi_oracle::{cuobjdump_params, hex};
+use crate::oracle::{check_cuda, readobj_kernels};
+
+const TARGETS: &str = r#"["sm_80", "sm_90a", "gfx942", "gfx1100"]"#;
+
+/// Three kernels of one file: `add` calls the @jit helper `scale` (two BLOCK variants),
+/// `copy` calls nothing, `mm` has a small tile that fits every target and a large one over
+/// the 64 KiB of LDS an AMD work-group gets.
+fn kbuild_toml() -> String {
+    format!(
+        r#"[package]
+name = "tdemo"
+version = "0.1.0"
+
+[build]
+targets = {TARGETS}
+out-dir = "out"
+
+[kernels.add]
+language = "triton"
+source = "k/kern.py"
+function = "add_kernel"
+signature = {{ x_ptr = "*fp32", y_ptr = "*fp32", out_ptr = "*fp32", n = "i32", stride = "i32", gk = "None" }}
+divisible-16 = ["x_ptr", "y_ptr", "out_ptr"]
+
+[kernels.add.variants]
+BLOCK = [256, 1024]
+
+[kernels.copy]
+language = "triton"
+source = "k/kern.py"
+function = "copy_kernel"
+signature = {{ x_ptr = "*fp32", out_ptr = "*fp32", n = "i32" }}
+constexprs = {{ BLOCK = 512 }}
+
+[kernels.mm]
+language = "triton"
+source = "k/kern.py"
+function = "mm_kernel"
+signature = {{ a_ptr = "*fp16", b_ptr = "*fp16", c_ptr = "*fp32", M = "i32", N = "i32", K = "i32" }}
+constexprs = {{ BN = 64, BK = 64 }}
+divisible-16 = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K"]
+num-stages = 3
+
+[kernels.mm.variants]
+BM = [32, 256]
+"#
+    )
+}
+
+fn project(dir: &Path) -> PathBuf {
+    let p = dir.join("proj");
+    copy_dir(&repo_root().join("tests/tests/triton"), &p.join("k"));
+    std::fs::write(p.join("Kbuild.toml"), kbuild_toml()).unwrap();
+    p
+}
+
+fn kbuild(proj: &Path, cache: &Path, args: &[&str]) -> Output {
+    Command::new(kbuild_bin())
+        .args(args)
+        .current_dir(proj)
+        .env("KBUILD_CACHE_DIR", cache)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running kbuild")
+}
+
+/// (kernel.variant, target) → status of every job event.
+fn job_statuses(o: &Output) -> BTreeMap<(String, String), String> {
+    events(o)
+        .iter()
+        .filter(|e| e["event"] == "job")
+        .map(|e| {
+            let name = match e["variant"].as_str() {
+                Some(v) => format!("{}.{v}", e["kernel"].as_str().unwrap()),
+                None => e["kernel"].as_str().unwrap().to_string(),
+            };
+            let target = e["target"].as_str().unwrap().to_string();
+            ((name, target), e["status"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn compiled(o: &Output) -> Vec<(String, String)> {
+    job_statuses(o)
+        .into_iter()
+        .filter(|(_, s)| s == "compiled")
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// A cubin against cuobjdump and the ptxas -v log (resources, as every cubin of a build is
+/// checked) and against its `.nv.info` (the launch parameters).
+fn check_cubin(path: &Path, obj: &Value) {
+    let triton = &obj["triton"];
+    let entry = triton["function"].as_str().unwrap();
+    let at = format!("{} {entry}", path.display());
+    check_cuda(path, &obj["resources"], &mut 0);
+    let mut want = cuobjdump_params(path)
+        .remove(entry)
+        .unwrap_or_else(|| panic!("{at}: no .nv.info"))
+        .kparams;
+    want.sort_by_key(|f| hex(&f["Ordinal"]));
+    let params = obj["params"][entry].as_array().unwrap();
+    let launch = triton["params"].as_array().unwrap();
+    assert_eq!(
+        params.len(),
+        want.len(),
+        "{at}: parameter count vs .nv.info"
+    );
+    assert_eq!(
+        launch.len(),
+        want.len(),
+        "{at}: launch parameters vs .nv.info"
+    );
+    for ((p, w), l) in params.iter().zip(&want).zip(launch) {
+        assert_eq!(p["offset"].as_u64(), Some(hex(&w["Offset"])), "{at} offset");
+        assert_eq!(p["size"].as_u64(), Some(hex(&w["Size"])), "{at} size");
+        let ty = l["type"].as_str().unwrap();
+        let size = if ty.starts_with('*') || ty == "scratch" {
+            8
+        } else {
+            4
+        };
+        assert_eq!(hex(&w["Size"]), size, "{at} {} ({ty}) size", l["name"]);
+    }
+}
+
+/// An hsaco against llvm-readobj-19 --notes (resources, the kernarg table's size).
+fn check_hsaco(path: &Path, obj: &Value) {
+    let triton = &obj["triton"];
+    let entry = triton["function"].as_str().unwrap();
+    let at = format!("{} {entry}", path.display());
+    let r = &obj["resources"][entry];
+    let o = &readobj_kernels(path)[entry];
+    let field = |k: &str| -> u64 { o.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
+    for (ours, theirs) in [
+        ("vgprs", ".vgpr_count"),
+        ("sgprs", ".sgpr_count"),
+        ("agprs", ".agpr_count"),
+        ("vgpr_spills", ".vgpr_spill_count"),
+        ("sgpr_spills", ".sgpr_spill_count"),
+        ("lds_bytes", ".group_segment_fixed_size"),
+        ("scratch_bytes", ".private_segment_fixed_size"),
+        ("wave_size", ".wavefront_size"),
+        ("kernarg_bytes", ".kernarg_segment_size"),
+    ] {
+        assert_eq!(num(r, ours), field(theirs), "{at} {ours}");
+    }
+    assert_eq!(
+        num(triton, "warp_size"),
+        field(".wavefront_size"),
+        "{at} warp size"
+    );
+    // The launch parameters laid out at their natural alignment end where the kernarg
+    // segment does (no hidden arguments), each where the object's own table puts it.
+    let launch = triton["params"].as_array().unwrap();
+    let table = obj["params"][entry].as_array().unwrap();
+    assert_eq!(table.len(), launch.len(), "{at} params");
+    let mut end: u64 = 0;
+    for (l, p) in launch.iter().zip(table) {
+        let size = match l["type"].as_str().unwrap() {
+            t if t.starts_with('*') || t == "scratch" => 8,
+            _ => 4,
+        };
+        let offset = end.next_multiple_of(size);
+        assert_eq!(
+            p["offset"].as_u64(),
+            Some(offset),
+            "{at} {} offset",
+            l["name"]
+        );
+        assert_eq!(p["size"].as_u64(), Some(size), "{at} {} size", l["name"]);
+        end = offset + size;
+    }
+    assert_eq!(end, field(".kernarg_segment_size"), "{at} kernarg bytes");
+}
+
+#[test]
+fn triton_kernels_build_for_both_vendors_as_the_vendor_tools_read_them() {
+    let s = Scratch::new();
+    let proj = project(s.path());
+    let cache = s.path().join("cache");
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&proj.join("out"));
+    let objects = m["objects"].as_array().unwrap();
+    // 3 kernels, 5 (kernel, variant) pairs × 4 targets, less mm.bm256 on the two AMD targets.
+    assert_eq!(objects.len(), 18, "{m:#}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    for t in ["gfx942", "gfx1100"] {
+        assert!(
+            err.contains(&format!("warning: mm.bm256 for {t}: needs "))
+                && err.contains(&format!("{t} allows 65536")),
+            "{err}"
+        );
+        assert!(!proj.join(format!("out/{t}/mm.bm256.hsaco")).exists());
+    }
+    for obj in objects {
+        let path = proj.join("out").join(obj["path"].as_str().unwrap());
+        let triton = &obj["triton"];
+        assert_eq!(triton["triton_version"], "3.6.0", "{obj}");
+        assert_eq!(num(triton, "num_warps"), 4);
+        let entries: Vec<&str> = obj["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        assert_eq!(entries, [triton["function"].as_str().unwrap()]);
+        // Occupancy is taken at the launch's block and with its dynamic shared memory.
+        let r = &obj["resources"][triton["function"].as_str().unwrap()];
+        assert_eq!(r["occupancy"]["block_size_from"], "triton", "{obj}");
+        assert_eq!(
+            num(&r["occupancy"], "block_size"),
+            num(triton, "num_warps") * num(triton, "warp_size")
+        );
+        match obj["format"].as_str().unwrap() {
+            "cubin" => check_cubin(&path, obj),
+            "hsaco" => check_hsaco(&path, obj),
+            f => panic!("format {f}"),
+        }
+    }
+    // The None argument left the parameters; the divisibility is recorded for the launch.
+    let add = objects
+        .iter()
+        .find(|o| o["kernel"] == "add" && o["target"] == "sm_90a")
+        .unwrap();
+    let names: Vec<&str> = add["triton"]["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "x_ptr",
+            "y_ptr",
+            "out_ptr",
+            "n",
+            "stride",
+            "global_scratch",
+            "profile_scratch"
+        ]
+    );
+    assert_eq!(add["triton"]["removed"][0]["name"], "gk");
+    assert_eq!(add["triton"]["params"][0]["divisible_16"], true);
+    // sm_90 and newer: Triton's cubins are arch-specific.
+    let inspect = Command::new(kbuild_bin())
+        .args(["inspect", "--json"])
+        .arg(proj.join("out").join(add["path"].as_str().unwrap()))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&inspect.stdout).contains("sm_90a"),
+        "{}",
+        text(&inspect)
+    );
+
+    // Again: everything from the cache, the oversized configs reported again.
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(
+        o.status.success() && compiled(&o).is_empty(),
+        "{}",
+        text(&o)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("mm.bm256 for gfx1100: needs"));
+
+    // Editing the @jit helper `scale` rebuilds add (which calls it), not copy or mm.
+    let kern = proj.join("k/kern.py");
+    let src = std::fs::read_to_string(&kern).unwrap();
+    std::fs::write(&kern, src.replace("return x * 2", "return x * 3")).unwrap();
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rebuilt = compiled(&o);
+    assert_eq!(rebuilt.len(), 8, "{rebuilt:?}");
+    assert!(
+        rebuilt.iter().all(|(k, _)| k.starts_with("add.")),
+        "{rebuilt:?}"
+    );
+    // A function no kernel uses changes nothing; copy's own body rebuilds copy alone.
+    let src = std::fs::read_to_string(&kern).unwrap();
+    std::fs::write(&kern, format!("{src}\n\ndef unused():\n    return 1\n")).unwrap();
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(compiled(&o).is_empty(), "{}", text(&o));
+    let src = std::fs::read_to_string(&kern).unwrap();
+    std::fs::write(
+        &kern,
+        src.replace(
+            "tl.load(x_ptr + offs, mask=mask), mask=mask)",
+            "tl.load(x_ptr + offs, mask=mask) + 0.0, mask=mask)",
+        ),
+    )
+    .unwrap();
+    let o = kbuild(&proj, &cache, &["--json"]);
+    let rebuilt = compiled(&o);
+    assert_eq!(rebuilt.len(), 4, "{rebuilt:?}");
+    assert!(rebuilt.iter().all(|(k, _)| k == "copy"), "{rebuilt:?}");
+
+    // --strict: a config that could never launch fails the build, naming it.
+    let o = kbuild(&proj, &cache, &["--strict"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("error: mm.bm256 for gfx1100: needs"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn two_clean_triton_builds_in_different_directories_are_byte_identical() {
+    let s = Scratch::new();
+    let a = project(&s.path().join("a"));
+    let b = project(&s.path().join("elsewhere/b"));
+    for (p, cache) in [(&a, "cache-a"), (&b, "cache-b")] {
+        let o = kbuild(p, &s.path().join(cache), &["--targets", "sm_90a,gfx1100"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let (ma, mb) = (manifest(&a.join("out")), manifest(&b.join("out")));
+    assert_eq!(
+        ma["objects"], mb["objects"],
+        "records (hashes, keys, launches)"
+    );
+    for obj in ma["objects"].as_array().unwrap() {
+        let rel = obj["path"].as_str().unwrap();
+        let (x, y) = (
+            std::fs::read(a.join("out").join(rel)).unwrap(),
+            std::fs::read(b.join("out").join(rel)).unwrap(),
+        );
+        assert!(x == y, "{rel} differs between the two builds");
+        // No absolute path of either machine in the object (line info is off).
+        assert!(!x.windows(5).any(|w| w == b"/tmp/"), "{rel} holds a path");
+    }
+}
+
+#[test]
+fn triton_mistakes_are_named() {
+    let s = Scratch::new();
+    let proj = project(s.path());
+    let cache = s.path().join("cache");
+    let toml = kbuild_toml();
+    // Kbuild.toml: a bad type and a Triton key on a CUDA kernel, both in one report.
+    std::fs::write(proj.join("k/x.cu"), "extern \"C\" __global__ void x() {}\n").unwrap();
+    let bad = toml.replace("\"*fp16\"", "\"*half\"")
+        + "\n[kernels.x]\nsource = \"k/x.cu\"\nentries = [\"x\"]\nnum-warps = 4\n";
+    std::fs::write(proj.join("Kbuild.toml"), bad).unwrap();
+    let o = kbuild(&proj, &cache, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kernel `mm`: signature: `a_ptr` has type `*half`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kernel `x`: num-warps only apply to language = \"triton\""),
+        "{err}"
+    );
+    // A function the file lacks: the job fails naming the file and the function.
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        toml.replace("\"copy_kernel\"", "\"cpy_kernel\""),
+    )
+    .unwrap();
+    let o = kbuild(&proj, &cache, &["--targets", "sm_80", "--keep-going"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error: copy for sm_80:") && err.contains("kern.py: no function `cpy_kernel`"),
+        "{err}"
+    );
+    // An argument the function does not have.
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        toml.replace(
+            "n = \"i32\" }\nconstexprs = { BLOCK = 512 }",
+            "n = \"i32\", m = \"i32\" }\nconstexprs = { BLOCK = 512 }",
+        ),
+    )
+    .unwrap();
+    let o = kbuild(&proj, &cache, &["--targets", "gfx1100", "--keep-going"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("`copy_kernel` has no argument `m`"),
+        "{}",
+        text(&o)
+    );
+}
