@@ -66,9 +66,9 @@ use kbuild_registry::progress::Silent;
 use serde::Deserialize;
 use serde::Serialize;
 
-use crate::cache::{Cache, Entry, Made};
+use crate::cache::{Cache, Entry};
 #[cfg(feature = "remote-cache")]
-use crate::cache::{Dep, EntryMeta};
+use crate::cache::{Dep, EntryMeta, Made};
 use crate::toolchain::Toolchains;
 
 /// `artifactType` and config media type of an action's dep-set record.

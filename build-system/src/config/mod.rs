@@ -287,7 +287,7 @@ impl Kernel {
         if self.language == Language::Hip && target.vendor() != Vendor::Amd {
             return false;
         }
-        if self.language == Language::Triton && crate::triton::triton_arch(target).is_err() {
+        if self.language == Language::Triton && triton_arch(target).is_err() {
             return false;
         }
         match &self.targets {
@@ -854,7 +854,7 @@ mod triton;
 mod variants;
 
 use triton::RawTriton;
-pub use triton::TritonKernel;
+pub use triton::{triton_arch, TritonKernel};
 
 use messages::{line_col, user_message};
 use variants::{is_identifier, variant_matrix};

@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use kbuild_manifest::target::{CudaSuffix, ProcessorKind, Target, Vendor};
+use kbuild_manifest::target::{Target, Vendor};
 use kbuild_manifest::triton::{TritonLaunch, TritonParam, TritonRemoved};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cache::Cache;
-use crate::config::{Kernel, TritonKernel, Variant};
+use crate::config::{triton_arch, Kernel, TritonKernel, Variant};
 
 use super::worker::{Pool, WorkerError};
 
@@ -28,39 +28,6 @@ pub enum TritonError {
     Read { path: String, err: String },
     #[error("target {target}: {why}")]
     Target { target: String, why: String },
-}
-
-/// The `target` a worker compiles for, or why Triton cannot build `target`: NVIDIA SASS
-/// below sm_90 or the arch-specific `sm_XXa` from sm_90 up (the only cubins Triton writes
-/// there), AMD concrete processors with no feature setting (Triton's hsaco is xnack/sramecc
-/// any).
-pub fn triton_arch(target: &Target) -> Result<Value, String> {
-    let p = target.processor;
-    match (p.kind, target.vendor()) {
-        (ProcessorKind::Cuda { .. }, _) if target.ptx => {
-            Err("Triton ships SASS only, no PTX target".into())
-        }
-        (ProcessorKind::Cuda { suffix, .. }, Vendor::Nvidia) => {
-            let sm = p.sm().unwrap_or(0);
-            match (sm >= 90, suffix) {
-                (false, CudaSuffix::Plain) | (true, CudaSuffix::ArchSpecific) => {
-                    Ok(json!({"backend": "cuda", "arch": sm, "warp_size": 32}))
-                }
-                (true, CudaSuffix::Plain) => Err(format!(
-                    "Triton writes only arch-specific cubins from sm_90 up: list {}a",
-                    p.name
-                )),
-                _ => Err("Triton writes no family-specific cubin".into()),
-            }
-        }
-        (ProcessorKind::Amd { .. }, _) if target.is_plain() => Ok(json!({
-            "backend": "hip", "arch": p.name, "warp_size": target.wave_size()
-        })),
-        (ProcessorKind::Amd { .. }, _) => {
-            Err("Triton's hsaco takes any xnack/sramecc mode; list the plain processor".into())
-        }
-        _ => Err("Triton builds no generic AMD processor".into()),
-    }
 }
 
 /// The worker request of a kernel × variant × target (`op` and `out` added by the caller).
