@@ -2,44 +2,63 @@
 ahead of time, for any NVIDIA or AMD target, on a machine with no GPU, no driver and no torch.
 
 kbuild starts it as `python3 -I -u worker.py --site DIR` (DIR holds the pinned Triton) and talks
-JSON lines: one request per stdin line, one response per stdout line, nothing else on stdout
-(what imported modules print goes to stderr). A bad request gets {"ok": false, "error": ...} and
-the worker goes on; it exits at end of input.
+JSON lines: one request per stdin line (at most 1 MiB), one response per stdout line, nothing
+else on stdout (Python prints and child processes' output go to stderr). A bad request gets
+{"ok": false, "error": ...} and the worker goes on; it exits at end of input.
 
 Requests (every one may carry "id", echoed back):
   {"op": "hello"} -> {"ok", "triton_version", "python"}
-  {"op": "key", KERNEL} -> {"ok", "key", "files"}: the source identity of the function and of
-      every @jit function and global it uses (Triton's own cache key), with no compile.
-  {"op": "compile", KERNEL, "target": {"backend": "cuda"|"hip", "arch": 90|"gfx1100",
-      "warp_size": 32}, "out": "/abs/prefix"} -> {"ok", "object", "format", "symbol", "log",
-      "metadata", "params", "removed"}: writes prefix.cubin (and prefix.ptx) or prefix.hsaco.
+  {"op": "key", KERNEL} -> {"ok", "key", "files", "functions"}: the source identity of the
+      function and of every @jit function and constexpr global it uses (Triton's own cache key),
+      with no compile; `files`/`functions`: where those @jit functions live.
+  {"op": "configs", KERNEL} -> {"ok", "autotuned", "configs": [{"kwargs", "num_warps",
+      "num_stages", "num_ctas", "maxnreg"}], "key": [ARG...], "heuristics": [CONSTEXPR...]}
+  {"op": "heuristics", KERNEL, "example": {ARG: VALUE}} -> {"ok", "constexprs"}: the values the
+      @triton.heuristics wrappers compute (an argument with a type counts as a non-None object).
+  {"op": "compile", KERNEL, "target": TARGET, "out": "/abs/prefix"} -> {"ok", "object",
+      "format", "symbol", "log", "spills", "metadata", "params", "removed"}: writes
+      prefix.cubin and prefix.ptx, or prefix.hsaco (each atomically).
 KERNEL = "file": "/abs/kernel.py", "function": NAME, "import": {...} (below), "family":
-  "nvidia"|"amd", "signature": {ARG: TYPE or null (passed as None)}, "constexprs": {ARG: VALUE},
-  "divisible_16": [ARG...], "options": {"num_warps", "num_stages", "num_ctas", "maxnreg"}.
+  "nvidia"|"amd" (default: from "target"), "signature": {ARG: TYPE, or null for an argument
+  passed as None}, "constexprs": {ARG: VALUE}, "divisible_16": [ARG...], "equal_to_1": [ARG...]
+  (int arguments specialized to 1: compiled away, as Triton does), "heuristics": true (fill
+  constexprs left out from the @triton.heuristics wrappers), "options": {"num_warps",
+  "num_stages", "num_ctas", "maxnreg"}.
+TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32} | {"backend": "hip", "arch": "gfx1100",
+  "warp_size": 32}. Triton writes sm_XXa (arch-specific) cubins from sm_90 up.
 
 "import" says what the module needs to import here, declaratively (per target family, since a
 module may read the device at import time):
   {"paths": [DIR...]} added to sys.path (relative to the kernel file's directory);
   {"env": {NAME: VALUE}} set while importing;
-  {"stub-modules": {MODULE: {ATTR: VALUE}}} modules made before the import (and removed after,
-      unless the real module was imported): VALUE is a JSON value, or one of the strings
-      "@class" (an empty class), "@decorator" (returns the function, as @d and as @d(...)),
-      "@function" (returns None), "@autotune" (triton.autotune with the same arguments);
+  {"stub-modules": {MODULE: {ATTR: VALUE}}} modules made before the import and removed after:
+      VALUE is a JSON value, or one of the strings "@class" (an empty class), "@decorator"
+      (returns the function, as @d and as @d(...)), "@function" (returns None), "@returns JSON"
+      (returns that value), "@autotune" (triton.autotune with the same configs and key); a
+      `__path__` list (directories, relative to the kernel file) makes the stub a package whose
+      real submodules import from there;
   {"nvidia": {...}, "amd": {...}}: the same keys for one family only (merged over the rest).
+Modules are cached per (file, family's description) and imported again when a project file
+they loaded changes; the project's modules and stubs never stay in sys.modules.
 """
 
+import ast
 import contextlib
 import hashlib
 import importlib.util
 import io
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import traceback
 import types
 
 MAX_REQUEST = 1 << 20
+MAX_SOURCE = 64 << 20
+MAX_LOG = 1 << 20
 
 
 def parse_args(argv):
@@ -57,22 +76,32 @@ if SITE:
 # Reproducible objects: no absolute paths from line info; a private Triton cache per worker.
 os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
 os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="kbuild-triton-cache-"))
-REAL_STDOUT = sys.stdout
+# Responses get a private copy of fd 1; fd 1 itself becomes stderr, so whatever imported
+# modules, native code or child processes (ptxas) write cannot corrupt the protocol.
+REAL_STDOUT = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import triton  # noqa: E402
 from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.autotuner import Autotuner, Heuristics  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
 # Triton runs ptxas -v and discards its report unless asked; kbuild reads spills from it.
 knobs.nvidia.dump_ptxas_log = True
 
+INT_TYPES = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
+CUDA_ARCHS = {75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121}
+HIP_ARCH = re.compile(r"gfx(90a|908|94[0-9]|950|103[0-9a-f]|11[0-9][0-9a-f]|12[0-9][0-9a-f])$")
+
 
 class RequestError(Exception):
     pass
 
+
+# ---- import descriptions -------------------------------------------------------------------
 
 def family_description(desc, family):
     """The import description for one target family: the shared keys, then the family's."""
@@ -85,7 +114,11 @@ def family_description(desc, family):
     for k, v in own.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
             merged = dict(out[k])
-            merged.update(v)
+            if k == "stub-modules":  # merge per module, so a family adds attributes
+                for mod, attrs in v.items():
+                    merged[mod] = {**(merged.get(mod) or {}), **attrs} if isinstance(attrs, dict) else attrs
+            else:
+                merged.update(v)
             out[k] = merged
         else:
             out[k] = v
@@ -101,6 +134,9 @@ def identity_decorator(*args, **kwargs):
     return lambda f: f
 
 
+AUTOTUNE_KWARGS = ("configs", "key", "prune_configs_by", "reset_to_zero", "restore_value", "warmup", "rep", "do_bench")
+
+
 def stub_value(module, attr, value):
     if value == "@class":
         return type(attr.rsplit(".", 1)[-1], (), {})
@@ -108,12 +144,18 @@ def stub_value(module, attr, value):
         return identity_decorator
     if value == "@function":
         return lambda *a, **k: None
+    if isinstance(value, str) and value.startswith("@returns "):
+        try:
+            result = json.loads(value[len("@returns "):])
+        except ValueError as e:
+            raise RequestError(f"import: stub {module}.{attr}: {value!r}: {e}") from e
+        return lambda *a, **k: result
     if value == "@autotune":
         def autotune(*args, **kwargs):
-            # FLA-style wrappers take triton.autotune's arguments plus their own.
-            keep = {k: v for k, v in kwargs.items() if k in ("configs", "key", "prune_configs_by", "reset_to_zero", "restore_value", "do_bench", "warmup", "rep")}
+            # FLA-style wrappers take triton.autotune's arguments plus their own (dropped).
+            keep = {k: v for k, v in kwargs.items() if k in AUTOTUNE_KWARGS}
             configs = keep.pop("configs", args[0] if args else [])
-            key = keep.pop("key", args[1] if len(args) > 1 else [])
+            key = keep.pop("key", args[1] if len(args) > 1 else None) or []
             return triton.autotune(configs=configs, key=key, **keep)
         return autotune
     if isinstance(value, str) and value.startswith("@"):
@@ -121,8 +163,10 @@ def stub_value(module, attr, value):
     return value
 
 
-def make_stubs(stubs):
-    """Modules to put in sys.modules; dotted attributes (`autograd.Function`) make submodules."""
+def make_stubs(stubs, base):
+    """Modules to put in sys.modules; dotted attributes (`autograd.Function`) make submodules.
+    A `__path__` list (directories relative to the kernel file) makes a package whose real
+    submodules import from there, without running its real `__init__`."""
     made = {}
 
     def module_of(name):
@@ -134,116 +178,245 @@ def make_stubs(stubs):
                 setattr(module_of(parent), child, made[name])
         return made[name]
 
+    if not isinstance(stubs, dict):
+        raise RequestError("import: stub-modules: expected a table")
     for name, attrs in stubs.items():
         if not isinstance(attrs, dict):
             raise RequestError(f"import: stub-modules.{name}: expected a table")
         m = module_of(name)
         for attr, value in attrs.items():
+            if attr == "__path__":
+                if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
+                    raise RequestError(f"import: stub {name}.__path__: expected a list of directories")
+                m.__path__ = [os.path.normpath(os.path.join(base, d)) for d in value]
+                continue
             owner, _, leaf = attr.rpartition(".")
             target = module_of(f"{name}.{owner}") if owner else m
             setattr(target, leaf, stub_value(name, attr, value))
     return made
 
 
-MODULES = {}
+def file_digest(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(MAX_SOURCE)).hexdigest()
+    except OSError:
+        return None
+
+
+def under(path, dirs):
+    path = os.path.realpath(path)
+    return any(path == d or path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+
+
+MODULES = {}  # (file, description) -> (module, {project file: sha256})
 
 
 def load_module(path, desc, family):
-    """Import the kernel's file under its family's import description (cached per both)."""
+    """Import the kernel's file under its family's import description (cached per both, and
+    while none of the project files the import read has changed)."""
     desc = family_description(desc or {}, family)
     cache_key = (path, json.dumps(desc, sort_keys=True))
-    if cache_key in MODULES:
-        return MODULES[cache_key]
+    cached = MODULES.get(cache_key)
+    if cached and all(file_digest(p) == d for p, d in cached[1].items()):
+        return cached[0]
     if not os.path.isfile(path):
         raise RequestError(f"{path}: no such file")
     base = os.path.dirname(path)
-    paths = [os.path.normpath(os.path.join(base, p)) for p in desc.get("paths", [])]
-    env = {str(k): str(v) for k, v in (desc.get("env") or {}).items()}
-    stubs = make_stubs(desc.get("stub-modules") or {})
+    paths = desc.get("paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise RequestError("import: paths: expected a list of directories")
+    paths = [os.path.normpath(os.path.join(base, p)) for p in paths]
+    env = desc.get("env") or {}
+    if not isinstance(env, dict):
+        raise RequestError("import: env: expected a table")
+    env = {str(k): str(v) for k, v in env.items()}
+    stubs = make_stubs(desc.get("stub-modules") or {}, base)
+    # Files below these directories are the project's: their modules are dropped after the
+    # import (so the next import reads them again) and their digests guard the cache.
+    project = [os.path.realpath(d) for d in [base, *paths, *(d for m in stubs.values() for d in m.__path__)]]
     saved_env = {k: os.environ.get(k) for k in env}
     saved_modules = {k: sys.modules.get(k) for k in stubs}
     saved_path = list(sys.path)
+    before = set(sys.modules)
     os.environ.update(env)
     sys.path[:0] = paths
     sys.modules.update(stubs)
     digest = hashlib.sha256(cache_key[1].encode()).hexdigest()[:16]
     name = f"kbuild_triton_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
+    files = {path: file_digest(path)}
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-    except Exception as e:
-        sys.modules.pop(name, None)
-        raise RequestError(f"{path}: import failed: {type(e).__name__}: {e}") from e
+    except (Exception, SystemExit) as e:
+        raise RequestError(f"{path}: import failed ({family}): {type(e).__name__}: {e}") from e
     finally:
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        for k, v in saved_modules.items():
-            if v is None:
+        for k in set(sys.modules) - before:
+            m = sys.modules[k]
+            f = getattr(m, "__file__", None)
+            # Stubs and what imported under them read the stubs' flags at import, and the
+            # project's modules may change: none of them stays for the next import.
+            if k == "triton" or k.startswith("triton."):
+                continue  # Triton itself stays imported once
+            if (any(k == s or k.startswith(s + ".") for s in stubs) or k == name
+                    or (f and under(f, project))):
+                if f and k != name:
+                    files[f] = file_digest(f)
                 sys.modules.pop(k, None)
-            else:
+        for k, v in saved_modules.items():
+            if v is not None:
                 sys.modules[k] = v
         sys.path[:] = saved_path
-    MODULES[cache_key] = module
+    MODULES[cache_key] = (module, files)
     return module
 
 
-def jit_function(module, name, path):
+# ---- the kernel ----------------------------------------------------------------------------
+
+def wrappers(module, name, path):
+    """The chain from the module attribute to the JITFunction: [outermost, ..., JITFunction]."""
     obj = getattr(module, name, None)
     if obj is None:
         raise RequestError(f"{path}: no function `{name}`")
-    seen = 0
-    # Through @triton.heuristics / @triton.autotune wrappers to the JITFunction.
-    while not isinstance(obj, JITFunction):
-        obj = getattr(obj, "fn", None)
-        seen += 1
-        if obj is None or seen > 8:
+    chain = [obj]
+    # Through @triton.heuristics / @triton.autotune (and look-alike) wrappers.
+    while not isinstance(chain[-1], JITFunction):
+        nxt = getattr(chain[-1], "fn", None)
+        if nxt is None or len(chain) > 8:
             raise RequestError(f"{path}: `{name}` is not a @triton.jit function")
-    return obj
+        chain.append(nxt)
+    return chain
+
+
+def family_of(req):
+    family = req.get("family")
+    if family is None:
+        backend = (req.get("target") or {}).get("backend") if isinstance(req.get("target"), dict) else None
+        family = {"cuda": "nvidia", "hip": "amd"}.get(backend)
+    if family not in ("nvidia", "amd"):
+        raise RequestError("`family` (nvidia or amd) missing, and no target backend (cuda or hip) to take it from")
+    return family
 
 
 def kernel_of(req):
-    for field in ("file", "function", "family"):
+    for field in ("file", "function"):
         if not isinstance(req.get(field), str):
             raise RequestError(f"`{field}` missing")
-    module = load_module(req["file"], req.get("import"), req["family"])
-    return jit_function(module, req["function"], req["file"])
+    if not os.path.isabs(req["file"]):
+        raise RequestError(f"`file` must be an absolute path: {req['file']}")
+    module = load_module(req["file"], req.get("import"), family_of(req))
+    return wrappers(module, req["function"], req["file"])
 
 
-def source_files(fn):
-    """The files of the function and of every @jit function its cache key covers."""
-    files = set()
-    todo, seen = [fn], set()
+def resolve(node, scope):
+    """The value a Name or dotted Attribute in a @jit body refers to, or None."""
+    if isinstance(node, ast.Name):
+        return scope.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = resolve(node.value, scope)
+        if owner is not None:
+            try:
+                return getattr(owner, node.attr, None)
+            except Exception:
+                return None
+    return None
+
+
+def jit_dependencies(fn):
+    """fn and every @jit function it reaches by name (what Triton's cache key walks)."""
+    todo, seen = [fn], {}
     while todo:
         f = todo.pop()
         if id(f) in seen:
             continue
-        seen.add(id(f))
-        code = getattr(getattr(f, "fn", None), "__code__", None)
-        if code is not None:
-            files.add(code.co_filename)
-        for g in getattr(f, "fn", None).__globals__.values() if code is not None else []:
-            if isinstance(g, JITFunction) and g.fn.__code__.co_name in code.co_names:
-                todo.append(g)
-    return sorted(files)
+        seen[id(f)] = f
+        try:
+            scope = f.get_capture_scope()
+            tree = f.parse()
+        except Exception:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                v = resolve(node, scope)
+                if isinstance(v, JITFunction) and id(v) not in seen:
+                    todo.append(v)
+    return list(seen.values())
 
 
 def op_key(req):
-    fn = kernel_of(req)
-    return {"key": fn.cache_key, "files": source_files(fn)}
+    fn = kernel_of(req)[-1]
+    # Triton's own @jit library functions are part of the toolchain, which kbuild keys apart.
+    deps = [f for f in jit_dependencies(fn) if not f.fn.__module__.startswith("triton.")]
+    files = sorted({f.fn.__code__.co_filename for f in deps})
+    names = sorted(f"{f.fn.__code__.co_filename}:{f.fn.__qualname__}" for f in deps)
+    return {"key": fn.cache_key, "files": files, "functions": names}
 
 
-def specialize(fn, req):
+def op_configs(req):
+    chain = kernel_of(req)
+    tuners = [w for w in chain if isinstance(w, Autotuner)]
+    heur = [k for w in chain if isinstance(w, Heuristics) for k in w.values]
+    configs = []
+    for c in (tuners[0].configs if tuners else []):
+        configs.append({"kwargs": dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
+                        "num_ctas": c.num_ctas, "maxnreg": c.maxnreg})
+    return {"autotuned": bool(tuners), "configs": configs, "key": list(tuners[0].keys) if tuners else [],
+            "heuristics": heur}
+
+
+class TypedArg:
+    """Stands for a non-None argument of a known type when heuristics read the arguments."""
+
+    def __init__(self, ty):
+        self.dtype = ty
+
+    def __repr__(self):
+        return f"<{self.dtype} argument>"
+
+
+def heuristic_values(chain, req):
+    """What the @triton.heuristics wrappers compute, outermost first (as Triton runs them)."""
+    args = {k: (None if v is None else TypedArg(v)) for k, v in (req.get("signature") or {}).items()}
+    args.update(req.get("constexprs") or {})
+    example = req.get("example") or {}
+    if not isinstance(example, dict):
+        raise RequestError("`example` must be a table of argument values")
+    args.update(example)
+    out = {}
+    for w in chain:
+        if isinstance(w, Heuristics):
+            for name, heur in w.values.items():
+                try:
+                    out[name] = args[name] = heur(args)
+                except Exception as e:
+                    raise RequestError(f"{req['file']}: `{req['function']}`: heuristic for `{name}` failed on "
+                                       f"the given arguments: {type(e).__name__}: {e}") from e
+    for k, v in out.items():
+        if not isinstance(v, (bool, int, float, str, type(None))):
+            raise RequestError(f"heuristic `{k}` computed {v!r}, not a JSON value")
+    return out
+
+
+def op_heuristics(req):
+    return {"constexprs": heuristic_values(kernel_of(req), req)}
+
+
+def specialize(fn, req, constexprs):
     """ASTSource arguments and the parameter table, from the request's specialization."""
     names = list(fn.arg_names)
     signature = req.get("signature") or {}
-    constexprs = req.get("constexprs") or {}
     div16 = set(req.get("divisible_16") or [])
-    for arg in list(signature) + list(constexprs) + list(div16):
+    ones = set(req.get("equal_to_1") or [])
+    if not isinstance(signature, dict) or not isinstance(constexprs, dict):
+        raise RequestError("`signature` and `constexprs` must be tables")
+    for arg in list(signature) + list(constexprs) + list(div16) + list(ones):
         if arg not in names:
             raise RequestError(f"`{req['function']}` has no argument `{arg}` (it has {', '.join(names)})")
     sig, consts, attrs, params, removed = {}, {}, {}, [], []
@@ -257,13 +430,23 @@ def specialize(fn, req):
             continue
         if name in constexprs:
             raise RequestError(f"`{name}` is not a tl.constexpr argument; give its type in `signature`")
-        if name not in signature:
-            raise RequestError(f"argument `{name}` has no type in `signature` (use \"None\" for one passed as None)")
-        ty = signature[name]
-        if ty is None:
+        ty = signature.get(name, "int" if name in ones else "missing")
+        if ty == "missing":
+            raise RequestError(f"argument `{name}` has no type in `signature` (null for one passed as None)")
+        if ty is None or ty == "None":
             sig[name] = "constexpr"
             consts[name] = None
             removed.append({"name": name, "why": "none"})
+            continue
+        if not isinstance(ty, str) or not re.fullmatch(r"\*?k?[a-z0-9]+", ty):
+            raise RequestError(f"argument `{name}`: bad type {ty!r} (e.g. \"*fp32\", \"i32\", \"fp32\")")
+        if name in ones:
+            # What Triton's launcher does with an int argument equal to 1: a constexpr 1.
+            if ty != "int" and ty not in INT_TYPES:
+                raise RequestError(f"equal_to_1: `{name}` has type {ty}, not an int type")
+            sig[name] = "constexpr"
+            consts[name] = 1
+            removed.append({"name": name, "why": "equal_to_1"})
             continue
         sig[name] = ty
         if name in div16:
@@ -274,57 +457,128 @@ def specialize(fn, req):
     return ASTSource(fn, sig, consts, attrs), params, removed
 
 
+# ---- compile -------------------------------------------------------------------------------
+
 def write_atomic(path, data):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def parse_ptxas(log):
+    """Registers, spills and stack from a `ptxas -v` report (one kernel per Triton object)."""
+    out = {}
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if m:
+        out.update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
+    m = re.search(r"Used (\d+) registers", log)
+    if m:
+        out["registers"] = int(m[1])
+    return out if len(out) == 4 else None
+
+
+def run_ptxas(capability, ptx):
+    """The report of the ptxas Triton itself picks for this arch, run -v on the PTX (when the
+    compile came from Triton's cache and ptxas did not run)."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    with tempfile.TemporaryDirectory(prefix="kbuild-ptxas-") as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
+                            src, "-o", os.path.join(d, "k.cubin")],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+    return (r.stdout + r.stderr)[:MAX_LOG].decode("utf-8", "replace")
 
 
 METADATA_KEYS = ("num_warps", "warp_size", "num_ctas", "num_stages", "shared", "global_scratch_size",
                  "global_scratch_align", "profile_scratch_size", "profile_scratch_align",
-                 "launch_cooperative_grid", "launch_pdl", "tmem_size", "ptx_version", "arch", "triton_version")
+                 "launch_cooperative_grid", "launch_pdl", "tmem_size", "arch", "triton_version")
+
+
+def check_target(t):
+    if not isinstance(t, dict):
+        raise RequestError("`target` missing")
+    backend, arch, warp = t.get("backend"), t.get("arch"), t.get("warp_size")
+    if backend == "cuda":
+        if arch not in CUDA_ARCHS or warp != 32:
+            raise RequestError(f"unknown target {json.dumps(t)}: cuda takes a compute capability number "
+                               f"({', '.join(map(str, sorted(CUDA_ARCHS)))}) and warp_size 32")
+    elif backend == "hip":
+        if not isinstance(arch, str) or not HIP_ARCH.match(arch) or warp not in (32, 64):
+            raise RequestError(f"unknown target {json.dumps(t)}: hip takes a gfx name (gfx90a, gfx942, gfx950, gfx103x, "
+                               f"gfx11xx, gfx12xx) and warp_size 32 or 64")
+    else:
+        raise RequestError(f"unknown target {json.dumps(t)}: backend is cuda or hip")
+    return backend, arch, warp
 
 
 def op_compile(req):
-    fn = kernel_of(req)
-    t = req.get("target") or {}
-    backend, arch, warp = t.get("backend"), t.get("arch"), t.get("warp_size")
-    if backend not in ("cuda", "hip") or not isinstance(warp, int):
-        raise RequestError(f"bad target {t}")
-    if (backend == "cuda") != isinstance(arch, int):
-        raise RequestError(f"bad target {t}: cuda takes a capability number, hip a gfx name")
-    src, params, removed = specialize(fn, req)
-    options = {k: v for k, v in (req.get("options") or {}).items() if v is not None}
+    backend, arch, warp = check_target(req.get("target"))
+    out = req.get("out")
+    if not isinstance(out, str) or not os.path.isabs(out):
+        raise RequestError("`out` must be an absolute path prefix")
+    chain = kernel_of(req)
+    fn = chain[-1]
+    constexprs = dict(req.get("constexprs") or {})
+    if req.get("heuristics"):
+        for k, v in heuristic_values(chain, req).items():
+            if k in constexprs and constexprs[k] != v:
+                raise RequestError(f"constexpr `{k}` = {constexprs[k]!r}, but the heuristics compute {v!r}")
+            constexprs[k] = v
+    src, params, removed = specialize(fn, req, constexprs)
+    options = req.get("options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("`options` must be a table")
+    options = {k: v for k, v in options.items() if v is not None}
+    where = f"{req['file']}: `{req['function']}` for {backend} {arch}"
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         try:
             k = triton.compile(src, target=GPUTarget(backend, arch, warp), options=options)
         except Exception as e:
-            raise RequestError(f"{req['file']}: `{req['function']}` for {backend} {arch}: {type(e).__name__}: {e}") from e
+            raise RequestError(f"{where}: {type(e).__name__}: {str(e)[:4000]}") from e
     md = k.metadata._asdict()
-    out = req.get("out")
-    if not isinstance(out, str) or not os.path.isabs(out):
-        raise RequestError("`out` must be an absolute path prefix")
+    log = captured.getvalue()[:MAX_LOG]
     fmt = "cubin" if backend == "cuda" else "hsaco"
     obj = f"{out}.{fmt}"
     write_atomic(obj, k.asm[fmt])
-    if backend == "cuda":
-        write_atomic(f"{out}.ptx", k.asm["ptx"].encode())
     meta = {key: md.get(key) for key in METADATA_KEYS if md.get(key) is not None}
     for key in ("global_scratch_size", "profile_scratch_size", "tmem_size"):
-        meta.setdefault(key, 0)
+        meta.setdefault(key, 0)  # HIP in 3.6 has no global scratch (the launcher passes NULL)
     for key in ("global_scratch_align", "profile_scratch_align"):
         meta.setdefault(key, 1)
     meta.setdefault("launch_pdl", False)
     meta["target"] = {"backend": backend, "arch": arch, "warp_size": warp}
-    return {"object": obj, "format": fmt, "symbol": md.get("name"), "log": captured.getvalue(),
+    spills = None
+    if backend == "cuda":
+        ptx = k.asm["ptx"]
+        write_atomic(f"{out}.ptx", ptx.encode())
+        m = re.search(r"^\.version (\d+\.\d+)", ptx, re.M)
+        if m:
+            meta["ptx_version"] = m[1]
+        spills = parse_ptxas(log)
+        if spills is None:
+            log = run_ptxas(arch, ptx)
+            spills = parse_ptxas(log)
+    return {"object": obj, "format": fmt, "symbol": md.get("name"), "log": log, "spills": spills,
             "metadata": meta, "params": params, "removed": removed}
 
+
+# ---- the loop ------------------------------------------------------------------------------
 
 def respond(resp):
     REAL_STDOUT.write(json.dumps(resp, sort_keys=True) + "\n")
     REAL_STDOUT.flush()
+
+
+OPS = {"key": op_key, "compile": op_compile, "configs": op_configs, "heuristics": op_heuristics}
 
 
 def serve():
@@ -339,26 +593,33 @@ def serve():
                 line = stdin.readline(MAX_REQUEST)
             respond({"ok": False, "error": f"request over {MAX_REQUEST} bytes"})
             continue
-        rid = None
+        if not line.strip():
+            continue
+        rid = req = None
         try:
-            req = json.loads(line)
+            try:
+                req = json.loads(line)
+            except ValueError as e:
+                raise RequestError(f"a request is one line of JSON: {e}") from e
             if not isinstance(req, dict):
                 raise RequestError("a request is a JSON object")
             rid = req.get("id")
             op = req.get("op")
             if op == "hello":
                 body = {"triton_version": triton.__version__, "python": sys.version.split()[0]}
-            elif op == "key":
-                body = op_key(req)
-            elif op == "compile":
-                body = op_compile(req)
+            elif op in OPS:
+                body = OPS[op](req)
             else:
-                raise RequestError(f"unknown op {op!r}")
+                raise RequestError(f"unknown op {op!r} (hello, key, configs, heuristics, compile)")
             resp = {"ok": True, **body}
         except RequestError as e:
             resp = {"ok": False, "error": str(e)}
-        except Exception as e:  # a worker outlives any one request
-            resp = {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=6)}
+        except BaseException as e:  # a worker outlives any one request (SystemExit from a module too)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            what = req.get("function") if isinstance(req, dict) else None
+            resp = {"ok": False, "error": f"{what or 'request'}: {type(e).__name__}: {e}",
+                    "trace": traceback.format_exc(limit=6)}
         if rid is not None:
             resp["id"] = rid
         respond(resp)

@@ -408,3 +408,194 @@ fn triton_mistakes_are_named() {
         text(&o)
     );
 }
+
+/// fla-core 0.6.0's wheel (pure Python), fetched at test time with its pinned sha256 (pip's
+/// cache serves it again), unpacked into `dir`; the wheel's path.
+fn fla_wheel(dir: &Path) -> PathBuf {
+    let wheels = dir.join("wheels");
+    std::fs::create_dir_all(&wheels).unwrap();
+    let req = dir.join("fla-requirements.txt");
+    std::fs::write(
+        &req,
+        "fla-core==0.6.0 --hash=sha256:b0708b70e0b119cd58a0a5146ea56cb175cef6ed969d8ac60267e3e077ce3ebd\n",
+    )
+    .unwrap();
+    let o = Command::new("python3")
+        .args([
+            "-I",
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+        ])
+        .args(["--require-hashes", "-r"])
+        .arg(&req)
+        .arg("-d")
+        .arg(&wheels)
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .output()
+        .expect("running pip");
+    assert!(
+        o.status.success(),
+        "pip download fla-core==0.6.0: {}",
+        text(&o)
+    );
+    wheels.join("fla_core-0.6.0-py3-none-any.whl")
+}
+
+/// The managed Triton install's package directory (`kbuild toolchain install triton`).
+fn triton_site() -> PathBuf {
+    let o = Command::new(kbuild_bin())
+        .args(["toolchain", "install", "triton"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).to_string();
+    let at = line
+        .split(" at ")
+        .nth(1)
+        .or_else(|| line.split(" into ").nth(1))
+        .unwrap_or_else(|| panic!("no path in {line}"));
+    PathBuf::from(at.split(" (").next().unwrap().trim())
+}
+
+/// The worker's own protocol checks (`build-system/triton/test_worker.py`): every op, bad
+/// requests answered and survived, reproducible objects, Triton's source key, and FLA's two
+/// kernels with their heuristics and autotune lists.
+#[test]
+fn the_triton_worker_passes_its_protocol_checks() {
+    let s = Scratch::new();
+    let wheel = fla_wheel(s.path());
+    let o = Command::new("python3")
+        .arg("-I")
+        .arg(repo_root().join("build-system/triton/test_worker.py"))
+        .arg("--site")
+        .arg(triton_site())
+        .arg("--fla")
+        .arg(&wheel)
+        .current_dir(s.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("\n0 failed"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// FLA 0.6.0's fused recurrent GDN forward for every default target Triton builds for (the
+/// project's list), and its chunked state kernel with its 12 autotune configs on sm_90a and
+/// gfx942, from the pinned wheel, with no torch; then `inspect`, `explain` and `diff` on them.
+#[test]
+fn fla_gated_delta_net_kernels_build_from_the_pinned_wheel() {
+    let s = Scratch::new();
+    let proj = s.path().join("fla");
+    std::fs::create_dir_all(&proj).unwrap();
+    let wheel = fla_wheel(s.path());
+    let o = Command::new("python3")
+        .args(["-I", "-m", "zipfile", "-e"])
+        .arg(&wheel)
+        .arg(&proj)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // The default targets Triton builds for: kernels/Kbuild.toml's list less plain sm_90+,
+    // PTX and generic targets.
+    let defaults = "[\"sm_75\", \"sm_80\", \"sm_86\", \"sm_89\", \"sm_90a\", \"gfx90a\", \"gfx942\", \"gfx1030\", \"gfx1100\", \"gfx1101\", \"gfx1151\", \"gfx1200\", \"gfx1201\"]";
+    let project_targets = std::fs::read_to_string(repo_root().join("kernels/Kbuild.toml")).unwrap();
+    for t in defaults.trim_matches(['[', ']']).split(", ") {
+        assert!(
+            project_targets.contains(t),
+            "{t} is no longer a default target"
+        );
+    }
+    let toml = std::fs::read_to_string(repo_root().join("tests/tests/triton/fla.toml")).unwrap();
+    std::fs::write(proj.join("Kbuild.toml"), toml.replace("TARGETS", defaults)).unwrap();
+    let cache = s.path().join("cache");
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m = manifest(&proj.join("out"));
+    let objects = m["objects"].as_array().unwrap();
+    let of = |k: &str| -> Vec<&Value> { objects.iter().filter(|o| o["kernel"] == k).collect() };
+    let fused = of("gdn_fused_recurrent_fwd");
+    assert_eq!(fused.len(), 13, "{m:#}");
+    for o in &fused {
+        let t = &o["triton"];
+        // 15 arguments less gk, gv and cu_seqlens (None), plus the two scratch pointers.
+        assert_eq!(t["params"].as_array().unwrap().len(), 14, "{o}");
+        assert_eq!(num(t, "shared"), 256, "{o}");
+        assert_eq!(num(t, "num_warps"), 1);
+        let warp = if o["target"].as_str().unwrap().starts_with("gfx9") {
+            64
+        } else {
+            32
+        };
+        assert_eq!(num(t, "warp_size"), warp, "{o}");
+        let r = &o["resources"]["fused_recurrent_gated_delta_rule_fwd_kernel"];
+        let spills = r["spill_store_bytes"]
+            .as_u64()
+            .or(r["vgpr_spills"].as_u64());
+        assert_eq!(spills, Some(0), "{o}");
+    }
+    // The AMD objects were built from the portable softplus, not the inline PTX one.
+    for o in fused.iter().filter(|o| o["format"] == "hsaco") {
+        let bytes = std::fs::read(proj.join("out").join(o["path"].as_str().unwrap())).unwrap();
+        assert!(!bytes.windows(7).any(|w| w == b"ex2.app"), "{o}");
+    }
+    let chunk = of("gdn_chunk_h");
+    let on = |t: &str| chunk.iter().filter(|o| o["target"] == t).count();
+    assert_eq!((on("sm_90a"), on("gfx942")), (12, 4), "{m:#}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("for gfx942: needs ").count(), 8, "{err}");
+    let big = chunk
+        .iter()
+        .map(|o| num(&o["triton"], "shared"))
+        .max()
+        .unwrap();
+    assert!(big > 160 * 1024, "the largest sm_90a config needs {big} B");
+
+    let out = proj.join("out");
+    let o = Command::new(kbuild_bin())
+        .args(["inspect", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("fused_recurrent_gated_delta_rule_fwd_kernel")
+    );
+    for (device, target) in [
+        ("sm_90", "sm_90a"),
+        ("gfx1101", "gfx1101"),
+        ("sm_87", "sm_86"),
+    ] {
+        let o = Command::new(kbuild_bin())
+            .args([
+                "explain",
+                "--json",
+                "--device",
+                device,
+                "--kernel",
+                "gdn_fused_recurrent_fwd",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{device}: {}", text(&o));
+        let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            doc["kernels"][0]["selected"]["target"], target,
+            "{device}: {doc}"
+        );
+    }
+    let o = Command::new(kbuild_bin())
+        .args(["diff", "--format", "json"])
+        .arg(&out)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -130,6 +130,10 @@ impl RawTriton {
             }
         }
         for axis in variant_axes {
+            if matches!(axis.as_str(), "num_warps" | "num_stages") {
+                // Launch options as axes: an autotune config list written as a matrix.
+                continue;
+            }
             if signature.contains_key(*axis) {
                 problems.push(format!(
                     "variant axis `{axis}` is a signature argument; a variant sets constexprs"

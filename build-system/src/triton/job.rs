@@ -46,13 +46,25 @@ fn request(
     for (k, v) in &t.constexprs {
         constexprs.insert(k.clone(), serde_json::from_str(v).unwrap_or(Value::Null));
     }
-    // A variant axis sets a constexpr: its value as the number or bool it reads as.
+    let mut options = json!({
+        "num_warps": t.num_warps,
+        "num_stages": t.num_stages,
+        "num_ctas": t.num_ctas,
+        "maxnreg": t.maxnreg,
+    });
+    // A variant axis sets a constexpr (its value as the number or bool it reads as), or a
+    // launch option (`num_warps`, `num_stages`: an autotune config list as a matrix).
     for (k, v) in variant.map(|v| &v.defines).into_iter().flatten() {
         let value = serde_json::from_str::<Value>(v)
             .ok()
             .filter(|x| x.is_number() || x.is_boolean())
             .unwrap_or_else(|| Value::String(v.clone()));
-        constexprs.insert(k.clone(), value);
+        match k.as_str() {
+            "num_warps" | "num_stages" => options[k] = value,
+            _ => {
+                constexprs.insert(k.clone(), value);
+            }
+        }
     }
     let import: Value = serde_json::from_str(&t.import).unwrap_or_else(|_| json!({}));
     Ok(json!({
@@ -63,12 +75,7 @@ fn request(
         "signature": t.signature,
         "constexprs": constexprs,
         "divisible_16": t.divisible_16,
-        "options": {
-            "num_warps": t.num_warps,
-            "num_stages": t.num_stages,
-            "num_ctas": t.num_ctas,
-            "maxnreg": t.maxnreg,
-        },
+        "options": options,
         "target": arch,
     }))
 }
