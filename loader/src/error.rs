@@ -160,6 +160,10 @@ pub struct NoMatch {
     /// The device vendor's targets other kernels of the bundle have while this one has none:
     /// the build skipped it there (restricted or failed), so no `--targets` adds it.
     pub restricted: Vec<String>,
+    /// Why the build made none for the device vendor's targets, as its manifest records it
+    /// (`Kbuild.toml keeps it off gfx1100`, `its compile failed for gfx1100`); empty when the
+    /// manifest was not read.
+    pub absent: Vec<String>,
 }
 
 impl std::fmt::Display for NoMatch {
@@ -176,6 +180,13 @@ impl std::fmt::Display for NoMatch {
             variant_text(&self.variant),
             self.device,
         )?;
+        if !self.absent.is_empty() {
+            return write!(
+                f,
+                "the build made none: {}; so another `--targets` does not add it: lift the restriction or fix that compile first",
+                self.absent.join("; ")
+            );
+        }
         if !self.restricted.is_empty() {
             return write!(
                 f,

@@ -78,6 +78,11 @@ impl Opened {
     ) -> Result<Explained, ExplainError> {
         let device = detect::resolve(device)?;
         let mut selection = self.package.select(&device.device);
+        // The build's record of what it left out, for the hints (a manifest that cannot be
+        // read leaves them to the bundle's objects alone).
+        if let Ok(m) = self.package.manifest() {
+            selection = selection.with_build_record(m);
+        }
         if let Some(k) = kernel {
             selection = selection.only_kernel(k)?;
         }

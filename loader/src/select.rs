@@ -55,6 +55,10 @@ impl KernelChoice {
 pub struct Selection {
     pub device: Device,
     pub kernels: Vec<KernelChoice>,
+    /// Per kernel, why the build made no object of it for a target of the device's vendor
+    /// (Kbuild.toml keeps it off, its compile failed, its job never ran), from the manifest
+    /// ([`Selection::with_build_record`]); empty when the manifest was not read.
+    pub absent: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Selection {
@@ -101,7 +105,42 @@ impl Selection {
             build_target: build_target(&self.device),
             also: also_runs_here(&self.device),
             restricted: self.vendor_targets_without(choice),
+            absent: self.absent.get(&choice.kernel).cloned().unwrap_or_default(),
         }
+    }
+
+    /// What the build recorded about the kernels it made no object of, for the device's
+    /// vendor's targets: the no-match hint then says why each is absent instead of guessing.
+    pub fn with_build_record(mut self, m: &kbuild_manifest::manifest::Manifest) -> Selection {
+        let vendor = self.device.vendor();
+        let of_vendor = |t: &str| t.parse::<Target>().is_ok_and(|t| t.vendor() == vendor);
+        let mut absent: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for (target, kernels) in m.restricted.iter().filter(|(t, _)| of_vendor(t)) {
+            for k in kernels {
+                absent
+                    .entry(k.clone())
+                    .or_default()
+                    .push(format!("Kbuild.toml keeps it off {target}"));
+            }
+        }
+        let unbuilt = m
+            .failed
+            .iter()
+            .map(|u| (u, "its compile failed for"))
+            .chain(
+                m.missing
+                    .iter()
+                    .map(|u| (u, "its job never ran (the build stopped first) for")),
+            );
+        for (u, why) in unbuilt.filter(|(u, _)| of_vendor(&u.target)) {
+            let what = match &u.variant {
+                Some(v) => format!("{why} {} (variant {v})", u.target),
+                None => format!("{why} {}", u.target),
+            };
+            absent.entry(u.kernel.clone()).or_default().push(what);
+        }
+        self.absent = absent;
+        self
     }
 
     /// The targets of the device's vendor that other kernels of this bundle have objects for,
@@ -307,6 +346,7 @@ pub(crate) fn trace(ix: &LoadIndex<'_>, device: &Device) -> Selection {
     Selection {
         device: *device,
         kernels,
+        absent: Default::default(),
     }
 }
 

@@ -247,3 +247,60 @@ fn a_target_without_objects_warns_fails_under_strict_and_is_not_packaged_silentl
         text(&o)
     );
 }
+
+/// Issue 27, item 10: explain's hint for a kernel with no object says why from the build's
+/// manifest: the Kbuild.toml restriction, or the compile that failed for that target, not a
+/// `--targets` that would add nothing.
+#[test]
+fn explain_says_why_the_build_left_a_kernel_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let kernel = |name: &str, body: &str| {
+        std::fs::write(
+            p.join(format!("{name}.hip")),
+            format!("{body}\nextern \"C\" __global__ void {name}(float* x) {{ x[0] = 1.0f; }}\n"),
+        )
+        .unwrap();
+        format!("[kernels.{name}]\nsource = \"{name}.hip\"\nlanguage = \"hip\"\nentries = [\"{name}\"]\n")
+    };
+    let toml = format!(
+        "[package]\nname = \"why\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"gfx942\", \"gfx1100\"]\nout-dir = \"out\"\n\n{}{}targets = [\"gfx942\"]\n{}",
+        kernel("everywhere", ""),
+        kernel("kept_off", ""),
+        kernel("broken", "#if defined(__gfx1100__)\n#error no RDNA3 port yet\n#endif"),
+    );
+    std::fs::write(p.join("Kbuild.toml"), toml).unwrap();
+    let kbuild = |args: &[&str]| {
+        Command::new(kbuild_tests::kbuild_bin())
+            .args(args)
+            .current_dir(p)
+            .env("KBUILD_CACHE_DIR", p.join("cache"))
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let o = kbuild(&["--keep-going"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = kbuild(&["explain", "--device", "gfx1100", "out"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = stderr(&o);
+    let line = |k: &str| {
+        err.lines()
+            .find(|l| l.contains(&format!("kernel `{k}`")))
+            .unwrap_or_else(|| panic!("no error for {k}: {err}"))
+            .to_string()
+    };
+    assert!(
+        line("kept_off").contains("the build made none: Kbuild.toml keeps it off gfx1100"),
+        "{err}"
+    );
+    assert!(
+        line("broken").contains("the build made none: its compile failed for gfx1100"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("build it with `kbuild --targets gfx1100`"),
+        "{err}"
+    );
+    assert!(!err.contains("kernel `everywhere`"), "{err}");
+}
