@@ -272,6 +272,9 @@ pub struct Kernel {
     /// what a group such as `nvidia` expands to) admits its processor's PTX and feature
     /// settings too (`compute_90`, `gfx90a:xnack+`); a specific one only itself.
     pub targets: Option<Vec<Target>>,
+    /// Vendor groups in that restriction (`nvidia`, `amd`): every target of the vendor, also
+    /// the arch-specific, PTX and generic ones the group's expansion leaves out.
+    pub target_vendors: Vec<Vendor>,
     /// `language = "triton"`: what the Triton worker compiles.
     pub triton: Option<TritonKernel>,
 }
@@ -292,6 +295,7 @@ impl Kernel {
         }
         match &self.targets {
             None => true,
+            Some(_) if self.target_vendors.contains(&target.vendor()) => true,
             Some(list) => list.iter().any(|t| {
                 t == target || (t.is_plain() && t.processor.name == target.processor.name)
             }),
@@ -718,6 +722,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             Some(list) => keep(&mut errors, targets(list)),
             None => None,
         };
+        let target_vendors: Vec<Vendor> = k
+            .targets
+            .iter()
+            .flat_map(|l| l.get_ref())
+            .filter_map(|item| kbuild_manifest::target::vendor_group(item.get_ref()))
+            .collect();
         let raw_triton = k.triton();
         let triton = match k.language {
             Language::Triton => {
@@ -768,6 +778,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
             entries,
             block_size,
             targets: restriction,
+            target_vendors,
             triton,
         });
     }

@@ -322,20 +322,24 @@ fn a_vendor_group_restricts_a_kernel_to_every_target_of_that_vendor() {
     for (group, yes, no) in [
         (
             "nvidia",
-            ["sm_89", "sm_90", "compute_90"],
-            ["gfx1100", "gfx90a:xnack+"],
+            &["sm_89", "sm_90", "compute_90", "sm_90a", "sm_100f"][..],
+            &["gfx1100", "gfx90a:xnack+"][..],
         ),
         (
             "cuda",
-            ["sm_80", "sm_120", "compute_89"],
-            ["gfx942", "gfx1201"],
+            &["sm_80", "sm_120", "compute_89"][..],
+            &["gfx942", "gfx1201"][..],
         ),
         (
             "amd",
-            ["gfx1100", "gfx90a:xnack+", "gfx1201"],
-            ["sm_89", "compute_90"],
+            &["gfx1100", "gfx90a:xnack+", "gfx1201", "gfx11-generic"][..],
+            &["sm_89", "compute_90", "sm_90a"][..],
         ),
-        ("rocm", ["gfx942", "gfx1100", "gfx1101"], ["sm_90", "sm_80"]),
+        (
+            "rocm",
+            &["gfx942", "gfx1100", "gfx1101"][..],
+            &["sm_90", "sm_80"][..],
+        ),
     ] {
         let toml = GOOD.replace(
             "block-size = 256",

@@ -93,6 +93,7 @@ pub(super) fn discover(
                 entries: crate::entries::KernelEntries::plain(vec![all.clone()]),
                 block_size: crate::config::KernelBlockSize::None,
                 targets: Some(vec![*t]),
+                target_vendors: Vec::new(),
                 triton: None,
             });
         }
