@@ -71,4 +71,73 @@ impl TritonLaunch {
     pub fn block_threads(&self) -> u32 {
         self.num_warps.saturating_mul(self.warp_size)
     }
+
+    /// Give the object's parameter table (as its reader found it) the launch record's names
+    /// and C types, so the launch check names each argument and packs an `fp32` as 4 bytes.
+    /// Left as read when the two do not have one parameter each.
+    pub fn name_params(&self, params: &mut [crate::params::Param]) {
+        let visible = params.iter().filter(|p| !p.hidden).count();
+        if visible != self.params.len() {
+            return;
+        }
+        let names = params.iter_mut().filter(|p| !p.hidden).zip(&self.params);
+        for (p, t) in names {
+            p.name = Some(t.name.clone());
+            let c = c_type(&t.ty);
+            if p.kind == crate::params::ParamKind::Unknown {
+                p.kind = crate::params::kind_of_type(&c);
+            }
+            p.type_name = Some(c);
+        }
+    }
+}
+
+/// The C type of a Triton type (`*fp32` → `float*`, `i32` → `int32_t`, a scratch pointer →
+/// `void*`).
+pub fn c_type(ty: &str) -> String {
+    if ty == "scratch" {
+        return "void*".into();
+    }
+    let (base, pointer) = match ty.strip_prefix('*') {
+        Some(b) => (b, "*"),
+        None => (ty, ""),
+    };
+    let c = match base {
+        "i1" | "u1" => "bool",
+        "i8" => "int8_t",
+        "i16" => "int16_t",
+        "i32" => "int32_t",
+        "i64" => "int64_t",
+        "u8" => "uint8_t",
+        "u16" => "uint16_t",
+        "u32" => "uint32_t",
+        "u64" => "uint64_t",
+        "fp16" => "half",
+        "bf16" => "bf16",
+        "fp32" => "float",
+        "fp64" => "double",
+        // The fp8 types: bytes to C.
+        _ => "uint8_t",
+    };
+    format!("{c}{pointer}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triton_types_as_c_types() {
+        for (t, c) in [
+            ("*fp32", "float*"),
+            ("i32", "int32_t"),
+            ("fp32", "float"),
+            ("*bf16", "bf16*"),
+            ("u64", "uint64_t"),
+            ("scratch", "void*"),
+            ("*fp8e4nv", "uint8_t*"),
+        ] {
+            assert_eq!(c_type(t), c, "{t}");
+        }
+    }
 }

@@ -268,6 +268,37 @@ fn triton_kernels_build_for_both_vendors_as_the_vendor_tools_read_them() {
     );
     assert_eq!(add["triton"]["removed"][0]["name"], "gk");
     assert_eq!(add["triton"]["params"][0]["divisible_16"], true);
+    // The object's parameter table carries the launch record's names and C types, so the
+    // loader's launch check (no GPU needed) names what it refuses and packs fp32 as 4 bytes.
+    let table: Vec<kbuild_manifest::params::Param> =
+        serde_json::from_value(add["params"]["add_kernel"].clone()).unwrap();
+    let named: Vec<(&str, &str)> = table
+        .iter()
+        .map(|p| (p.name.as_deref().unwrap(), p.type_name.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("x_ptr", "float*"),
+            ("y_ptr", "float*"),
+            ("out_ptr", "float*"),
+            ("n", "int32_t"),
+            ("stride", "int32_t"),
+            ("global_scratch", "void*"),
+            ("profile_scratch", "void*")
+        ]
+    );
+    use kbuild_loader::launch::{pack_arg, LooseArg};
+    let err = pack_arg("add_kernel", 3, LooseArg::Float(1.5), &table[3])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("argument 3") && err.contains("int32_t n"), "{err}");
+    assert_eq!(pack_arg("add_kernel", 3, LooseArg::Int(4096), &table[3]).unwrap(), 4096);
+    let pkg = kbuild_loader::Package::open(&proj.join("out")).unwrap();
+    let sm90 = kbuild_manifest::compat::Device::parse("sm_90", None, None).unwrap();
+    let choice = pkg.select(&sm90);
+    let picked = choice.kernel("add", Some("block1024")).unwrap();
+    assert_eq!(picked.selected().unwrap().target, "sm_90a");
     // sm_90 and newer: Triton's cubins are arch-specific.
     let inspect = Command::new(kbuild_bin())
         .args(["inspect", "--json"])

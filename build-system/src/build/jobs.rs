@@ -205,6 +205,9 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
                         if let Some(types) = kbuild_manifest::demangle::parameter_types(&k.name) {
                             kbuild_manifest::params::apply_types(&mut p, &types);
                         }
+                        if let Some(l) = &launch {
+                            l.name_params(&mut p);
+                        }
                         params.insert(k.name.clone(), p);
                     }
                     (k.name, k.resources)
