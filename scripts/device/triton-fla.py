@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""FLA's fused recurrent GDN forward: its own call (Triton's JIT) or kbuild's ahead-of-time
+object through `import kbuild`, on the same tensors.
+
+    triton-fla.py jit CASES.pt        # FLA's call; writes the inputs and its outputs
+    triton-fla.py aot CASES.pt OUTDIR # kbuild's object on the same inputs; never imports triton
+
+Geometry: the engine's (Hk = 16, Hv = 48, dk = dv = 128), one sequence, decode with an initial
+and a final state, gate and dt-bias in the kernel, q/k L2-normalised in the kernel."""
+import sys
+import time
+
+import torch
+
+H, HV, K, V, BV = 16, 48, 128, 128, 8
+TOKENS = [1, 2, 3, 4, 8, 16, 32, 64]
+SEEDS = [0, 1, 2]
+
+
+def inputs(T, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    r = lambda *s, dtype=torch.float32: torch.randn(*s, generator=g, device="cuda", dtype=torch.float32).to(dtype)
+    return dict(
+        q=r(1, T, H, K, dtype=torch.bfloat16), k=r(1, T, H, K, dtype=torch.bfloat16),
+        v=r(1, T, HV, V, dtype=torch.bfloat16), g=r(1, T, HV) * 0.5,
+        beta=torch.sigmoid(r(1, T, HV)).to(torch.bfloat16), A_log=r(HV) * 0.1, dt_bias=r(HV) * 0.1,
+        h0=r(1, HV, K, V) * 0.1, scale=K ** -0.5, T=T,
+    )
+
+
+def jit(path):
+    t0 = time.perf_counter()
+    from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd
+    cases = []
+    first = None
+    for T in TOKENS:
+        for seed in SEEDS:
+            x = inputs(T, seed)
+            o, ht = fused_recurrent_gated_delta_rule_fwd(
+                x["q"], x["k"], x["v"], x["g"], None, None, x["beta"], x["A_log"], x["dt_bias"],
+                x["scale"], x["h0"], True, use_qk_l2norm_in_kernel=True)
+            torch.cuda.synchronize()
+            if first is None:
+                first = time.perf_counter() - t0
+            cases.append(dict(inputs=x, o=o, ht=ht))
+    x = cases[0]["inputs"]
+    args = (x["q"], x["k"], x["v"], x["g"], None, None, x["beta"], x["A_log"], x["dt_bias"], x["scale"], x["h0"], True)
+    host = launch_time(lambda: fused_recurrent_gated_delta_rule_fwd(*args, use_qk_l2norm_in_kernel=True))
+    torch.save(cases, path)
+    print(f"JIT: FLA's call, first result {first * 1e3:.0f} ms after the process's imports began; host time per call {host:.1f} us")
+
+
+def launch_time(call, n=2000):
+    for _ in range(50):
+        call()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        call()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def aot(path, out):
+    t0 = time.perf_counter()
+    import kbuild
+    pkg = kbuild.open(out)
+    k = pkg.kernel("gdn_fused_recurrent_fwd")
+    cases = torch.load(path)
+    first = None
+    rows = []
+    for c in cases:
+        x = c["inputs"]
+        T = x["T"]
+        o = torch.empty_like(x["v"])
+        ht = torch.empty(1, HV, K, V, device="cuda", dtype=torch.float32)
+        grid = ((V // BV) * 1 * HV,)
+        k.launch(grid, 32, x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o,
+                 x["h0"], ht, float(x["scale"]), T, 0, 0, shared=256)
+        torch.cuda.synchronize()
+        if first is None:
+            first = time.perf_counter() - t0
+        same_o = torch.equal(o.view(torch.int16), c["o"].view(torch.int16))
+        same_ht = torch.equal(ht.view(torch.int32), c["ht"].view(torch.int32))
+        rel = ((o.double() - c["o"].double()).norm() / c["o"].double().norm()).item()
+        rows.append((T, same_o, same_ht, rel))
+    x = cases[0]["inputs"]
+    o = torch.empty_like(x["v"])
+    ht = torch.empty(1, HV, K, V, device="cuda", dtype=torch.float32)
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["h0"], ht,
+            float(x["scale"]), x["T"], 0, 0)
+    host = launch_time(lambda: k.launch(((V // BV) * HV,), 32, *args, shared=256))
+    assert "triton" not in sys.modules, "the kbuild process imported triton"
+    print(f"kbuild: first result {first * 1e3:.0f} ms after `import kbuild` began; host time per launch {host:.1f} us; triton imported: no")
+    print("| T | cases | o bitwise | final state bitwise | max rel-L2 of o |")
+    print("|---|---|---|---|---|")
+    by_t = {}
+    for T, so, sh, rel in rows:
+        by_t.setdefault(T, []).append((so, sh, rel))
+    ok = True
+    for T, rs in by_t.items():
+        bo = sum(r[0] for r in rs)
+        bh = sum(r[1] for r in rs)
+        ok &= bo == len(rs) and bh == len(rs)
+        print(f"| {T} | {len(rs)} | {bo}/{len(rs)} | {bh}/{len(rs)} | {max(r[2] for r in rs):.1e} |")
+    print("ALL BITWISE EQUAL" if ok else "NOT ALL EQUAL")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "jit":
+        jit(sys.argv[2])
+    else:
+        aot(sys.argv[2], sys.argv[3])
