@@ -238,6 +238,25 @@ pub unsafe fn attributes(f: sys::CUfunction) -> Result<FuncAttributes> {
     })
 }
 
+/// Dynamic shared memory a block may ask for without opting in (48 KiB on every CUDA GPU).
+pub const DEFAULT_DYNAMIC_SHARED: u32 = 48 * 1024;
+
+/// Let `f` launch with `bytes` of dynamic shared memory: past 48 KiB a kernel must opt in
+/// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`), up to the device's opt-in limit.
+///
+/// # Safety
+/// `f` must be live.
+pub unsafe fn allow_dynamic_shared(f: sys::CUfunction, bytes: u32) -> Result<()> {
+    let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+    guarded("cuFuncSetAttribute", || {
+        result::function::set_function_attribute(
+            f,
+            sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            value,
+        )
+    })
+}
+
 /// `cuLaunchKernel`, or with `programmatic` `cuLaunchKernelEx` with programmatic stream
 /// serialisation allowed (the kernel may overlap the previous one in the stream).
 ///

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""FLA's fused recurrent GDN forward: its own call (Triton's JIT) or kbuild's ahead-of-time
-object through `import kbuild`, on the same tensors.
+"""FLA's fused recurrent GDN forward and chunked state kernel (its 12 configs): its own call or
+launch (Triton's JIT) or kbuild's ahead-of-time objects through `import kbuild`, on the same
+tensors.
 
     triton-fla.py jit CASES.pt        # FLA's call; writes the inputs and its outputs
     triton-fla.py aot CASES.pt OUTDIR # kbuild's object on the same inputs; never imports triton
@@ -28,6 +29,75 @@ def inputs(T, seed):
     )
 
 
+CHUNK_T, BT = 256, 64
+CHUNK_CONFIGS = [(bv, s, w) for bv in (32, 64) for s in (2, 3, 4) for w in (2, 4)]
+
+
+def chunk_inputs(seed):
+    g = torch.Generator(device="cuda").manual_seed(100 + seed)
+    r = lambda *s: torch.randn(*s, generator=g, device="cuda", dtype=torch.float32)
+    T = CHUNK_T
+    return dict(k=(r(1, T, H, K) * 0.1).to(torch.bfloat16), w=(r(1, T, HV, K) * 0.1).to(torch.bfloat16),
+                u=r(1, T, HV, V).to(torch.bfloat16), g=-torch.cumsum(torch.rand(1, T, HV, generator=g, device="cuda") * 0.05, 1),
+                h0=r(1, HV, K, V) * 0.1)
+
+
+def chunk_outputs():
+    NT = CHUNK_T // BT
+    return (torch.empty(1, NT, HV, K, V, device="cuda", dtype=torch.bfloat16),
+            torch.empty(1, CHUNK_T, HV, V, device="cuda", dtype=torch.bfloat16),
+            torch.empty(1, HV, K, V, device="cuda", dtype=torch.float32))
+
+
+def chunk_jit():
+    """Each of the 12 configs launched through Triton's JIT (the autotuner bypassed)."""
+    from fla.ops.common import chunk_delta_h
+    from triton.runtime.jit import JITFunction
+    fn = chunk_delta_h.chunk_gated_delta_rule_fwd_kernel_h_blockdim64
+    while not isinstance(fn, JITFunction):
+        fn = fn.fn
+    out = []
+    for seed in SEEDS:
+        x = chunk_inputs(seed)
+        for bv, st, nw in CHUNK_CONFIGS:
+            h, v_new, ht = chunk_outputs()
+            fn[((V + bv - 1) // bv * HV,)](
+                k=x["k"], v=x["u"], w=x["w"], v_new=v_new, g=x["g"], gk=None, h=h, h0=x["h0"], ht=ht,
+                cu_seqlens=None, chunk_offsets=None, T=CHUNK_T, H=H, HV=HV, K=K, V=V, BT=BT, BV=bv,
+                USE_G=True, USE_GK=False, USE_INITIAL_STATE=True, STORE_FINAL_STATE=True, SAVE_NEW_VALUE=True,
+                STATE_V_FIRST=False, IS_VARLEN=False, num_warps=nw, num_stages=st)
+            torch.cuda.synchronize()
+            out.append(dict(seed=seed, config=(bv, st, nw), inputs=x, h=h, v_new=v_new, ht=ht))
+    return out
+
+
+def chunk_aot(pkg, cases, manifest):
+    shared = {o["variant"]: o["triton"]["shared"] for o in manifest["objects"] if o["kernel"] == "gdn_chunk_h"}
+    rows = {}
+    for c in cases:
+        bv, st, nw = c["config"]
+        variant = f"bv{bv}-num_stages{st}-num_warps{nw}"
+        x = c["inputs"]
+        h, v_new, ht = chunk_outputs()
+        k = pkg.kernel("gdn_chunk_h", variant=variant)
+        k.launch(((V + bv - 1) // bv * HV,), 32 * nw, x["k"], x["u"], x["w"], v_new, x["g"], h, x["h0"], ht,
+                 CHUNK_T, 0, 0, shared=shared[variant])
+        torch.cuda.synchronize()
+        same = all(torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a.view(torch.int32),
+                               b.view(torch.int16) if b.dtype == torch.bfloat16 else b.view(torch.int32))
+                   for a, b in ((h, c["h"]), (v_new, c["v_new"]), (ht, c["ht"])))
+        rows.setdefault(variant, [shared[variant], 0, 0])
+        rows[variant][1] += same
+        rows[variant][2] += 1
+    print("| chunk config | dynamic shared B | h, v_new, final state bitwise |")
+    print("|---|---|---|")
+    ok = True
+    for v, (sh, same, n) in rows.items():
+        ok &= same == n
+        print(f"| {v} | {sh} | {same}/{n} |")
+    return ok
+
+
 def jit(path):
     t0 = time.perf_counter()
     from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd
@@ -46,7 +116,8 @@ def jit(path):
     x = cases[0]["inputs"]
     args = (x["q"], x["k"], x["v"], x["g"], None, None, x["beta"], x["A_log"], x["dt_bias"], x["scale"], x["h0"], True)
     host = launch_time(lambda: fused_recurrent_gated_delta_rule_fwd(*args, use_qk_l2norm_in_kernel=True))
-    torch.save(cases, path)
+    chunk = chunk_jit()
+    torch.save(dict(fused=cases, chunk=chunk), path)
     print(f"JIT: FLA's call, first result {first * 1e3:.0f} ms after the process's imports began; host time per call {host:.1f} us")
 
 
@@ -67,7 +138,8 @@ def aot(path, out):
     import kbuild
     pkg = kbuild.open(out)
     k = pkg.kernel("gdn_fused_recurrent_fwd")
-    cases = torch.load(path)
+    saved = torch.load(path)
+    cases = saved["fused"]
     first = None
     rows = []
     for c in cases:
@@ -104,6 +176,11 @@ def aot(path, out):
         bh = sum(r[1] for r in rs)
         ok &= bo == len(rs) and bh == len(rs)
         print(f"| {T} | {len(rs)} | {bo}/{len(rs)} | {bh}/{len(rs)} | {max(r[2] for r in rs):.1e} |")
+    import json
+    with open(f"{out}/manifest.json") as f:
+        manifest = json.load(f)
+    ok &= chunk_aot(pkg, saved["chunk"], manifest)
+    assert "triton" not in sys.modules, "the kbuild process imported triton"
     print("ALL BITWISE EQUAL" if ok else "NOT ALL EQUAL")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare .device/triton/ for scripts/device/triton-h200.sh (run here, on a machine with no
-# GPU): FLA 0.6.0's fused recurrent GDN forward built ahead of time for sm_90a by kbuild's
-# Triton workers (pinned to the H200's Triton, 3.6.0) from FLA's pinned wheel, the `kbuild`
+# GPU): FLA 0.6.0's fused recurrent GDN forward and chunked state kernel (its 12 configs) built
+# ahead of time for sm_90a by kbuild's Triton workers (pinned to the H200's Triton, 3.6.0) from FLA's pinned wheel, the `kbuild`
 # Python wheel that launches it, and FLA's wheel for the JIT side. Carry: [".device/triton"]
 # (.device/ is ignored through .git/info/exclude).
 set -euo pipefail
@@ -21,9 +21,8 @@ kbuild=$CARGO_TARGET_DIR/debug/kbuild
 echo "fla-core==0.6.0 --hash=sha256:b0708b70e0b119cd58a0a5146ea56cb175cef6ed969d8ac60267e3e077ce3ebd" >"$D/fla-req.txt"
 python3 -I -m pip download -q --no-deps --only-binary=:all: --require-hashes -r "$D/fla-req.txt" -d "$D"
 python3 -I -m zipfile -e "$D"/fla_core-0.6.0-py3-none-any.whl "$D/fla"
-# The fused recurrent kernel alone, for the H200.
-sed -n '/^\[kernels.gdn_chunk_h\]/q;p' tests/tests/triton/fla.toml |
-  sed 's/^targets = TARGETS/targets = ["sm_90a"]/' >"$D/fla/Kbuild.toml"
+# Both kernels (the chunk kernel's 12 configs) for the H200.
+sed 's/^targets = TARGETS/targets = ["sm_90a"]/' tests/tests/triton/fla.toml >"$D/fla/Kbuild.toml"
 (cd "$D/fla" && KBUILD_CACHE_DIR=$PWD/../cache "$kbuild" && rm -rf ../cache)
 find "$D/fla/out" -name '*.log' -delete
 du -sh "$D"

@@ -120,6 +120,7 @@ impl LoadedModule {
             compared: (found.figures, loaded),
             checks: std::sync::OnceLock::new(),
             abi: std::sync::OnceLock::new(),
+            shared_allowed: std::sync::atomic::AtomicU32::new(cuda::DEFAULT_DYNAMIC_SHARED),
         })
     }
 }
@@ -145,6 +146,9 @@ pub struct Function {
     /// The entry's launch parameters, read from the index on first launch (not at load: the
     /// load path reads no blob); the error text when they cannot be read.
     pub(crate) abi: std::sync::OnceLock<Result<Option<EntryParams>>>,
+    /// The dynamic shared memory this function has been allowed so far (CUDA: the opt-in
+    /// attribute, set once per larger launch; 48 KiB needs none).
+    pub(crate) shared_allowed: std::sync::atomic::AtomicU32,
 }
 
 // SAFETY: function handles are plain driver handles, valid on any thread while the module is.
@@ -299,15 +303,24 @@ impl Function {
         params: &mut [*mut std::ffi::c_void],
     ) -> Result<()> {
         match (&self.raw, &self.module.inner) {
-            (RawFunction::Cuda(f), ModuleInner::Cuda(_)) => cuda::launch(
-                *f,
-                cfg.grid,
-                cfg.block,
-                cfg.shared_bytes,
-                cfg.stream.raw().cast(),
-                params,
-                cfg.programmatic,
-            ),
+            (RawFunction::Cuda(f), ModuleInner::Cuda(_)) => {
+                use std::sync::atomic::Ordering::Relaxed;
+                // More than 48 KiB of dynamic shared memory (a Triton kernel's, a large
+                // tile's) needs the kernel's opt-in first.
+                if cfg.shared_bytes > self.shared_allowed.load(Relaxed) {
+                    cuda::allow_dynamic_shared(*f, cfg.shared_bytes)?;
+                    self.shared_allowed.fetch_max(cfg.shared_bytes, Relaxed);
+                }
+                cuda::launch(
+                    *f,
+                    cfg.grid,
+                    cfg.block,
+                    cfg.shared_bytes,
+                    cfg.stream.raw().cast(),
+                    params,
+                    cfg.programmatic,
+                )
+            }
             // The driver call a CUDA function would make, on a machine without a driver.
             #[cfg(test)]
             (RawFunction::Cuda(f), ModuleInner::Detached) => cuda::launch(

@@ -108,6 +108,7 @@ fn detached(m: kbuild_manifest::manifest::Manifest) -> Function {
         compared: (LoadFigures::None, loaded(0, 0, 0)),
         checks: std::sync::OnceLock::new(),
         abi: std::sync::OnceLock::new(),
+        shared_allowed: std::sync::atomic::AtomicU32::new(crate::cuda::DEFAULT_DYNAMIC_SHARED),
     }
 }
 
