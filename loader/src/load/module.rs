@@ -311,27 +311,11 @@ impl Function {
                     cuda::allow_dynamic_shared(*f, cfg.shared_bytes)?;
                     self.shared_allowed.fetch_max(cfg.shared_bytes, Relaxed);
                 }
-                cuda::launch(
-                    *f,
-                    cfg.grid,
-                    cfg.block,
-                    cfg.shared_bytes,
-                    cfg.stream.raw().cast(),
-                    params,
-                    cfg.programmatic,
-                )
+                cuda_launch(*f, cfg, params)
             }
             // The driver call a CUDA function would make, on a machine without a driver.
             #[cfg(test)]
-            (RawFunction::Cuda(f), ModuleInner::Detached) => cuda::launch(
-                *f,
-                cfg.grid,
-                cfg.block,
-                cfg.shared_bytes,
-                cfg.stream.raw().cast(),
-                params,
-                cfg.programmatic,
-            ),
+            (RawFunction::Cuda(f), ModuleInner::Detached) => cuda_launch(*f, cfg, params),
             (RawFunction::Hip(f), ModuleInner::Hip { rt, .. }) => rt.launch(
                 *f,
                 cfg.grid,
@@ -346,4 +330,24 @@ impl Function {
             }),
         }
     }
+}
+
+/// `cuLaunchKernel` (or `cuLaunchKernelEx`) of `f` as `cfg` says.
+///
+/// # Safety
+/// As [`cuda::launch`].
+unsafe fn cuda_launch(
+    f: cudarc::driver::sys::CUfunction,
+    cfg: &LaunchConfig,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<()> {
+    cuda::launch(
+        f,
+        cfg.grid,
+        cfg.block,
+        cfg.shared_bytes,
+        cfg.stream.raw().cast(),
+        params,
+        cfg.programmatic,
+    )
 }
