@@ -265,6 +265,28 @@ impl PyPackage {
         })
     }
 
+    /// The Triton launch record (`kbuild_manifest::triton::TritonLaunch` as JSON) of the
+    /// object `device` selects for `name`; None for an object that is not a Triton kernel's.
+    #[pyo3(signature = (name, variant=None, device=None))]
+    fn triton_json(
+        &self,
+        name: &str,
+        variant: Option<&str>,
+        device: Option<&str>,
+    ) -> PyResult<Option<String>> {
+        let resolved = resolve(device, None)?;
+        self.with(|p| {
+            let (kernel, _) = PyPackage::resolve_name(p, name)?;
+            let c = PyPackage::selected(p, &resolved, &kernel, variant)?;
+            let m = p.manifest().map_err(loader_err)?;
+            let launch = m.objects.get(c.object).and_then(|o| o.triton.as_ref());
+            launch
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(kbuild_err)
+        })
+    }
+
     /// Check `args` against the launch ABI of what `device` selects for `name`, loading
     /// nothing; raises `LaunchError` as a launch would.
     #[pyo3(signature = (name, args, variant=None, device=None))]

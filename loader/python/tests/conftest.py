@@ -82,3 +82,34 @@ def bundle(cli, build, tmp_path_factory):
     cli.run("package", build, "--out", dest)
     (found,) = dest.glob("*.kbundle")
     return found
+
+
+TRITON_TOML = """\
+[package]
+name = "kbuild-pytriton"
+version = "0.1.0"
+
+[build]
+targets = ["sm_90a", "gfx1100"]
+
+[kernels.add]
+language = "triton"
+source = "kern.py"
+function = "add_kernel"
+signature = { x_ptr = "*fp32", y_ptr = "*fp32", out_ptr = "*fp32", n = "i32", stride = "i32", gk = "None" }
+constexprs = { BLOCK = 1024 }
+divisible-16 = ["x_ptr", "y_ptr", "out_ptr", "n"]
+"""
+
+
+@pytest.fixture(scope="session")
+def triton_build(cli, tmp_path_factory):
+    """A Triton kernel (the end-to-end tests' kern.py) built by kbuild's Triton workers."""
+    repo = pathlib.Path(os.environ.get("KBUILD_REPO", pathlib.Path(__file__).resolve().parents[3]))
+    project = tmp_path_factory.mktemp("triton")
+    shutil.copy(repo / "tests" / "tests" / "triton" / "kern.py", project / "kern.py")
+    (project / "Kbuild.toml").write_text(TRITON_TOML)
+    out = project / "out"
+    cli.run("toolchain", "install", "triton")
+    cli.run("build", "--manifest-path", project / "Kbuild.toml", "--out", out)
+    return out

@@ -326,3 +326,36 @@ def test_torch_helpers_say_torch_is_needed(build):
         pass
     with pytest.raises(ImportError, match="kbuild.torch needs PyTorch"):
         kt.register_op(kbuild.open(build), "kbuild::rmsnorm", kernel="rmsnorm_f32")
+
+
+def test_a_triton_kernel_launches_as_its_record_says_and_refuses_what_its_build_assumes(triton_build):
+    pkg = kbuild.open(triton_build)
+    k = pkg.kernel("add", device="sm_90a")
+    assert k.target == "sm_90a"
+    r = k.triton
+    assert (r["num_warps"], r["warp_size"], r["shared"]) == (4, 32, 0)
+    assert [p["name"] for p in r["params"]] == ["x_ptr", "y_ptr", "out_ptr", "n", "stride",
+                                                 "global_scratch", "profile_scratch"]
+    assert [p["name"] for p in k.params] == [p["name"] for p in r["params"]]
+    # The five arguments the kernel takes pass every check; a simulated device then loads
+    # nothing.
+    with pytest.raises(kbuild.SimulatedError):
+        k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4096, 1)
+    with pytest.raises(kbuild.LaunchError, match=r"6 arguments given, the kernel takes 5 \(x_ptr, y_ptr, out_ptr, n, stride\)"):
+        k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4096, 1, 7)
+    with pytest.raises(kbuild.LaunchError, match=r"`x_ptr` \(\*fp32\): its value 0x1008 is not a multiple of 16"):
+        k.launch_triton((4,), 0x1008, 0x2000, 0x3000, 4096, 1)
+    with pytest.raises(kbuild.LaunchError, match=r"`n` \(i32\): its value 0x1001 is not a multiple of 16"):
+        k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4097, 1)
+    # A float where the kernel takes an int32_t: the loader's check names the parameter.
+    with pytest.raises(kbuild.LaunchError, match=r"int32_t stride"):
+        k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4096, 1.5)
+    amd = pkg.kernel("add", device="gfx1100")
+    assert amd.triton["warp_size"] == 32 and amd.target == "gfx1100"
+
+
+def test_a_kernel_that_is_not_tritons_has_no_launch_record(build):
+    k = kbuild.open(build).kernel("rmsnorm_f32", device="sm_90")
+    assert k.triton is None
+    with pytest.raises(kbuild.LaunchError, match="not a Triton kernel"):
+        k.launch_triton((1,), 0)

@@ -189,7 +189,10 @@ class Package:
         target ("sm_90") for a simulated device, whose kernel checks arguments but does not
         launch. Loading verifies the object and compares its attributes with the manifest."""
         target, index = _device_index(device)
-        return Kernel(self._native.kernel(name, variant, target, index))
+        kernel = Kernel(self._native.kernel(name, variant, target, index))
+        record = self._native.triton_json(name, variant, target)
+        kernel._triton = None if record is None else _json.loads(record)
+        return kernel
 
     def __str__(self):
         try:
@@ -207,6 +210,7 @@ class Kernel:
     def __init__(self, native):
         self._native = native
         self._torch_stream = None
+        self._triton = None
 
     @property
     def entry(self):
@@ -275,6 +279,37 @@ class Kernel:
         self._native.launch(grid, block, args, shared, stream)
 
     __call__ = launch
+
+    @property
+    def triton(self):
+        """A Triton kernel's launch record (num_warps, warp_size, shared, params, ...), as the
+        manifest holds it; None for other kernels."""
+        return self._triton
+
+    def launch_triton(self, grid, *args, stream=None):
+        """Launch a Triton kernel as its launch record says, with the arguments of its
+        parameters (those compiled away as None or constexpr are not passed): the block is
+        num_warps × warp_size, the dynamic shared memory the record's, the two scratch
+        pointers NULL. An argument the code assumes divisible by 16 (a tensor's address, an
+        int) that is not is refused with its name, before any driver call."""
+        r = self._triton
+        if r is None:
+            raise LaunchError(f"{self.entry}: not a Triton kernel (no launch record)")
+        if r["global_scratch_size"] or r["profile_scratch_size"]:
+            raise LaunchError(f"{self.entry}: needs a scratch buffer ({r['global_scratch_size']} B per program), which kbuild does not allocate yet")
+        params = [p for p in r["params"] if p["type"] != "scratch"]
+        if len(args) != len(params):
+            names = ", ".join(p["name"] for p in params)
+            raise LaunchError(f"{self.entry}: {len(args)} arguments given, the kernel takes {len(params)} ({names})")
+        for p, a in zip(params, args):
+            if not p.get("divisible_16"):
+                continue
+            value = a.data_ptr() if hasattr(a, "data_ptr") else a if isinstance(a, int) else None
+            if value is not None and value % 16:
+                what = "address" if hasattr(a, "data_ptr") else "value"
+                raise LaunchError(f"{self.entry}: argument `{p['name']}` ({p['type']}): its {what} {value:#x} is not a multiple of 16, which this build of the kernel assumes")
+        block = r["num_warps"] * r["warp_size"]
+        self.launch(grid, block, *args, 0, 0, shared=r["shared"], stream=stream)
 
     def __repr__(self):
         return repr(self._native)
