@@ -292,8 +292,14 @@ fn triton_kernels_build_for_both_vendors_as_the_vendor_tools_read_them() {
     let err = pack_arg("add_kernel", 3, LooseArg::Float(1.5), &table[3])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("argument 3") && err.contains("int32_t n"), "{err}");
-    assert_eq!(pack_arg("add_kernel", 3, LooseArg::Int(4096), &table[3]).unwrap(), 4096);
+    assert!(
+        err.contains("argument 3") && err.contains("int32_t n"),
+        "{err}"
+    );
+    assert_eq!(
+        pack_arg("add_kernel", 3, LooseArg::Int(4096), &table[3]).unwrap(),
+        4096
+    );
     let pkg = kbuild_loader::Package::open(&proj.join("out")).unwrap();
     let sm90 = kbuild_manifest::compat::Device::parse("sm_90", None, None).unwrap();
     let choice = pkg.select(&sm90);
