@@ -636,3 +636,34 @@ fn fla_gated_delta_net_kernels_build_from_the_pinned_wheel() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// `--job-timeout` bounds a Triton job as it bounds a compiler: a module whose import hangs
+/// fails its job with the reason, and the build ends.
+#[test]
+fn a_hung_triton_worker_is_stopped_at_the_job_timeout() {
+    let s = Scratch::new();
+    let proj = s.path().join("slow");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(
+        proj.join("slow.py"),
+        "import time\nimport triton\nimport triton.language as tl\n\ntime.sleep(120)\n\n\n@triton.jit\ndef k(x_ptr):\n    pass\n",
+    )
+    .unwrap();
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        "[package]\nname = \"slow\"\nversion = \"0.1.0\"\n\n[build]\ntargets = [\"sm_80\"]\nout-dir = \"out\"\n\n\
+         [kernels.slow]\nlanguage = \"triton\"\nsource = \"slow.py\"\nfunction = \"k\"\nsignature = { x_ptr = \"*fp32\" }\n",
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let o = kbuild(&proj, &s.path().join("cache"), &["--job-timeout", "3"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(
+            "error: slow for sm_80: the Triton compile ran longer than the job timeout (3 s)"
+        ),
+        "{}",
+        text(&o)
+    );
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+}

@@ -372,10 +372,15 @@ fn triton_entry(
     let Some(pool) = ctx.triton.as_ref() else {
         return Err(("no Triton toolchain".into(), None, String::new()));
     };
-    let kernel = &ctx.project.kernels[job.kernel];
     let root = &ctx.project.root;
-    let variant = job.variant.as_ref();
-    let action = crate::triton::job_key(pool, root, kernel, t, variant, &job.target)
+    let work = crate::triton::TritonJob {
+        root,
+        kernel: &ctx.project.kernels[job.kernel],
+        spec: t,
+        variant: job.variant.as_ref(),
+        target: &job.target,
+    };
+    let action = crate::triton::job_key(pool, ctx.timeout, &work)
         .map_err(|e| (e.to_string(), None, String::new()))?;
     if let Some(hit) = ctx.cache.lookup(&action, root) {
         return Ok((hit, JobStatus::Cached, Vec::new()));
@@ -393,7 +398,7 @@ fn triton_entry(
         )
     })?;
     let start = Instant::now();
-    let out = crate::triton::compile_job(pool, root, kernel, t, variant, &job.target, &scratch);
+    let out = crate::triton::compile_job(pool, ctx.timeout, &work, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
     let out = out.map_err(|e| (e.to_string(), None, String::new()))?;
     let launch = serde_json::to_string(&out.launch).ok();

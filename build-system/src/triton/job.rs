@@ -30,14 +30,19 @@ pub enum TritonError {
     Target { target: String, why: String },
 }
 
-/// The worker request of a kernel × variant × target (`op` and `out` added by the caller).
-fn request(
-    root: &Path,
-    kernel: &Kernel,
-    t: &TritonKernel,
-    variant: Option<&Variant>,
-    target: &Target,
-) -> Result<Value, TritonError> {
+/// One Triton job: a kernel × variant × target of the project at `root`.
+pub struct TritonJob<'a> {
+    pub root: &'a Path,
+    pub kernel: &'a Kernel,
+    pub spec: &'a TritonKernel,
+    pub variant: Option<&'a Variant>,
+    pub target: &'a Target,
+}
+
+/// The worker request of a job (`op` and `out` added by the caller).
+fn request(job: &TritonJob) -> Result<Value, TritonError> {
+    let (root, kernel, t, variant, target) =
+        (job.root, job.kernel, job.spec, job.variant, job.target);
     let arch = triton_arch(target).map_err(|why| TritonError::Target {
         target: target.to_string(),
         why,
@@ -98,26 +103,23 @@ fn ok_or_refused(answer: Value) -> Result<Value, TritonError> {
 /// the file's bytes.
 pub fn job_key(
     pool: &Pool,
-    root: &Path,
-    kernel: &Kernel,
-    t: &TritonKernel,
-    variant: Option<&Variant>,
-    target: &Target,
+    timeout: Option<std::time::Duration>,
+    job: &TritonJob,
 ) -> Result<String, TritonError> {
-    let mut req = request(root, kernel, t, variant, target)?;
+    let mut req = request(job)?;
     req["op"] = json!("key");
-    let answer = ok_or_refused(pool.call(&req)?)?;
+    let answer = ok_or_refused(pool.call(&req, timeout)?)?;
     let key = answer
         .get("key")
         .and_then(Value::as_str)
         .ok_or(TritonError::Answer("key"))?;
     // The file path is the project's: relative, so a clone elsewhere hits.
-    req["file"] = json!(kernel.source.display().to_string());
+    req["file"] = json!(job.kernel.source.display().to_string());
     req["op"] = json!("compile");
     req["source_key"] = json!(key);
     Ok(Cache::action_key(
         &pool.toolchain().identity,
-        &target.to_string(),
+        &job.target.to_string(),
         &[req.to_string()],
     ))
 }
@@ -155,18 +157,15 @@ const MAX_OBJECT: u64 = 256 << 20;
 /// Compile one job in a worker; the files it writes go to `scratch` and are removed.
 pub fn compile_job(
     pool: &Pool,
-    root: &Path,
-    kernel: &Kernel,
-    t: &TritonKernel,
-    variant: Option<&Variant>,
-    target: &Target,
+    timeout: Option<std::time::Duration>,
+    job: &TritonJob,
     scratch: &Path,
 ) -> Result<TritonOutput, TritonError> {
-    let mut req = request(root, kernel, t, variant, target)?;
+    let mut req = request(job)?;
     req["op"] = json!("compile");
     req["out"] = json!(scratch.join("object").display().to_string());
     let shown = format!("triton worker: {req}");
-    let answer = ok_or_refused(pool.call(&req)?)?;
+    let answer = ok_or_refused(pool.call(&req, timeout)?)?;
     let path = answer
         .get("object")
         .and_then(Value::as_str)
@@ -188,7 +187,7 @@ pub fn compile_job(
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
     let launch = TritonLaunch {
-        function: t.function.clone(),
+        function: job.spec.function.clone(),
         triton_version: md.triton_version,
         num_warps: md.num_warps,
         warp_size: md.warp_size,

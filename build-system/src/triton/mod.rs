@@ -4,5 +4,5 @@
 mod job;
 mod worker;
 
-pub use job::{compile_job, job_key, TritonError, TritonOutput};
+pub use job::{compile_job, job_key, TritonError, TritonJob, TritonOutput};
 pub use worker::{Pool, WorkerError};

@@ -5,7 +5,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -24,6 +26,9 @@ pub enum WorkerError {
     Died(String),
     #[error("the Triton worker answered with something that is not a JSON object: {0}")]
     Protocol(String),
+    /// The request ran past the job timeout; the worker was killed.
+    #[error("the Triton compile ran longer than the job timeout ({0} s); its worker was stopped")]
+    Timeout(u64),
 }
 
 struct Worker {
@@ -65,18 +70,27 @@ impl Worker {
         })
     }
 
-    fn call(&mut self, request: &Value) -> Result<Value, WorkerError> {
+    fn call(&mut self, request: &Value, timeout: Option<Duration>) -> Result<Value, WorkerError> {
         let mut line = request.to_string();
         line.push('\n');
         self.stdin
             .write_all(line.as_bytes())
             .and_then(|()| self.stdin.flush())
             .map_err(|e| WorkerError::Died(format!("writing a request: {e}")))?;
+        let answered = Arc::new(AtomicBool::new(false));
+        let killed = Arc::new(AtomicBool::new(false));
+        if let Some(limit) = timeout {
+            watchdog(self.child.id(), limit, &answered, &killed);
+        }
         let mut buf = Vec::new();
         let read = (&mut self.stdout)
             .take(MAX_RESPONSE)
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| WorkerError::Died(format!("reading its answer: {e}")))?;
+            .read_until(b'\n', &mut buf);
+        answered.store(true, Ordering::SeqCst);
+        if killed.load(Ordering::SeqCst) {
+            return Err(WorkerError::Timeout(timeout.map_or(0, |t| t.as_secs())));
+        }
+        let read = read.map_err(|e| WorkerError::Died(format!("reading its answer: {e}")))?;
         if read == 0 {
             let status = self.child.try_wait().ok().flatten();
             return Err(WorkerError::Died(match status {
@@ -96,6 +110,30 @@ impl Worker {
             )),
         }
     }
+}
+
+/// Kill worker `pid` when it has not answered within `limit` (a detached thread that ends as
+/// soon as the answer comes).
+fn watchdog(pid: u32, limit: Duration, answered: &Arc<AtomicBool>, killed: &Arc<AtomicBool>) {
+    let (answered, killed) = (Arc::clone(answered), Arc::clone(killed));
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if answered.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !answered.load(Ordering::SeqCst) {
+            killed.store(true, Ordering::SeqCst);
+            #[cfg(unix)]
+            // SAFETY: kill(2) on our own child's pid; a pid reused after the child was reaped
+            // cannot be one, since the child is reaped only when its Worker drops.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    });
 }
 
 impl Drop for Worker {
@@ -144,14 +182,15 @@ impl Pool {
     }
 
     /// Send one request to an idle worker (started when none is idle) and return its
-    /// answer. A worker that failed is dropped, not reused.
-    pub fn call(&self, request: &Value) -> Result<Value, WorkerError> {
+    /// answer; past `timeout` the worker is killed. A worker that failed is dropped, not
+    /// reused.
+    pub fn call(&self, request: &Value, timeout: Option<Duration>) -> Result<Value, WorkerError> {
         let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
         let mut worker = match idle {
             Some(w) => w,
             None => Worker::start(&self.tc, &self.script, &self.cache)?,
         };
-        let answer = worker.call(request)?;
+        let answer = worker.call(request, timeout)?;
         if let Ok(mut v) = self.idle.lock() {
             v.push(worker);
         }
