@@ -412,7 +412,7 @@ fn triton_mistakes_are_named() {
         "{err}"
     );
     assert!(
-        err.contains("kernel `x`: num-warps only apply to language = \"triton\""),
+        err.contains("kernel `x`: num-warps (keys of language = \"triton\" kernels only)"),
         "{err}"
     );
     // A function the file lacks: the job fails naming the file and the function.

@@ -748,7 +748,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
                     errors.push(at(
                         spanned.span(),
                         format!(
-                            "kernel `{kname}`: {} only apply to language = \"triton\"",
+                            "kernel `{kname}`: {} (keys of language = \"triton\" kernels only)",
                             given.join(", ")
                         ),
                     ));
