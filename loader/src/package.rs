@@ -28,6 +28,7 @@ use kbuild_manifest::load_index::{
 };
 use kbuild_manifest::manifest::{Manifest, ObjectRecord};
 use kbuild_manifest::resources::Resources;
+use kbuild_manifest::triton::TritonLaunch;
 use sha2::{Digest, Sha256};
 
 #[cfg(feature = "registry")]
@@ -412,6 +413,14 @@ impl Package {
             compile_args: Vec::new(),
             triton: None,
         })
+    }
+
+    /// The Triton launch record of object `index` (block, dynamic shared memory, scratch,
+    /// parameters and their specialization), read from the manifest; `None` for an object
+    /// that is not a Triton kernel's.
+    pub fn triton_launch(&self, index: usize) -> Result<Option<&TritonLaunch>> {
+        let m = self.manifest()?;
+        Ok(m.objects.get(index).and_then(|o| o.triton.as_ref()))
     }
 
     /// The resource records of object `index`, per entry.

@@ -304,7 +304,12 @@ fn triton_kernels_build_for_both_vendors_as_the_vendor_tools_read_them() {
     let sm90 = kbuild_manifest::compat::Device::parse("sm_90", None, None).unwrap();
     let choice = pkg.select(&sm90);
     let picked = choice.kernel("add", Some("block1024")).unwrap();
-    assert_eq!(picked.selected().unwrap().target, "sm_90a");
+    let selected = picked.selected().unwrap();
+    assert_eq!(selected.target, "sm_90a");
+    // The launch record, from the package (what the Python package's launch_triton reads).
+    let launch = pkg.triton_launch(selected.object).unwrap().unwrap();
+    assert_eq!((launch.block_threads(), launch.shared), (128, 0));
+    assert_eq!(launch.constexprs["BLOCK"], 1024);
     // sm_90 and newer: Triton's cubins are arch-specific.
     let inspect = Command::new(kbuild_bin())
         .args(["inspect", "--json"])

@@ -278,9 +278,8 @@ impl PyPackage {
         self.with(|p| {
             let (kernel, _) = PyPackage::resolve_name(p, name)?;
             let c = PyPackage::selected(p, &resolved, &kernel, variant)?;
-            let m = p.manifest().map_err(loader_err)?;
-            let launch = m.objects.get(c.object).and_then(|o| o.triton.as_ref());
-            launch
+            p.triton_launch(c.object)
+                .map_err(loader_err)?
                 .map(serde_json::to_string)
                 .transpose()
                 .map_err(kbuild_err)
