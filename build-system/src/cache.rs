@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use kbuild_base::fs as fsutil;
+use kbuild_manifest::triton::TritonLaunch;
 
 /// Bumped when the entry layout or key derivation changes.
 const VERSION: &str = "kbuild-cache-v1";
@@ -33,10 +34,9 @@ pub struct EntryMeta {
     pub command: String,
     /// Compile wall time, seconds.
     pub seconds: f64,
-    /// What the object's launch needs beyond the object (a Triton kernel's
-    /// `kbuild_manifest::triton::TritonLaunch`, as JSON text).
+    /// What the object's launch needs beyond the object (a Triton kernel's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch: Option<String>,
+    pub launch: Option<Box<TritonLaunch>>,
 }
 
 /// What a compile made, to store.
@@ -48,7 +48,7 @@ pub struct Made {
     pub command: String,
     pub seconds: f64,
     /// See [`EntryMeta::launch`].
-    pub launch: Option<String>,
+    pub launch: Option<Box<TritonLaunch>>,
 }
 
 /// A cache hit.
@@ -295,42 +295,28 @@ mod tests {
         assert!(cache.lookup(&action, project.path()).is_none());
     }
 
+    fn made(object: &[u8]) -> Made {
+        Made {
+            object: object.to_vec(),
+            log: String::new(),
+            command: String::new(),
+            seconds: 0.0,
+            launch: None,
+        }
+    }
+
     #[test]
     fn a_corrupt_entry_is_a_miss() {
         let cache_dir = tempfile::tempdir().unwrap();
         let project = tempfile::tempdir().unwrap();
         let cache = Cache::open(cache_dir.path());
         let action = Cache::action_key("id", "gfx1100", &[]);
-        let e = cache
-            .store(
-                &action,
-                vec![],
-                Made {
-                    object: b"object".to_vec(),
-                    log: String::new(),
-                    command: String::new(),
-                    seconds: 0.0,
-                    launch: None,
-                },
-            )
-            .unwrap();
+        let e = cache.store(&action, vec![], made(b"object")).unwrap();
         let obj = cache.shard("objects", &e.key).join("object");
         std::fs::write(&obj, b"objec").unwrap();
         assert!(cache.lookup(&action, project.path()).is_none());
         // Storing again repairs it.
-        cache
-            .store(
-                &action,
-                vec![],
-                Made {
-                    object: b"object".to_vec(),
-                    log: String::new(),
-                    command: String::new(),
-                    seconds: 0.0,
-                    launch: None,
-                },
-            )
-            .unwrap();
+        cache.store(&action, vec![], made(b"object")).unwrap();
         assert!(cache.lookup(&action, project.path()).is_some());
     }
 }

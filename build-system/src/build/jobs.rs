@@ -156,11 +156,7 @@ pub(super) fn run_job(ctx: &Ctx, job: &Job) -> Done {
         }
     }
     // A Triton object's launch: its block and dynamic shared memory, which the object lacks.
-    let launch: Option<TritonLaunch> = entry
-        .meta
-        .launch
-        .as_deref()
-        .and_then(|l| serde_json::from_str(l).ok());
+    let launch: Option<TritonLaunch> = entry.meta.launch.as_deref().cloned();
     let dynamic_shared = launch
         .as_ref()
         .map_or(0, |l| u32::try_from(l.shared).unwrap_or(u32::MAX));
@@ -328,11 +324,7 @@ fn compiled_entry(ctx: &Ctx, job: &Job) -> Result<(Entry, JobStatus, Vec<String>
                 ctx.reporter.started(&job.label());
                 match compile(ctx, &cmd, &action, &job.target) {
                     Ok(e) => {
-                        if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &e)) {
-                            ctx.reporter.note(&format!(
-                                "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
-                            ));
-                        }
+                        upload(ctx, &action, &e);
                         (e, JobStatus::Compiled)
                     }
                     Err(f) => return Err((f.cause.to_string(), Some(f.command), f.log)),
@@ -401,7 +393,7 @@ fn triton_entry(
     let out = crate::triton::compile_job(pool, ctx.timeout, &work, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
     let out = out.map_err(|e| (e.to_string(), None, String::new()))?;
-    let launch = serde_json::to_string(&out.launch).ok();
+    let launch = Some(Box::new(out.launch));
     let seconds = start.elapsed().as_secs_f64();
     let entry = ctx
         .cache
@@ -423,12 +415,17 @@ fn triton_entry(
                 String::new(),
             )
         })?;
-    if let Some(why) = ctx.remote.and_then(|r| r.upload(&action, &entry)) {
+    upload(ctx, &action, &entry);
+    Ok((entry, JobStatus::Compiled, Vec::new()))
+}
+
+/// Hand a compiled entry to the remote cache (read-write mode); a failure is a note, once.
+fn upload(ctx: &Ctx, action: &str, entry: &Entry) {
+    if let Some(why) = ctx.remote.and_then(|r| r.upload(action, entry)) {
         ctx.reporter.note(&format!(
             "kbuild: remote cache upload failed ({why}); not uploading the rest of this build"
         ));
     }
-    Ok((entry, JobStatus::Compiled, Vec::new()))
 }
 
 /// Longest-processing-time-first from the durations of earlier builds (unknown jobs first:
