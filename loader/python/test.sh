@@ -21,9 +21,16 @@ kbuild_bin=$(realpath "$kbuild_bin")
 wheels=$CARGO_TARGET_DIR/python-wheels
 rm -rf "$wheels"
 start=$(date +%s)
-"$venv/bin/maturin" build -q --profile "${KBUILD_PY_PROFILE:-dev}" --strip \
-  -m loader/python/Cargo.toml -o "$wheels"
+log=$CARGO_TARGET_DIR/python-wheel.log
+if ! "$venv/bin/maturin" build --profile "${KBUILD_PY_PROFILE:-dev}" --strip \
+    -m loader/python/Cargo.toml -o "$wheels" >"$log" 2>&1; then
+  cat "$log" >&2
+  exit 1
+fi
 echo "wheel: $(ls "$wheels") ($(du -h "$wheels"/*.whl | cut -f1), built in $(( $(date +%s) - start )) s)"
+# After `cargo test --workspace` only PyO3 and the binding should compile here (loader/python's
+# Cargo.toml keeps the features equal); anything else is compile time spent twice.
+echo "compiled: $(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$log" | tr '\n' ' ')"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/kbuild-*.whl
 # Outside the source tree, so that `import kbuild` is the installed wheel.
 cd "$(mktemp -d)"

@@ -1,5 +1,6 @@
-//! Manifests for tests, in one place (feature `fixtures`): every crate's tests build their
-//! sample manifests from these instead of spelling out a whole [`Manifest`] again.
+//! Manifests for tests, in one place (always compiled, hidden from the docs): every crate's
+//! tests build their sample manifests from these instead of spelling out a whole [`Manifest`]
+//! again.
 
 use std::collections::BTreeMap;
 

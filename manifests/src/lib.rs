@@ -3,7 +3,10 @@
 
 pub mod compat;
 pub mod demangle;
-#[cfg(any(test, feature = "fixtures"))]
+// Sample manifests for the workspace's tests. Compiled always (a few small functions): behind a
+// feature, the tests' build of this crate and a product's (the Python wheel, a build script)
+// would differ, and every crate above it would compile twice in one test run.
+#[doc(hidden)]
 pub mod fixtures;
 pub mod load_index;
 pub mod manifest;
