@@ -249,16 +249,20 @@ pub fn c_example(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// The C program `source` (repository-relative) built as [`c_example`] is, as `dir/name`.
 pub fn c_program(dir: &Path, source: &str, name: &str) -> (PathBuf, PathBuf) {
+    // `target/<profile>/deps`, where a test build leaves the shared library (only `cargo build`
+    // copies it up to `target/<profile>`).
     let exe = std::env::current_exe().expect("test executable");
-    let libdir = exe
+    let libdir = exe.parent().expect("target/<profile>/deps").to_path_buf();
+    let release = libdir
         .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf();
-    let release = libdir.file_name().is_some_and(|n| n == "release");
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The library as the workspace's test build makes it (kbuild-capi's integration test needs
+    // it): nothing to do after `cargo test --workspace`, where `cargo build -p kbuild-capi`
+    // would resolve other features and compile kbuild's crates a second time.
     let mut c = Command::new(cargo);
-    c.args(["build", "-q", "-p", "kbuild-capi"])
+    c.args(["test", "--workspace", "--no-run", "-q"])
         .current_dir(repo_root());
     if release {
         c.arg("--release");

@@ -82,6 +82,30 @@ fn object_shas(out: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The objects of [`project`] for sm_89, sm_90, gfx1100 and gfx1030 from one clean serial
+/// build into its own cache, made once per test run for the tests that compare against it.
+fn serial_objects() -> &'static BTreeMap<String, String> {
+    static SERIAL: std::sync::OnceLock<(Scratch, BTreeMap<String, String>)> =
+        std::sync::OnceLock::new();
+    &SERIAL
+        .get_or_init(|| {
+            let s = Scratch::new();
+            let k = project(s.path());
+            let o = kbuild(
+                &k,
+                &s.path().join("serial-cache"),
+                None,
+                &["--targets", SERIAL_TARGETS, "--out", "serial"],
+            );
+            assert!(o.status.success(), "{}", text(&o));
+            let objects = object_shas(&k.join("serial"));
+            (s, objects)
+        })
+        .1
+}
+
+const SERIAL_TARGETS: &str = "sm_89,sm_90,gfx1100,gfx1030";
+
 /// Every cache entry is whole: meta.json, object and log present, object hashing to its meta.
 /// Returns the number of entries.
 fn assert_cache_whole(cache: &Path) -> usize {
@@ -228,20 +252,7 @@ fn faulty_compilers_fail_their_job_only_and_never_poison_the_cache() {
 fn eight_concurrent_builds_into_one_cache_agree_with_a_serial_build() {
     let s = Scratch::new();
     let k = project(s.path());
-    let serial_cache = s.path().join("serial-cache");
-    let o = kbuild(
-        &k,
-        &serial_cache,
-        None,
-        &[
-            "--targets",
-            "sm_89,sm_90,gfx1100,gfx1030",
-            "--out",
-            "serial",
-        ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let serial = object_shas(&k.join("serial"));
+    let serial = serial_objects();
 
     let shared = s.path().join("shared-cache");
     let target_sets = [
@@ -301,16 +312,8 @@ fn eight_concurrent_builds_into_one_cache_agree_with_a_serial_build() {
 fn builds_killed_at_random_points_leave_no_torn_entry_and_the_next_build_succeeds() {
     let s = Scratch::new();
     let k = project(s.path());
-    let serial_cache = s.path().join("serial-cache");
-    let targets = "sm_89,sm_90,gfx1100,gfx1030";
-    let o = kbuild(
-        &k,
-        &serial_cache,
-        None,
-        &["--targets", targets, "--out", "serial"],
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let serial = object_shas(&k.join("serial"));
+    let serial = serial_objects();
+    let targets = SERIAL_TARGETS;
 
     let cache = s.path().join("cache");
     let trials: u64 = std::env::var("KBUILD_KILL_TRIALS")
@@ -360,7 +363,7 @@ fn builds_killed_at_random_points_leave_no_torn_entry_and_the_next_build_succeed
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
-        object_shas(&k.join("after")),
+        &object_shas(&k.join("after")),
         serial,
         "objects after the kills equal a clean serial build"
     );
