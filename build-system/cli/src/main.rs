@@ -46,15 +46,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs to stderr at `KBUILD_LOG`'s levels: `warn` by default; `debug`, or per target
+/// (`kbuild_build::build::compile=debug,warn`). Target directives only, no span or field
+/// filters: they need a regex engine the binary does not otherwise carry.
 fn init_tracing(env: &Env) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::prelude::*;
     let filter = env
         .str(names::KBUILD_LOG)
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .and_then(|f| f.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::WARN));
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(progress::stderr_is_fancy(env))
+        .with_ansi(progress::stderr_is_fancy(env));
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
         .try_init();
 }
 
