@@ -118,6 +118,34 @@ int kbuild_loader_check_args(const kbuild_loader *loader, const char *kernel,
                              const char *variant, const char *entry, const size_t *sizes,
                              size_t count);
 
+/* Triton kernels (Kbuild.toml `language = "triton"`): the build records how each object must
+ * be launched (block = num_warps x warp size, dynamic shared memory, programmatic dependent
+ * launch, two trailing scratch pointers) and what the code assumes of its arguments (values
+ * divisible by 16). These functions apply that record.
+ *
+ * kbuild_loader_get_triton_function: the kernel's function (its only entry) with the record;
+ * NULL on error as kbuild_loader_get_function, or for a kernel not built from Triton. */
+kbuild_function *kbuild_loader_get_triton_function(const kbuild_loader *loader,
+                                                   const char *kernel, const char *variant);
+
+/* Launch `grid` programs (3 values) on `stream` (NULL: default stream). args[i] points at the
+ * value of the record's parameter i, scratch pointers left out (kbuild passes them, NULL),
+ * sizes[i] is its size, count of each. Checked before the driver: the count (the message
+ * names the parameters), each pointer or int the build assumed divisible by 16
+ *   "add: argument `x_ptr` (*fp32): its address 0x7f0000001004 is not a multiple of 16, ..."
+ * and the sizes, as kbuild_function_launch_checked. A kernel that needs a scratch buffer, a
+ * cluster or a cooperative launch is refused (not supported yet). 0 on success, -1 on error. */
+int kbuild_function_launch_triton(const kbuild_function *function, const unsigned *grid,
+                                  void *stream, void *const *args, const size_t *sizes,
+                                  size_t count);
+
+/* Check a Triton launch of `kernel` (variant may be NULL) exactly as
+ * kbuild_function_launch_triton would, without loading or launching (works for a simulated
+ * device): 0 the arguments fit, -1 refused (the message as above) or error. */
+int kbuild_loader_check_triton_args(const kbuild_loader *loader, const char *kernel,
+                                    const char *variant, void *const *args,
+                                    const size_t *sizes, size_t count);
+
 /* The last error of this thread ("" if none); valid until the next call on this thread. */
 const char *kbuild_last_error(void);
 

@@ -297,6 +297,26 @@ pub enum LaunchError {
         size: u64,
         param: String,
     },
+    /// A Triton kernel's arguments, counted against its launch record (its parameters less the
+    /// scratch pointers kbuild passes).
+    #[error("{kernel}: {given} argument{} given, the kernel takes {expected} ({names})", plural(*.given))]
+    TritonCount {
+        kernel: String,
+        given: usize,
+        expected: usize,
+        names: String,
+    },
+    /// A value the object was compiled to assume divisible by 16 (Triton's specialization of
+    /// a pointer's address or an int) that is not.
+    #[error("{kernel}: argument `{name}` ({ty}): its {what} {value:#x} is not a multiple of 16, which this build of the kernel assumes")]
+    NotDivisible {
+        kernel: String,
+        name: String,
+        ty: String,
+        /// `address` or `value`.
+        what: &'static str,
+        value: u64,
+    },
     #[error("{kernel}: argument {index} ({size} bytes, {align}-byte aligned) would be at offset {at}, the kernel has it at {offset} ({param})")]
     Offset {
         kernel: String,

@@ -11,10 +11,12 @@ use crate::error::{LoaderError, Result};
 mod args;
 mod check;
 mod pack;
+mod triton;
 pub use crate::error::LaunchError;
 pub use args::{ArgKind, ArgLayout, DevicePtr, KernelArg, KernelArgs};
 pub use check::{check_args, check_count, check_layout, describe_param};
 pub use pack::{pack_arg, LooseArg};
+pub use triton::{check_triton_args, read_value, triton_args, triton_config, triton_scratch_count};
 
 /// A CUDA `CUstream` or HIP `hipStream_t`; [`Stream::DEFAULT`] is the null (legacy) stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kbuild_manifest::load_index::EntryParams;
+use kbuild_manifest::triton::TritonLaunch;
 
 use crate::error::{LoaderError, Result};
 use crate::launch::check_args;
@@ -128,17 +129,7 @@ impl Loader {
         variant: Option<&str>,
         entry: &str,
     ) -> Result<Option<EntryParams>> {
-        let index = {
-            let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
-                what: "loader's module table",
-            })?;
-            self.chosen(&mut state, kernel, variant)?
-        };
-        let Some(index) = index else {
-            let all = self.selection();
-            let choice = all.kernel(kernel, variant)?;
-            return Err(LoaderError::NoMatch(Box::new(all.no_match(choice))));
-        };
+        let index = self.selected_object(kernel, variant)?;
         let record = self.package.object(index)?;
         if record.entry(entry).is_none() {
             return Err(LoaderError::UnknownEntry {
@@ -150,6 +141,65 @@ impl Loader {
         self.package
             .shared_index()
             .entry_params(index, entry, self.package.origin())
+    }
+
+    /// The object selected for `kernel` (`variant`), by index; a kernel with none is
+    /// [`LoaderError::NoMatch`].
+    fn selected_object(&self, kernel: &str, variant: Option<&str>) -> Result<usize> {
+        let index = {
+            let mut state = self.state.lock().map_err(|_| LoaderError::Poisoned {
+                what: "loader's module table",
+            })?;
+            self.chosen(&mut state, kernel, variant)?
+        };
+        match index {
+            Some(index) => Ok(index),
+            None => {
+                let all = self.selection();
+                let choice = all.kernel(kernel, variant)?;
+                Err(LoaderError::NoMatch(Box::new(all.no_match(choice))))
+            }
+        }
+    }
+
+    /// The launch record of the object selected for `kernel` (`variant`) when it was built
+    /// from a Triton kernel (`None` for CUDA/HIP kernels): what
+    /// [`Function::launch_triton`] launches by.
+    pub fn triton_launch(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+    ) -> Result<Option<TritonLaunch>> {
+        let index = self.selected_object(kernel, variant)?;
+        Ok(self.package.triton_launch(index)?.cloned())
+    }
+
+    /// Check a Triton launch of `kernel` (`variant`) as [`Function::launch_triton`] would,
+    /// without loading anything (a simulated device answers too): `values[i]` is argument i
+    /// read as [`crate::launch::check_triton_args`] reads it, `sizes[i]` its size.
+    pub fn check_triton_args(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+        values: &[u64],
+        sizes: &[usize],
+    ) -> Result<()> {
+        let Some(record) = self.triton_launch(kernel, variant)? else {
+            return Err(LoaderError::Launch {
+                entry: kernel.to_string(),
+                what: "not a Triton kernel (its object has no launch record)".into(),
+            });
+        };
+        crate::launch::triton_config(&record.function, &record, (1, 1, 1), Default::default())?;
+        crate::launch::check_triton_args(&record.function, &record, values)
+            .map_err(|e| LoaderError::Args(Box::new(e)))?;
+        let mut all = sizes.to_vec();
+        all.extend(std::iter::repeat_n(
+            8,
+            crate::launch::triton_scratch_count(&record),
+        ));
+        self.check_args(kernel, variant, &record.function, &all)?;
+        Ok(())
     }
 
     /// Check argument sizes for `entry` of `kernel` (`variant`) as a checked launch of it

@@ -155,3 +155,41 @@ pub fn params_x_n() -> Vec<crate::params::Param> {
         p(1, 8, 4, ParamKind::Value, "int", "n"),
     ]
 }
+
+/// A Triton launch record of `function` (4 warps of 32, 3 stages, `shared` dynamic bytes, no
+/// scratch) with `params` as (name, Triton type, divisible by 16), the two scratch pointers
+/// appended.
+pub fn triton_launch(
+    function: &str,
+    shared: u64,
+    params: &[(&str, &str, bool)],
+) -> crate::triton::TritonLaunch {
+    use crate::triton::TritonParam;
+    let param = |name: &str, ty: &str, divisible_16: bool| TritonParam {
+        name: name.into(),
+        ty: ty.into(),
+        divisible_16,
+    };
+    let mut all: Vec<TritonParam> = params.iter().map(|(n, t, d)| param(n, t, *d)).collect();
+    all.push(param("global_scratch", "scratch", false));
+    all.push(param("profile_scratch", "scratch", false));
+    crate::triton::TritonLaunch {
+        function: function.into(),
+        triton_version: "3.6.0".into(),
+        num_warps: 4,
+        warp_size: 32,
+        num_ctas: 1,
+        num_stages: 3,
+        shared,
+        global_scratch_size: 0,
+        global_scratch_align: 1,
+        profile_scratch_size: 0,
+        profile_scratch_align: 1,
+        cooperative: false,
+        pdl: false,
+        tmem_size: 0,
+        params: all,
+        removed: vec![],
+        constexprs: Default::default(),
+    }
+}

@@ -5,6 +5,8 @@ tensors.
 
     triton-fla.py jit CASES.pt        # FLA's call; writes the inputs and its outputs
     triton-fla.py aot CASES.pt OUTDIR # kbuild's object on the same inputs; never imports triton
+    triton-fla.py bench OUTDIR        # host time per launch in one process: Triton's
+                                      # kernel[grid](...) and FLA's call vs kbuild's launches
 
 Geometry: the engine's (Hk = 16, Hv = 48, dk = dv = 128), one sequence, decode with an initial
 and a final state, gate and dt-bias in the kernel, q/k L2-normalised in the kernel."""
@@ -180,8 +182,53 @@ def aot(path, out):
     print("ALL BITWISE EQUAL" if ok else "NOT ALL EQUAL")
 
 
+def bench(out):
+    """Host time per launch of the fused recurrent kernel (T = 1), all in this process: Triton's
+    own `kernel[grid](...)` with the arguments FLA passes, FLA's call, and kbuild's launches
+    (the record applied in Rust; block and shared memory by hand) with torch's current stream."""
+    import kbuild
+    from fla.ops.gated_delta_rule import fused_recurrent as fr
+    x = inputs(1, 0)
+    o = torch.empty_like(x["v"])
+    ht = torch.empty(1, HV, K, V, device="cuda", dtype=torch.float32)
+    grid = ((V // BV) * HV,)
+    kern = fr.fused_recurrent_gated_delta_rule_fwd_kernel
+
+    def triton_launch():
+        kern[grid](q=x["q"], k=x["k"], v=x["v"], g=x["g"], gk=None, gv=None, beta=x["beta"],
+                   A_log=x["A_log"], dt_bias=x["dt_bias"], o=o, h0=x["h0"], ht=ht, cu_seqlens=None,
+                   scale=x["scale"], T=1, H=H, HV=HV, K=K, V=V, BK=K, BV=BV, IS_BETA_HEADWISE=True,
+                   USE_QK_L2NORM_IN_KERNEL=True, APPLY_BETA_SIGMOID=False, ALLOW_NEG_EIGVAL=False,
+                   STATE_V_FIRST=False, num_warps=1, num_stages=3)
+
+    args = (x["q"], x["k"], x["v"], x["g"], None, None, x["beta"], x["A_log"], x["dt_bias"], x["scale"], x["h0"], True)
+    k = kbuild.open(out).kernel("gdn_fused_recurrent_fwd")
+    kargs = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["A_log"], x["dt_bias"], o, x["h0"], ht,
+             float(x["scale"]), 1)
+    rows = [
+        ("Triton `kernel[grid](...)`", launch_time(triton_launch)),
+        ("FLA's `fused_recurrent_gated_delta_rule_fwd`", launch_time(lambda: fr.fused_recurrent_gated_delta_rule_fwd(*args, use_qk_l2norm_in_kernel=True))),
+        ("kbuild `launch_triton` (record applied in Rust)", launch_time(lambda: k.launch_triton(grid, *kargs))),
+        ("kbuild `launch` (block, shared, scratch by hand)", launch_time(lambda: k.launch(grid, 32, *kargs, 0, 0, shared=256))),
+    ]
+    # Same outputs from Triton's launch and kbuild's in this process too.
+    triton_launch()
+    o_jit, ht_jit = o.clone(), ht.clone()
+    k.launch_triton(grid, *kargs)
+    torch.cuda.synchronize()
+    same = torch.equal(o.view(torch.int16), o_jit.view(torch.int16)) and torch.equal(ht.view(torch.int32), ht_jit.view(torch.int32))
+    base = rows[0][1]
+    print("| launch (fused recurrent GDN, T = 1, torch's current stream) | host us per launch | vs kernel[grid] |")
+    print("|---|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:.1f} | {us / base:.2f}x |")
+    print(f"same outputs from kernel[grid] and launch_triton in one process: {same}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "jit":
         jit(sys.argv[2])
+    elif sys.argv[1] == "bench":
+        bench(sys.argv[2])
     else:
         aot(sys.argv[2], sys.argv[3])

@@ -3,7 +3,8 @@
 # there. FLA's own call (Triton 3.6.0's JIT, in one process) and the same kernel built ahead of
 # time by kbuild and launched through `import kbuild` (in another process that never imports
 # triton) on the same tensors: outputs compared bitwise, cold start and host time per launch
-# side by side. Prepared by scripts/device/triton-prepare.sh.
+# side by side; then, in one process, host time per launch of Triton's `kernel[grid](...)`,
+# FLA's call and kbuild's launches. Prepared by scripts/device/triton-prepare.sh.
 #
 #   run(carry=[".device/triton"], command="scripts/device/triton-h200.sh")
 set -u -o pipefail
@@ -24,4 +25,5 @@ python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "$site" "
   timeout 300 python3 scripts/device/triton-fla.py aot /tmp/fla-cases.pt "$D/fla/out"
   t2=$(date +%s.%N)
   python3 -c "print(f'process wall: JIT {${t1}-${t0}:.2f} s, kbuild {${t2}-${t1}:.2f} s')"
+  timeout 300 python3 scripts/device/triton-fla.py bench "$D/fla/out"
 } 2>&1 | tee "$OUT/triton-h200.txt"

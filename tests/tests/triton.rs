@@ -310,6 +310,32 @@ fn triton_kernels_build_for_both_vendors_as_the_vendor_tools_read_them() {
     let launch = pkg.triton_launch(selected.object).unwrap().unwrap();
     assert_eq!((launch.block_threads(), launch.shared), (128, 0));
     assert_eq!(launch.constexprs["BLOCK"], 1024);
+    // The C ABI applies the record's checks with no GPU: count with the parameters' names,
+    // the divisible-by-16 assumption, sizes (the scratch pointers are kbuild's to pass).
+    let (exe, libdir) = kbuild_tests::c_program(
+        s.path(),
+        "tests/tests/triton/check_launch.c",
+        "check_launch",
+    );
+    let o = Command::new(&exe)
+        .arg(proj.join("out"))
+        .env("LD_LIBRARY_PATH", &libdir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "fits: 0 \n",
+        "misaligned: -1 add_kernel: argument `x_ptr` (*fp32): its address 0x7f0000001004 is not a multiple of 16, which this build of the kernel assumes\n",
+        "count: -1 add_kernel: 4 arguments given, the kernel takes 5 (x_ptr, y_ptr, out_ptr, n, stride)\n",
+        "size: -1 add_kernel: argument 4 is 8 bytes, the kernel takes 4 (int32_t stride)\n",
+    ] {
+        assert!(out.contains(line), "{line}in\n{out}");
+    }
+    assert!(
+        out.contains("function: NULL") && out.contains("simulated"),
+        "{out}"
+    );
     // sm_90 and newer: Triton's cubins are arch-specific.
     let inspect = Command::new(kbuild_bin())
         .args(["inspect", "--json"])

@@ -77,9 +77,10 @@ pub struct KbuildLoader {
     device: CString,
 }
 
-/// A function ready to launch.
+/// A function ready to launch; a Triton kernel's carries its launch record.
 pub struct KbuildFunction {
     function: Function,
+    triton: Option<kbuild_manifest::triton::TritonLaunch>,
 }
 
 /// Mirrors `kbuild_launch_config` in the header.
@@ -249,7 +250,10 @@ pub unsafe extern "C" fn kbuild_loader_get_function(
         let function = l
             .loader
             .function(kernel, opt_str(variant, "variant")?, entry)?;
-        Ok(Box::into_raw(Box::new(KbuildFunction { function })))
+        Ok(Box::into_raw(Box::new(KbuildFunction {
+            function,
+            triton: None,
+        })))
     })
 }
 
@@ -395,6 +399,120 @@ pub unsafe extern "C" fn kbuild_loader_check_args(
             .loader
             .check_args(kernel, opt_str(variant, "variant")?, entry, sizes)?;
         Ok(c_int::from(checked))
+    })
+}
+
+/// The launch record of the object selected for `kernel` (`variant`), or the error of a kernel
+/// that was not built from Triton.
+fn triton_record(
+    loader: &Loader,
+    kernel: &str,
+    variant: Option<&str>,
+) -> Result<kbuild_manifest::triton::TritonLaunch, LoaderError> {
+    loader
+        .triton_launch(kernel, variant)?
+        .ok_or_else(|| LoaderError::Launch {
+            entry: kernel.to_string(),
+            what: "not a Triton kernel (its object has no launch record)".into(),
+        })
+}
+
+/// A Triton kernel's function with its launch record: load the object (once), look up the
+/// record's function. NULL on error, as [`kbuild_loader_get_function`], or for a kernel that
+/// was not built from Triton.
+///
+/// # Safety
+/// `loader` is valid; `kernel` is NUL-terminated; `variant` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_get_triton_function(
+    loader: *const KbuildLoader,
+    kernel: *const c_char,
+    variant: *const c_char,
+) -> *mut KbuildFunction {
+    guard(std::ptr::null_mut(), || {
+        let l = live(loader, "loader")?;
+        let kernel = req_str(kernel, "kernel")?;
+        let variant = opt_str(variant, "variant")?;
+        let record = triton_record(&l.loader, kernel, variant)?;
+        let function = l.loader.function(kernel, variant, &record.function)?;
+        Ok(Box::into_raw(Box::new(KbuildFunction {
+            function,
+            triton: Some(record),
+        })))
+    })
+}
+
+/// Launch a Triton kernel as its launch record says: `grid` programs on `stream`; block,
+/// dynamic shared memory, PDL and the NULL scratch pointers from the record. `args`/`sizes`:
+/// the record's parameters without the scratch pointers. Checked before the driver: count,
+/// divisible-by-16 assumptions, sizes. 0 on success, -1 on error.
+///
+/// # Safety
+/// `function` is from [`kbuild_loader_get_triton_function`]; `grid` points at 3 values;
+/// `args[i]` points at `sizes[i]` readable bytes, `count` of each.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_function_launch_triton(
+    function: *const KbuildFunction,
+    grid: *const c_uint,
+    stream: *mut c_void,
+    args: *const *mut c_void,
+    sizes: *const usize,
+    count: usize,
+) -> c_int {
+    guard(-1, || {
+        let f = live(function, "function")?;
+        let Some(record) = &f.triton else {
+            return Err(LoaderError::Launch {
+                entry: f.function.entry().to_string(),
+                what: "not a Triton kernel's function (take it with kbuild_loader_get_triton_function)".into(),
+            });
+        };
+        let grid = slice(grid, 3, "grid")?;
+        let sizes = slice(sizes, count, "sizes")?;
+        let params = slice(args, count, "args")?;
+        f.function.launch_triton(
+            record,
+            (grid[0], grid[1], grid[2]),
+            Stream::from_raw(stream),
+            params,
+            sizes,
+        )?;
+        Ok(0)
+    })
+}
+
+/// Check a Triton launch of `kernel` (`variant`) exactly as
+/// [`kbuild_function_launch_triton`] would, without loading or launching (a simulated device
+/// answers too): 0 when the arguments fit, -1 refused (the message names the argument) or
+/// error.
+///
+/// # Safety
+/// `loader` is valid; strings as for [`kbuild_loader_get_triton_function`]; `args[i]` points
+/// at `sizes[i]` readable bytes, `count` of each.
+#[no_mangle]
+pub unsafe extern "C" fn kbuild_loader_check_triton_args(
+    loader: *const KbuildLoader,
+    kernel: *const c_char,
+    variant: *const c_char,
+    args: *const *mut c_void,
+    sizes: *const usize,
+    count: usize,
+) -> c_int {
+    guard(-1, || {
+        let l = live(loader, "loader")?;
+        let kernel = req_str(kernel, "kernel")?;
+        let sizes = slice(sizes, count, "sizes")?;
+        let params = slice(args, count, "args")?;
+        let mut values = Vec::with_capacity(count);
+        for (p, s) in params.iter().zip(sizes) {
+            if p.is_null() {
+                return Err(null("args[i]"));
+            }
+            values.push(kbuild_loader::launch::read_value(*p, *s));
+        }
+        l.loader
+            .check_triton_args(kernel, opt_str(variant, "variant")?, &values, sizes)?;
+        Ok(0)
     })
 }
 

@@ -204,6 +204,11 @@ impl Packed {
     pub(crate) fn sizes(&self) -> &[usize] {
         &self.sizes
     }
+
+    /// Each argument's value (its address for a pointer) as the slot holds it.
+    pub(crate) fn values(&self) -> &[u64] {
+        &self.slots
+    }
 }
 
 /// The caller's parameters of an entry (AMD hidden arguments are the runtime's).
@@ -299,16 +304,35 @@ fn classify(
     }
     let data_ptr = intern!(py, "data_ptr");
     if obj.hasattr(data_ptr)? {
-        // A tensor: it must live where the kernel runs.
-        let dev = obj.getattr(intern!(py, "device"))?;
-        let kind: String = dev.getattr(intern!(py, "type"))?.extract()?;
-        let index: Option<i64> = dev.getattr(intern!(py, "index"))?.extract()?;
-        let on_device = kind == "cuda"
+        // A tensor: it must live where the kernel runs. torch's `is_cuda` and `get_device()`
+        // answer without building a device object (this is on every launch's path); other
+        // tensor types are asked for their `device`.
+        let is_cuda = obj
+            .getattr(intern!(py, "is_cuda"))
+            .and_then(|v| v.extract::<bool>());
+        let (kind_cuda, index) = match is_cuda {
+            Ok(false) => (false, None),
+            Ok(true) => (
+                true,
+                Some(
+                    obj.call_method0(intern!(py, "get_device"))?
+                        .extract::<i64>()?,
+                ),
+            ),
+            Err(_) => {
+                let dev = obj.getattr(intern!(py, "device"))?;
+                let kind: String = dev.getattr(intern!(py, "type"))?.extract()?;
+                let index: Option<i64> = dev.getattr(intern!(py, "index"))?.extract()?;
+                (kind == "cuda", index)
+            }
+        };
+        let on_device = kind_cuda
             && match (device, index) {
                 (Some(d), Some(t)) => t == i64::from(d),
                 _ => true,
             };
         if !on_device {
+            let dev = obj.getattr(intern!(py, "device"))?;
             let here = match device {
                 Some(d) => format!("cuda:{d}"),
                 None => "a GPU".to_string(),

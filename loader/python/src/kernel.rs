@@ -3,8 +3,10 @@
 
 use std::ffi::c_void;
 
+use kbuild_loader::launch::{check_triton_args, triton_args, triton_scratch_count};
 use kbuild_loader::{Function, Gpu, LaunchConfig, LoaderError, Stream};
 use kbuild_manifest::params::Param;
+use kbuild_manifest::triton::TritonLaunch;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyTuple};
 
@@ -27,6 +29,8 @@ pub struct PyKernel {
     device: String,
     /// The caller's launch parameters as the manifest records them (`None`: not recorded).
     params: Option<Vec<Param>>,
+    /// The launch record of a Triton kernel's object.
+    triton: Option<TritonLaunch>,
     loaded: Option<LoadedOn>,
 }
 
@@ -38,6 +42,7 @@ impl PyKernel {
         target: String,
         device: String,
         params: Option<Vec<Param>>,
+        triton: Option<TritonLaunch>,
     ) -> PyKernel {
         PyKernel {
             kernel,
@@ -46,6 +51,7 @@ impl PyKernel {
             target,
             device,
             params,
+            triton,
             loaded: None,
         }
     }
@@ -59,6 +65,7 @@ impl PyKernel {
         device: String,
         index: u32,
         params: Option<Vec<Param>>,
+        triton: Option<TritonLaunch>,
         function: Function,
         gpu: Gpu,
     ) -> PyKernel {
@@ -69,6 +76,7 @@ impl PyKernel {
             target,
             device,
             params,
+            triton,
             loaded: Some(LoadedOn {
                 function,
                 gpu,
@@ -76,6 +84,56 @@ impl PyKernel {
             }),
         }
     }
+}
+
+impl PyKernel {
+    /// The launch record, or the error of launching a kernel that has none by it.
+    fn triton_record(&self) -> PyResult<&TritonLaunch> {
+        self.triton.as_ref().ok_or_else(|| {
+            LaunchError::new_err(format!(
+                "{}: not a Triton kernel (its object has no launch record)",
+                self.entry
+            ))
+        })
+    }
+
+    /// `args` of a Triton launch packed by the launch check (sized by the parameters the
+    /// record names, the scratch pointers left out) and checked against the record (count with
+    /// the parameters' names, values assumed divisible by 16).
+    fn pack_triton(&self, args: &Bound<'_, PyTuple>) -> PyResult<args::Packed> {
+        let record = self.triton_record()?;
+        let refused = |e: kbuild_loader::LaunchError| LaunchError::new_err(e.to_string());
+        let expected = triton_args(record).count();
+        if args.len() != expected {
+            // The record's count, which names the parameters.
+            let zeros = vec![0; args.len()];
+            return Err(check_triton_args(&self.entry, record, &zeros)
+                .err()
+                .map_or_else(|| LaunchError::new_err("argument count"), refused));
+        }
+        let params = self.params.as_deref().map(|p| {
+            let keep = p.len().saturating_sub(triton_scratch_count(record));
+            &p[..keep]
+        });
+        let index = self.loaded.as_ref().map(|l| l.index);
+        let packed = args::pack(&self.entry, params, args, index)?;
+        check_triton_args(&self.entry, record, packed.values()).map_err(refused)?;
+        Ok(packed)
+    }
+}
+
+/// Make the device's primary context current on this thread: torch's thread may have another
+/// one current (or none), and the module is in the primary context, the one torch uses.
+fn bind_context(l: &LoadedOn) -> PyResult<()> {
+    if let Some(cuda) = l.gpu.cuda() {
+        cuda.context().bind_to_thread().map_err(|e| {
+            loader_err(LoaderError::Runtime {
+                api: "cuCtxSetCurrent".into(),
+                message: e.to_string(),
+            })
+        })?;
+    }
+    Ok(())
 }
 
 /// A grid or block: an int or a tuple of one to three ints.
@@ -188,6 +246,56 @@ impl PyKernel {
         serde_json::to_string(checks).map_err(kbuild_err)
     }
 
+    /// A Triton kernel's launch record as JSON (`None` for other kernels).
+    #[getter]
+    fn triton_json(&self) -> PyResult<Option<String>> {
+        self.triton
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(kbuild_err)
+    }
+
+    /// Check a Triton launch's `args` as `launch_triton` does, launching nothing.
+    fn check_triton(&self, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.pack_triton(args).map(|_| ())
+    }
+
+    /// Launch a Triton kernel as its launch record says (`kbuild_loader`'s
+    /// `Function::launch_triton`): `grid` programs; block, dynamic shared memory, PDL and the
+    /// NULL scratch pointers from the record; `args` are its parameters less the scratch
+    /// pointers. Every check comes before the driver is called.
+    #[pyo3(signature = (grid, args, stream=0))]
+    fn launch_triton(
+        &self,
+        grid: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        stream: usize,
+    ) -> PyResult<()> {
+        let mut packed = self.pack_triton(args)?;
+        let grid = dims(grid, "grid", &self.entry)?;
+        let (Some(l), Some(record)) = (&self.loaded, &self.triton) else {
+            return Err(loader_err(LoaderError::Simulated {
+                device: self.device.clone(),
+            }));
+        };
+        bind_context(l)?;
+        let pointers = packed.pointers();
+        // SAFETY: the arguments were packed by the launch check against the kernel's
+        // recorded parameters; each pointer is to an 8-byte slot holding a value of at most
+        // its size, valid for the call.
+        unsafe {
+            l.function.launch_triton(
+                record,
+                grid,
+                Stream::from_raw(stream as *mut c_void),
+                &pointers,
+                packed.sizes(),
+            )
+        }
+        .map_err(loader_err)
+    }
+
     /// Check `args` against the kernel's launch parameters (raises `LaunchError`).
     fn check(&self, args: &Bound<'_, PyTuple>) -> PyResult<()> {
         let index = self.loaded.as_ref().map(|l| l.index);
@@ -219,16 +327,7 @@ impl PyKernel {
                 device: self.device.clone(),
             }));
         };
-        if let Some(cuda) = l.gpu.cuda() {
-            // torch's thread may have another context current (or none): the module is in
-            // the device's primary context, the one torch uses.
-            cuda.context().bind_to_thread().map_err(|e| {
-                loader_err(LoaderError::Runtime {
-                    api: "cuCtxSetCurrent".into(),
-                    message: e.to_string(),
-                })
-            })?;
-        }
+        bind_context(l)?;
         let mut pointers = packed.pointers();
         // SAFETY: the arguments were checked against the kernel's recorded parameters
         // (count, sizes, pointer or value); each pointer is to an 8-byte slot holding a value

@@ -265,27 +265,6 @@ impl PyPackage {
         })
     }
 
-    /// The Triton launch record (`kbuild_manifest::triton::TritonLaunch` as JSON) of the
-    /// object `device` selects for `name`; None for an object that is not a Triton kernel's.
-    #[pyo3(signature = (name, variant=None, device=None))]
-    fn triton_json(
-        &self,
-        name: &str,
-        variant: Option<&str>,
-        device: Option<&str>,
-    ) -> PyResult<Option<String>> {
-        let resolved = resolve(device, None)?;
-        self.with(|p| {
-            let (kernel, _) = PyPackage::resolve_name(p, name)?;
-            let c = PyPackage::selected(p, &resolved, &kernel, variant)?;
-            p.triton_launch(c.object)
-                .map_err(loader_err)?
-                .map(serde_json::to_string)
-                .transpose()
-                .map_err(kbuild_err)
-        })
-    }
-
     /// Check `args` against the launch ABI of what `device` selects for `name`, loading
     /// nothing; raises `LaunchError` as a launch would.
     #[pyo3(signature = (name, args, variant=None, device=None))]
@@ -321,9 +300,14 @@ impl PyPackage {
         let (kernel, entry) = self.with(|p| PyPackage::resolve_name(p, name))?;
         let variant = variant.map(String::from);
         if resolved.simulated() {
-            let (target, params) = self.with(|p| {
+            let (target, params, triton) = self.with(|p| {
                 let c = PyPackage::selected(p, &resolved, &kernel, variant.as_deref())?;
-                Ok((c.target.clone(), PyPackage::params_of(p, c.object, &entry)?))
+                let triton = p.triton_launch(c.object).map_err(loader_err)?.cloned();
+                Ok((
+                    c.target.clone(),
+                    PyPackage::params_of(p, c.object, &entry)?,
+                    triton,
+                ))
             })?;
             return Ok(PyKernel::selected_only(
                 kernel,
@@ -332,6 +316,7 @@ impl PyPackage {
                 target,
                 resolved.device.name(),
                 params,
+                triton,
             ));
         }
         let detected_index = resolved.detected.as_ref().map(|d| d.index).unwrap_or(0);
@@ -348,6 +333,11 @@ impl PyPackage {
         let object = function.record().map_err(loader_err)?.index;
         let target = function.record().map_err(loader_err)?.target.to_string();
         let params = PyPackage::params_of(loader.package(), object, &entry)?;
+        let triton = loader
+            .package()
+            .triton_launch(object)
+            .map_err(loader_err)?
+            .cloned();
         Ok(PyKernel::loaded(
             kernel,
             variant,
@@ -356,6 +346,7 @@ impl PyPackage {
             description,
             detected_index,
             params,
+            triton,
             function,
             gpu,
         ))

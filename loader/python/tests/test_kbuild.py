@@ -32,6 +32,17 @@ class FakeTensor:
         return self._ptr
 
 
+class FakeTorchTensor(FakeTensor):
+    """A tensor that also answers torch's quick questions: is_cuda and get_device()."""
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def get_device(self):
+        return -1 if self.device.index is None else self.device.index
+
+
 def rmsnorm_args(rows=4, cols=4096):
     x, w, y = FakeTensor(), FakeTensor(), FakeTensor()
     return [x, w, y, rows, cols, 1e-6]
@@ -156,6 +167,11 @@ def test_a_mismatched_launch_is_refused_naming_the_argument(build):
         "rmsnorm_f32: argument 1 is a float, the kernel takes a pointer")
     cpu = FakeTensor(device=("cpu", None))
     assert refused(x, cpu, x, 4, 4096, 1e-6) == "rmsnorm_f32: argument 1 is a tensor on cpu, the kernel runs on a GPU"
+    # torch's tensors are asked is_cuda and get_device() (no device object on the launch
+    # path), with the same answers.
+    t, t_cpu = FakeTorchTensor(device=("cuda", 1)), FakeTorchTensor(device=("cpu", None))
+    assert refused(t, t_cpu, t, 4, 4096, 1e-6) == "rmsnorm_f32: argument 1 is a tensor on cpu, the kernel runs on a GPU"
+    pkg.check_launch("rmsnorm_f32", t, t, t, 4, 4096, 1e-6, device="sm_90")
 
 
 def test_c_types_and_names_sharpen_the_checks(build, tmp_path):
@@ -343,7 +359,7 @@ def test_a_triton_kernel_launches_as_its_record_says_and_refuses_what_its_build_
         k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4096, 1)
     with pytest.raises(kbuild.LaunchError, match=r"6 arguments given, the kernel takes 5 \(x_ptr, y_ptr, out_ptr, n, stride\)"):
         k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4096, 1, 7)
-    with pytest.raises(kbuild.LaunchError, match=r"`x_ptr` \(\*fp32\): its value 0x1008 is not a multiple of 16"):
+    with pytest.raises(kbuild.LaunchError, match=r"`x_ptr` \(\*fp32\): its address 0x1008 is not a multiple of 16"):
         k.launch_triton((4,), 0x1008, 0x2000, 0x3000, 4096, 1)
     with pytest.raises(kbuild.LaunchError, match=r"`n` \(i32\): its value 0x1001 is not a multiple of 16"):
         k.launch_triton((4,), 0x1000, 0x2000, 0x3000, 4097, 1)

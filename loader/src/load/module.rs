@@ -5,13 +5,17 @@ use std::sync::Arc;
 
 use kbuild_manifest::load_index::{EntryParams, LoadFigures};
 use kbuild_manifest::params::Param;
+use kbuild_manifest::triton::TritonLaunch;
 
 use super::attributes::{check_attributes, describe_attributes, AttributeCheck, RuntimeFigures};
 use crate::cuda::{self, CudaModule};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime};
 use crate::index::PackageIndex;
-use crate::launch::{check_args, check_layout, KernelArgs, LaunchConfig};
+use crate::launch::{
+    check_args, check_layout, check_triton_args, read_value, triton_config, triton_scratch_count,
+    KernelArgs, LaunchConfig, Stream,
+};
 use crate::package::ObjectRef;
 
 pub(crate) enum ModuleInner {
@@ -267,19 +271,56 @@ impl Function {
         params: &mut [*mut std::ffi::c_void],
         sizes: &[usize],
     ) -> Result<()> {
-        if params.len() != sizes.len() {
-            return Err(LoaderError::Launch {
-                entry: self.entry.clone(),
-                what: format!(
-                    "{} argument pointers but {} sizes",
-                    params.len(),
-                    sizes.len()
-                ),
-            });
-        }
+        self.same_count(params, sizes)?;
         cfg.check(&self.entry, self.max_threads)?;
         self.check_args(sizes)?;
         self.dispatch(cfg, params)
+    }
+
+    /// Launch a Triton kernel as its launch record says ([`Package::triton_launch`],
+    /// [`crate::Loader::triton_launch`]): `grid` programs, the block (num_warps × warp size) and
+    /// dynamic shared memory of the record (opting the kernel in beyond 48 KiB), a programmatic
+    /// dependent launch when recorded, and NULL scratch pointers after the caller's arguments.
+    /// `params`/`sizes` are the arguments of the record's parameters, scratch pointers left out.
+    /// Checked before the driver is called: what kbuild does not provide yet (scratch buffers,
+    /// clusters, cooperative launches), the count and the values the object assumes divisible
+    /// by 16, naming the argument ([`crate::launch::check_triton_args`]), then the
+    /// configuration and sizes as [`Self::launch_raw`] checks them.
+    ///
+    /// [`Package::triton_launch`]: crate::Package::triton_launch
+    ///
+    /// # Safety
+    /// As [`Self::launch_raw`].
+    pub unsafe fn launch_triton(
+        &self,
+        record: &TritonLaunch,
+        grid: (u32, u32, u32),
+        stream: Stream,
+        params: &[*mut std::ffi::c_void],
+        sizes: &[usize],
+    ) -> Result<()> {
+        self.same_count(params, sizes)?;
+        let cfg = triton_config(&self.entry, record, grid, stream)?;
+        let values: Vec<u64> = params
+            .iter()
+            .zip(sizes)
+            .map(|(p, s)| read_value(*p, *s))
+            .collect();
+        check_triton_args(&self.entry, record, &values)
+            .map_err(|e| LoaderError::Args(Box::new(e)))?;
+        // The scratch pointers: each points at a NULL address (the driver copies the value).
+        let null: u64 = 0;
+        let scratch = triton_scratch_count(record);
+        let mut all = Vec::with_capacity(params.len() + scratch);
+        all.extend_from_slice(params);
+        all.extend(std::iter::repeat_n(
+            (&null as *const u64).cast_mut().cast::<std::ffi::c_void>(),
+            scratch,
+        ));
+        let mut all_sizes = Vec::with_capacity(all.len());
+        all_sizes.extend_from_slice(sizes);
+        all_sizes.extend(std::iter::repeat_n(8, scratch));
+        self.launch_raw(&cfg, &mut all, &all_sizes)
     }
 
     /// Launch with argument pointers and no argument check at all (only the configuration is
@@ -294,6 +335,21 @@ impl Function {
     ) -> Result<()> {
         cfg.check(&self.entry, self.max_threads)?;
         self.dispatch(cfg, params)
+    }
+
+    /// A raw launch's pointers and sizes come in pairs.
+    fn same_count(&self, params: &[*mut std::ffi::c_void], sizes: &[usize]) -> Result<()> {
+        if params.len() == sizes.len() {
+            return Ok(());
+        }
+        Err(LoaderError::Launch {
+            entry: self.entry.clone(),
+            what: format!(
+                "{} argument pointers but {} sizes",
+                params.len(),
+                sizes.len()
+            ),
+        })
     }
 
     /// The driver call, after the checks.

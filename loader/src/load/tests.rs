@@ -8,6 +8,7 @@ use kbuild_manifest::load_index::LoadFigures;
 use kbuild_manifest::resources::{CudaResources, Resources};
 
 use crate::launch::LaunchConfig;
+use kbuild_manifest::triton::TritonLaunch;
 
 fn record(registers: u32, lds: u64, reserved: u64, scratch: u64) -> LoadFigures {
     let mut o = crate::fixtures::object("k", None, "sm_90a", None);
@@ -247,4 +248,102 @@ fn simulated_devices_explain_but_do_not_load() {
     let e = l.preload(&[("k", None)]).unwrap_err();
     assert!(matches!(e, LoaderError::Simulated { .. }), "{e}");
     assert!(l.preload(&[]).is_ok());
+}
+
+/// A Triton object `k(x: *fp32, n: i32)` (x assumed divisible by 16) with its launch record
+/// and the two scratch pointers in its parameter table, as a Triton build records it.
+fn triton_object() -> (kbuild_manifest::manifest::Manifest, TritonLaunch) {
+    use kbuild_manifest::params::ParamKind;
+    let record = kbuild_manifest::fixtures::triton_launch(
+        "k",
+        1024,
+        &[("x", "*fp32", true), ("n", "i32", false)],
+    );
+    let mut params = kbuild_manifest::fixtures::params_x_n();
+    params.push(kbuild_manifest::fixtures::param(
+        2,
+        16,
+        8,
+        ParamKind::Pointer,
+    ));
+    params.push(kbuild_manifest::fixtures::param(
+        3,
+        24,
+        8,
+        ParamKind::Pointer,
+    ));
+    let mut o = crate::fixtures::object("k", None, "sm_90a", None);
+    o.params = [("k".to_string(), params)].into();
+    o.triton = Some(record.clone());
+    (crate::fixtures::manifest(vec![o]), record)
+}
+
+#[test]
+fn a_triton_launch_applies_its_record_and_refuses_what_the_build_assumed_otherwise() {
+    use crate::launch::Stream;
+    let (m, record) = triton_object();
+    let f = detached(m);
+    let (mut x, mut bad_x, mut n, mut wide) = (0x1000u64, 0x1004u64, 64i32, 64i64);
+    let ptr = |v: &mut u64| (v as *mut u64).cast::<std::ffi::c_void>();
+    let good = [ptr(&mut x), (&mut n as *mut i32).cast()];
+    let unaligned = [ptr(&mut bad_x), (&mut n as *mut i32).cast()];
+    let too_wide = [ptr(&mut x), (&mut wide as *mut i64).cast()];
+    // SAFETY: nothing is launched: the check refuses, or the driver is absent / refuses the
+    // null function; every pointer is to a live value of its size.
+    unsafe {
+        let launch = |args: &[*mut std::ffi::c_void], sizes: &[usize]| {
+            f.launch_triton(&record, (8, 1, 1), Stream::DEFAULT, args, sizes)
+        };
+        assert!(reached_the_driver(launch(&good, &[8, 4])));
+        let e = launch(&unaligned, &[8, 4]).unwrap_err();
+        assert!(matches!(e, LoaderError::Args(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "k: argument `x` (*fp32): its address 0x1004 is not a multiple of 16, which this build of the kernel assumes"
+        );
+        let e = launch(&good[..1], &[8]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k: 1 argument given, the kernel takes 2 (x, n)"
+        );
+        // The scratch pointers kbuild adds take part in the object's own check of sizes.
+        let e = launch(&too_wide, &[8, 8]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "k: argument 1 is 8 bytes, the kernel takes 4 (int n)"
+        );
+        let mut needs_scratch = record.clone();
+        needs_scratch.global_scratch_size = 128;
+        let e = f
+            .launch_triton(&needs_scratch, (8, 1, 1), Stream::DEFAULT, &good, &[8, 4])
+            .unwrap_err();
+        assert!(e.to_string().contains("does not allocate yet"), "{e}");
+    }
+}
+
+#[test]
+fn a_triton_launch_is_checked_without_a_gpu_through_the_loader() {
+    let (m, _) = triton_object();
+    let dev = Device::parse("sm_90", None, None).unwrap();
+    let loader = Loader::from_package(Package::from_manifest(m).unwrap(), &Gpu::simulated(dev));
+    let record = loader
+        .triton_launch("k", None)
+        .unwrap()
+        .expect("a launch record");
+    assert_eq!(record.block_threads(), 128);
+    assert!(loader
+        .check_triton_args("k", None, &[0x1000, 64], &[8, 4])
+        .is_ok());
+    let e = loader
+        .check_triton_args("k", None, &[0x1008, 64], &[8, 4])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("argument `x` (*fp32): its address 0x1008"),
+        "{e}"
+    );
+    let e = loader
+        .check_triton_args("k", None, &[0x1000, 64], &[8, 8])
+        .unwrap_err();
+    assert!(e.to_string().contains("argument 1 is 8 bytes"), "{e}");
 }

@@ -190,7 +190,7 @@ class Package:
         launch. Loading verifies the object and compares its attributes with the manifest."""
         target, index = _device_index(device)
         kernel = Kernel(self._native.kernel(name, variant, target, index))
-        record = self._native.triton_json(name, variant, target)
+        record = kernel._native.triton_json
         kernel._triton = None if record is None else _json.loads(record)
         return kernel
 
@@ -209,7 +209,8 @@ class Kernel:
 
     def __init__(self, native):
         self._native = native
-        self._torch_stream = None
+        # How to read torch's current stream, found on the first launch that needs it.
+        self._current_raw_stream = None
         self._triton = None
 
     @property
@@ -260,10 +261,21 @@ class Kernel:
         self._native.check(tuple(args))
 
     def _current_stream(self):
-        torch = _sys.modules.get("torch")
-        if torch is None or self._native.simulated:
-            return 0
-        return torch.cuda.current_stream(self._native.device_index).cuda_stream
+        get = self._current_raw_stream
+        if get is None:
+            torch = _sys.modules.get("torch")
+            if torch is None or self._native.simulated:
+                return 0
+            index = self._native.device_index
+            # torch's own accessor of the raw handle (what Triton's launcher calls): a
+            # fraction of a microsecond, where current_stream() builds a Stream object.
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                get = lambda: raw(index)  # noqa: E731
+            else:
+                get = lambda: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
+            self._current_raw_stream = get
+        return get()
 
     def launch(self, grid, block, *args, shared=0, stream=None):
         """Launch with `grid` and `block` (ints or tuples of up to 3) and `args`: torch
@@ -286,30 +298,22 @@ class Kernel:
         manifest holds it; None for other kernels."""
         return self._triton
 
+    def check_triton(self, *args):
+        """Check a Triton launch's arguments as launch_triton does; raises LaunchError."""
+        self._native.check_triton(args)
+
     def launch_triton(self, grid, *args, stream=None):
         """Launch a Triton kernel as its launch record says, with the arguments of its
         parameters (those compiled away as None or constexpr are not passed): the block is
         num_warps × warp_size, the dynamic shared memory the record's, the two scratch
         pointers NULL. An argument the code assumes divisible by 16 (a tensor's address, an
-        int) that is not is refused with its name, before any driver call."""
-        r = self._triton
-        if r is None:
-            raise LaunchError(f"{self.entry}: not a Triton kernel (no launch record)")
-        if r["global_scratch_size"] or r["profile_scratch_size"]:
-            raise LaunchError(f"{self.entry}: needs a scratch buffer ({r['global_scratch_size']} B per program), which kbuild does not allocate yet")
-        params = [p for p in r["params"] if p["type"] != "scratch"]
-        if len(args) != len(params):
-            names = ", ".join(p["name"] for p in params)
-            raise LaunchError(f"{self.entry}: {len(args)} arguments given, the kernel takes {len(params)} ({names})")
-        for p, a in zip(params, args):
-            if not p.get("divisible_16"):
-                continue
-            value = a.data_ptr() if hasattr(a, "data_ptr") else a if isinstance(a, int) else None
-            if value is not None and value % 16:
-                what = "address" if hasattr(a, "data_ptr") else "value"
-                raise LaunchError(f"{self.entry}: argument `{p['name']}` ({p['type']}): its {what} {value:#x} is not a multiple of 16, which this build of the kernel assumes")
-        block = r["num_warps"] * r["warp_size"]
-        self.launch(grid, block, *args, 0, 0, shared=r["shared"], stream=stream)
+        int) that is not is refused with its name, before any driver call. `stream` as for
+        launch."""
+        if stream is None:
+            stream = self._current_stream()
+        elif not isinstance(stream, int):
+            stream = stream.cuda_stream
+        self._native.launch_triton(grid, args, stream)
 
     def __repr__(self):
         return repr(self._native)
