@@ -17,6 +17,7 @@ pub(super) struct RawTriton {
     pub(super) signature: Option<BTreeMap<String, String>>,
     pub(super) constexprs: Option<BTreeMap<String, toml::Value>>,
     pub(super) divisible_16: Option<Vec<String>>,
+    pub(super) equal_to_1: Option<Vec<String>>,
     pub(super) num_warps: Option<u32>,
     pub(super) num_stages: Option<u32>,
     pub(super) num_ctas: Option<u32>,
@@ -36,6 +37,9 @@ pub struct TritonKernel {
     pub constexprs: BTreeMap<String, String>,
     /// Pointer and int arguments the code may assume divisible by 16 (checked at launch).
     pub divisible_16: Vec<String>,
+    /// Int arguments compiled in as 1 (Triton's specialization of an int equal to 1): they
+    /// leave the parameter list, and a launch passes them no more.
+    pub equal_to_1: Vec<String>,
     pub num_warps: u32,
     pub num_stages: u32,
     pub num_ctas: u32,
@@ -64,6 +68,7 @@ impl RawTriton {
         has(self.signature.is_some(), "signature");
         has(self.constexprs.is_some(), "constexprs");
         has(self.divisible_16.is_some(), "divisible-16");
+        has(self.equal_to_1.is_some(), "equal-to-1");
         has(self.num_warps.is_some(), "num-warps");
         has(self.num_stages.is_some(), "num-stages");
         has(self.num_ctas.is_some(), "num-ctas");
@@ -151,6 +156,20 @@ impl RawTriton {
                 None => problems.push(format!("divisible-16: `{arg}` is not in `signature`")),
             }
         }
+        let equal_to_1 = self.equal_to_1.clone().unwrap_or_default();
+        for arg in &equal_to_1 {
+            match signature.get(arg) {
+                Some(Some(ty)) if ty.starts_with('i') || ty.starts_with('u') => {
+                    if divisible_16.contains(arg) {
+                        problems.push(format!(
+                            "`{arg}` is in both `equal-to-1` and `divisible-16`"
+                        ));
+                    }
+                }
+                Some(_) => problems.push(format!("equal-to-1: `{arg}` is not an integer argument")),
+                None => problems.push(format!("equal-to-1: `{arg}` is not in `signature`")),
+            }
+        }
         let power_of_two = |key: &str, n: u32, max: u32, problems: &mut Vec<String>| {
             if !n.is_power_of_two() || n > max {
                 problems.push(format!("{key} = {n}: a power of two up to {max}"));
@@ -180,6 +199,7 @@ impl RawTriton {
             signature,
             constexprs,
             divisible_16,
+            equal_to_1,
             num_warps,
             num_stages,
             num_ctas,
@@ -251,13 +271,15 @@ mod tests {
     fn a_full_section_validates() {
         let t = raw(r#"
             function = "add_kernel"
-            signature = { x_ptr = "*fp32", n = "i32", gk = "None", scale = "fp32" }
+            signature = { x_ptr = "*fp32", n = "i32", gk = "None", scale = "fp32", stride = "i64" }
             constexprs = { BLOCK = 1024, USE_G = true, PREC = "ieee" }
             divisible-16 = ["x_ptr", "n"]
+            equal-to-1 = ["stride"]
             num-warps = 8
         "#)
         .validate(&[])
         .expect("valid");
+        assert_eq!(t.equal_to_1, ["stride"]);
         assert_eq!(t.function, "add_kernel");
         assert_eq!(t.signature["gk"], None);
         assert_eq!(t.signature["x_ptr"].as_deref(), Some("*fp32"));
@@ -272,9 +294,10 @@ mod tests {
     fn every_problem_is_named() {
         let problems = raw(r#"
             function = "1bad"
-            signature = { x = "*float", n = "f32", y = "i32" }
+            signature = { x = "*float", n = "f32", y = "i32", m = "i32", p = "*fp16" }
             constexprs = { y = 1, L = [1, 2] }
-            divisible-16 = ["z", "x"]
+            divisible-16 = ["z", "x", "m"]
+            equal-to-1 = ["m", "p", "q"]
             num-warps = 3
             maxnreg = 300
         "#)
@@ -288,6 +311,9 @@ mod tests {
             "`y` is in both",
             "constexprs: `L` must be",
             "divisible-16: `z` is not in `signature`",
+            "`m` is in both `equal-to-1` and `divisible-16`",
+            "equal-to-1: `p` is not an integer argument",
+            "equal-to-1: `q` is not in `signature`",
             "num-warps = 3",
             "maxnreg = 300",
         ] {

@@ -80,6 +80,7 @@ fn request(job: &TritonJob) -> Result<Value, TritonError> {
         "signature": t.signature,
         "constexprs": constexprs,
         "divisible_16": t.divisible_16,
+        "equal_to_1": t.equal_to_1,
         "options": options,
         "target": arch,
     }))

@@ -83,6 +83,30 @@ fn address_or_int(ty: &str) -> Option<&'static str> {
     }
 }
 
+/// The parameters a caller passes, by name, then the arguments compiled away (`n` as 1, `gk`
+/// as None), which a launch no longer passes.
+fn describe_params(record: &TritonLaunch, params: &[&TritonParam]) -> String {
+    let mut text = params
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let removed: Vec<String> = record
+        .removed
+        .iter()
+        .map(|r| match r.why.as_str() {
+            "equal_to_1" => format!("{} as 1", r.name),
+            "none" => format!("{} as None", r.name),
+            why => format!("{} ({why})", r.name),
+        })
+        .collect();
+    if !removed.is_empty() {
+        text.push_str("; compiled in, not passed: ");
+        text.push_str(&removed.join(", "));
+    }
+    text
+}
+
 /// Check a Triton launch's arguments against `record`: their count (the message names the
 /// parameters), then each value the object assumes divisible by 16. `values[i]` is argument
 /// i's bytes read as a little-endian unsigned integer (its address for a pointer); only those
@@ -98,11 +122,7 @@ pub fn check_triton_args(
             kernel: kernel.to_string(),
             given: values.len(),
             expected: params.len(),
-            names: params
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            names: describe_params(record, &params),
         });
     }
     for (p, &value) in params.iter().zip(values) {
@@ -200,6 +220,23 @@ mod tests {
         assert!(
             e.to_string().contains("argument `n` (i32): its value 0x41"),
             "{e}"
+        );
+        // What the build compiled away is named where the count is wrong.
+        let mut r2 = record();
+        r2.removed = vec![
+            kbuild_manifest::triton::TritonRemoved {
+                name: "stride".into(),
+                why: "equal_to_1".into(),
+            },
+            kbuild_manifest::triton::TritonRemoved {
+                name: "gk".into(),
+                why: "none".into(),
+            },
+        ];
+        let e = check_triton_args("add", &r2, &[0x1000, 0, 64, 3, 1]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "add: 5 arguments given, the kernel takes 4 (x, scale, n, m; compiled in, not passed: stride as 1, gk as None)"
         );
         // An fp32 is never read as an address or value; `m` assumes nothing.
         assert!(check_triton_args("add", &r, &[0x1000, 0x3f80_0001, 64, 5]).is_ok());
