@@ -8,6 +8,12 @@
 //! key leaves it out, and a compile that fails with it runs again without it, so a failure
 //! shows the plain command's output.
 //!
+//! Kept between builds in the cache (`<cache>/pch/KEY/`: the header, its empty source and the
+//! list of files it was read from with their size, mtime and blake3), so a rebuild of one AMD
+//! kernel does not precompile again. A stored header is used only while every file it was read
+//! from is as it was (what clang checks by size and mtime, and its content); otherwise it is
+//! built again in its place.
+//!
 //! Not used through a launcher (a compiler cache keys on the exact command line), nor when a
 //! kernel's or variant's `-D` names an identifier that appears in any precompiled file (that
 //! file would have read differently with it), nor with `KBUILD_PCH=0`. A macro name a header
@@ -29,11 +35,34 @@ const MAX_HEADER_BYTES: u64 = 8 << 20;
 /// All the precompiled headers' files together.
 const MAX_TOTAL_BYTES: u64 = 256 << 20;
 
-/// The precompiled headers of one build, in a scratch directory removed with it.
+/// The precompiled headers of one build: kept in `store` (the cache's), built in a scratch
+/// directory removed with the set.
 pub struct PchSet {
     dir: PathBuf,
+    store: PathBuf,
     built: Mutex<HashMap<String, Arc<Slot>>>,
 }
+
+/// What a stored header was read from: each file (as the compiler's dependency list names it)
+/// with its size, mtime and content digest; and the header's own digest.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredInputs {
+    pch_blake3: String,
+    files: Vec<StoredFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredFile {
+    path: PathBuf,
+    size: u64,
+    mtime_ns: i128,
+    blake3: String,
+}
+
+/// The stored list of inputs is small; anything bigger is not one.
+const MAX_INPUTS_BYTES: u64 = 4 << 20;
+/// A precompiled header bigger than this is not read back for its digest.
+const MAX_PCH_BYTES: u64 = 512 << 20;
 
 /// A precompiled header built once on first use; `None` if it would not build.
 type Slot = OnceLock<Option<Arc<Pch>>>;
@@ -48,15 +77,17 @@ pub struct Pch {
 }
 
 impl PchSet {
-    /// A set in a new directory under `scratch`; `None` when `KBUILD_PCH=0` or the directory
-    /// cannot be made (the build then compiles without).
-    pub fn new(scratch: &Path, env: &Env) -> Option<PchSet> {
+    /// A set kept in `store`, built in a new directory under `scratch`; `None` when
+    /// `KBUILD_PCH=0` or the directories cannot be made (the build then compiles without).
+    pub fn new(scratch: &Path, store: &Path, env: &Env) -> Option<PchSet> {
         if env.str(names::KBUILD_PCH) == Some("0") {
             return None;
         }
         let dir = kbuild_base::fs::tempdir_in(scratch, "pch").ok()?;
+        std::fs::create_dir_all(store).ok()?;
         Some(PchSet {
             dir,
+            store: store.to_path_buf(),
             built: Mutex::new(HashMap::new()),
         })
     }
@@ -73,8 +104,18 @@ impl PchSet {
         let args = cmd.args();
         let shared = shared_args(cmd, &args)?;
         let key = {
+            // The compiler (its path and identity), where it runs and the shared command: the
+            // files a header is read from are checked on every use besides.
             let mut h = blake3::Hasher::new();
-            h.update(cmd.program.as_os_str().as_encoded_bytes());
+            for part in [
+                env!("CARGO_PKG_VERSION").as_bytes(),
+                cmd.program.as_os_str().as_encoded_bytes(),
+                cmd.identity.as_bytes(),
+                cwd.as_os_str().as_encoded_bytes(),
+            ] {
+                h.update(&(part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
             for a in shared {
                 h.update(&(a.len() as u64).to_le_bytes());
                 h.update(a.as_bytes());
@@ -86,22 +127,45 @@ impl PchSet {
             built.entry(key.clone()).or_default().clone()
         };
         let pch = slot
-            .get_or_init(|| self.build(cmd, shared, &key, cwd, timeout).map(Arc::new))
+            .get_or_init(|| {
+                let entry = self.store.join(&key);
+                stored(&entry, cwd)
+                    .or_else(|| self.build(cmd, shared, &entry, cwd, timeout))
+                    .map(Arc::new)
+            })
             .clone()?;
         let defines = &args[args.len() - 1 - cmd.unit_defines..args.len() - 1];
         pch.covers(defines).then_some(pch)
     }
 
+    /// Precompile the header for `cmd` into `entry` (the store's place for it): its empty
+    /// source made once there (clang records it with the header), the header and its list of
+    /// inputs written whole (temp file + rename; the list last, so a reader never pairs it with
+    /// another header).
     fn build(
         &self,
         cmd: &CompileCommand,
         shared: &[String],
-        key: &str,
+        entry: &Path,
         cwd: &Path,
         timeout: Option<Duration>,
     ) -> Option<Pch> {
-        let source = self.dir.join(format!("{key}.hip"));
-        std::fs::write(&source, b"").ok()?;
+        std::fs::create_dir_all(entry).ok()?;
+        let source = entry.join("empty.hip");
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&source)
+        {
+            Ok(_) => {}
+            // Another build made it: it must still be the empty file it was.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::symlink_metadata(&source).ok()?.len() != 0 {
+                    return None;
+                }
+            }
+            Err(_) => return None,
+        }
         let mut key_args = shared.to_vec();
         key_args.extend([
             "-Xclang".into(),
@@ -123,9 +187,15 @@ impl PchSet {
         let out = driver::run(&pch_cmd, cwd, &tmp, timeout);
         let _ = std::fs::remove_dir_all(&tmp);
         let out = out.ok()?;
-        let file = self.dir.join(format!("{key}.pch"));
+        let (identifiers, files) = read_inputs(cwd, &out.deps, &source)?;
+        let file = entry.join("header.pch");
         kbuild_base::fs::write_atomic(&file, &out.object).ok()?;
-        let identifiers = identifiers_of(cwd, &out.deps)?;
+        let inputs = StoredInputs {
+            pch_blake3: blake3::hash(&out.object).to_hex().to_string(),
+            files,
+        };
+        let text = serde_json::to_vec(&inputs).ok()?;
+        kbuild_base::fs::write_atomic(&entry.join("inputs.json"), &text).ok()?;
         tracing::debug!(
             "precompiled the compat header into {} in {:.2} s",
             file.display(),
@@ -137,6 +207,76 @@ impl PchSet {
             identifiers,
         })
     }
+}
+
+/// The header stored at `entry`, when every file it was read from has the size, mtime and
+/// content it had and the header is the one its list was written for.
+fn stored(entry: &Path, cwd: &Path) -> Option<Pch> {
+    let text =
+        kbuild_base::read::read_capped(&entry.join("inputs.json"), MAX_INPUTS_BYTES, "PCH inputs")
+            .ok()?;
+    let inputs: StoredInputs = serde_json::from_slice(&text).ok()?;
+    let file = entry.join("header.pch");
+    let header = kbuild_base::read::read_capped(&file, MAX_PCH_BYTES, "PCH").ok()?;
+    if blake3::hash(&header).to_hex().as_str() != inputs.pch_blake3 {
+        return None;
+    }
+    let source = entry.join("empty.hip");
+    let deps: Vec<PathBuf> = inputs.files.iter().map(|f| f.path.clone()).collect();
+    let (identifiers, now) = read_inputs(cwd, &deps, &source)?;
+    let same = now.len() == inputs.files.len()
+        && now.iter().zip(&inputs.files).all(|(a, b)| {
+            a.path == b.path && a.size == b.size && a.mtime_ns == b.mtime_ns && a.blake3 == b.blake3
+        });
+    if !same {
+        return None;
+    }
+    tracing::debug!(
+        "the precompiled compat header {} is current",
+        file.display()
+    );
+    Some(Pch {
+        file,
+        source,
+        identifiers,
+    })
+}
+
+/// Every C identifier in `files` (relative ones under `cwd`), and each file's size, mtime and
+/// digest; the empty `source` is recorded and not read for identifiers. `None` if one cannot
+/// be read within the caps.
+fn read_inputs(
+    cwd: &Path,
+    files: &[PathBuf],
+    source: &Path,
+) -> Option<(HashSet<String>, Vec<StoredFile>)> {
+    let mut set = HashSet::new();
+    let mut stored = Vec::with_capacity(files.len());
+    let mut total = 0u64;
+    for f in files {
+        let path = cwd.join(f);
+        let bytes = kbuild_base::read::read_capped(&path, MAX_HEADER_BYTES, "header").ok()?;
+        let meta = std::fs::metadata(&path).ok()?;
+        let mtime_ns = meta
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        total += bytes.len() as u64;
+        if total > MAX_TOTAL_BYTES {
+            return None;
+        }
+        if path != source {
+            add_identifiers(&bytes, &mut set);
+        }
+        stored.push(StoredFile {
+            path: f.clone(),
+            size: bytes.len() as u64,
+            mtime_ns,
+            blake3: blake3::hash(&bytes).to_hex().to_string(),
+        });
+    }
+    Some((set, stored))
 }
 
 impl Drop for PchSet {
@@ -202,23 +342,6 @@ fn shared_args<'a>(cmd: &CompileCommand, args: &'a [String]) -> Option<&'a [Stri
     }
     let end = args.len().checked_sub(1 + cmd.unit_defines)?;
     Some(&args[..end])
-}
-
-/// Every C identifier in `files` (relative ones under `cwd`); `None` if one cannot be read
-/// within the caps.
-fn identifiers_of(cwd: &Path, files: &[PathBuf]) -> Option<HashSet<String>> {
-    let mut set = HashSet::new();
-    let mut total = 0u64;
-    for f in files {
-        let bytes =
-            kbuild_base::read::read_capped(&cwd.join(f), MAX_HEADER_BYTES, "header").ok()?;
-        total += bytes.len() as u64;
-        if total > MAX_TOTAL_BYTES {
-            return None;
-        }
-        add_identifiers(&bytes, &mut set);
-    }
-    Some(set)
 }
 
 /// Adds every identifier of C/C++ `text` outside comments and string and character literals

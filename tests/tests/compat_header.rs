@@ -334,3 +334,49 @@ fn the_precompiled_compat_header_changes_no_byte_of_a_build() {
         );
     }
 }
+
+/// The precompiled header is kept in the cache between builds: the next build that compiles
+/// an AMD kernel uses it without precompiling again, and one whose inputs changed (a header's
+/// mtime, as clang checks) precompiles it again in its place; the objects stay the plain
+/// compile's.
+#[test]
+fn the_precompiled_header_is_kept_between_builds_while_its_inputs_are_unchanged() {
+    let s = Scratch::new();
+    let p = project(s.path(), "vector_add", VECTOR_ADD, "");
+    let build = |tag: &str| {
+        // An edit per build, so that each compiles (the action key changes).
+        std::fs::write(p.join("k.cu"), format!("{VECTOR_ADD}// {tag}\n")).unwrap();
+        let o = std::process::Command::new(kbuild_tests::kbuild_bin())
+            .args(["build", "--targets", "gfx1100"])
+            .current_dir(&p)
+            .env("KBUILD_CACHE_DIR", &s.cache)
+            .env(
+                "KBUILD_LOG",
+                "kbuild_build::pch=debug,kbuild_build::build::compile=debug",
+            )
+            .env("NO_COLOR", "1")
+            .env_remove("KBUILD_LAUNCHER")
+            .env_remove("KBUILD_PCH")
+            .output()
+            .expect("running kbuild");
+        assert!(o.status.success(), "{tag}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        let count = |needle: &str| err.matches(needle).count();
+        (
+            count("precompiled the compat header into"),
+            count("is current"),
+            count("compiled with the precompiled compat header"),
+        )
+    };
+    assert_eq!(build("first"), (1, 0, 1));
+    assert_eq!(build("second"), (0, 1, 1));
+    // Same bytes, a new mtime: clang would refuse the stored header, so it is built again.
+    let header = p.join("out/include/kcompat.h");
+    let bytes = std::fs::read(&header).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&header, bytes).unwrap();
+    assert_eq!(build("third"), (1, 0, 1));
+    assert_eq!(build("fourth"), (0, 1, 1));
+    let stored = std::fs::read_dir(s.cache.join("pch")).unwrap().count();
+    assert_eq!(stored, 1, "one stored header for one target and flag set");
+}

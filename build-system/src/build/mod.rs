@@ -238,7 +238,7 @@ pub fn build(
         dep_roots: DepRoots::for_build(&project.root, &tcs),
         env: &opts.env,
         compat_dir,
-        pch: crate::pch::PchSet::new(&cache.scratch(), &opts.env),
+        pch: crate::pch::PchSet::new(&cache.scratch(), &cache.root().join("pch"), &opts.env),
         triton: match &tcs.triton {
             Some(tc) => {
                 Some(crate::triton::Pool::new(tc, &cache.scratch()).map_err(BuildError::Triton)?)
