@@ -303,50 +303,51 @@ fn classify(
         return Err(err(format!("is {obj}, larger than any kernel parameter")));
     }
     let data_ptr = intern!(py, "data_ptr");
-    if obj.hasattr(data_ptr)? {
-        // A tensor: it must live where the kernel runs. torch's `is_cuda` and `get_device()`
-        // answer without building a device object (this is on every launch's path); other
-        // tensor types are asked for their `device`.
-        let is_cuda = obj
-            .getattr(intern!(py, "is_cuda"))
-            .and_then(|v| v.extract::<bool>());
-        let (kind_cuda, index) = match is_cuda {
-            Ok(false) => (false, None),
-            Ok(true) => (
-                true,
-                Some(
-                    obj.call_method0(intern!(py, "get_device"))?
-                        .extract::<i64>()?,
-                ),
+    // A tensor: it must live where the kernel runs. A torch tensor answers `is_cuda` and
+    // `get_device()` without building a device object (this is on every launch's path);
+    // another tensor type with `data_ptr()` is asked for its `device`.
+    let torch_is_cuda = obj
+        .getattr(intern!(py, "is_cuda"))
+        .ok()
+        .and_then(|v| v.extract::<bool>().ok());
+    let (on_cuda, index) = match torch_is_cuda {
+        Some(false) => (false, None),
+        Some(true) => (
+            true,
+            Some(
+                obj.call_method0(intern!(py, "get_device"))?
+                    .extract::<i64>()?,
             ),
-            Err(_) => {
-                let dev = obj.getattr(intern!(py, "device"))?;
-                let kind: String = dev.getattr(intern!(py, "type"))?.extract()?;
-                let index: Option<i64> = dev.getattr(intern!(py, "index"))?.extract()?;
-                (kind == "cuda", index)
-            }
-        };
-        let on_device = kind_cuda
-            && match (device, index) {
-                (Some(d), Some(t)) => t == i64::from(d),
-                _ => true,
-            };
-        if !on_device {
+        ),
+        None if obj.hasattr(data_ptr)? => {
             let dev = obj.getattr(intern!(py, "device"))?;
-            let here = match device {
-                Some(d) => format!("cuda:{d}"),
-                None => "a GPU".to_string(),
-            };
-            return Err(err(format!(
-                "is a tensor on {}, the kernel runs on {here}",
-                dev.str()?
-            )));
+            let kind: String = dev.getattr(intern!(py, "type"))?.extract()?;
+            let index: Option<i64> = dev.getattr(intern!(py, "index"))?.extract()?;
+            (kind == "cuda", index)
         }
-        let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
-        return Ok(LooseArg::Pointer(ptr));
+        None => {
+            return Err(err(format!(
+                "is a {}: pass a tensor, an int, a float, a kbuild.Pointer or a kbuild scalar (kbuild.int32(...))",
+                obj.get_type().name()?
+            )))
+        }
+    };
+    let on_device = on_cuda
+        && match (device, index) {
+            (Some(d), Some(t)) => t == i64::from(d),
+            _ => true,
+        };
+    if !on_device {
+        let dev = obj.getattr(intern!(py, "device"))?;
+        let here = match device {
+            Some(d) => format!("cuda:{d}"),
+            None => "a GPU".to_string(),
+        };
+        return Err(err(format!(
+            "is a tensor on {}, the kernel runs on {here}",
+            dev.str()?
+        )));
     }
-    Err(err(format!(
-        "is a {}: pass a tensor, an int, a float, a kbuild.Pointer or a kbuild scalar (kbuild.int32(...))",
-        obj.get_type().name()?
-    )))
+    let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
+    Ok(LooseArg::Pointer(ptr))
 }

@@ -7,6 +7,7 @@ use kbuild_loader::launch::{check_triton_args, triton_args, triton_scratch_count
 use kbuild_loader::{Function, Gpu, LaunchConfig, LoaderError, Stream};
 use kbuild_manifest::params::Param;
 use kbuild_manifest::triton::TritonLaunch;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyTuple};
 
@@ -32,6 +33,9 @@ pub struct PyKernel {
     /// The launch record of a Triton kernel's object.
     triton: Option<TritonLaunch>,
     loaded: Option<LoadedOn>,
+    /// torch's accessor of its current raw stream (`torch._C._cuda_getCurrentRawStream`),
+    /// found on the first launch that needs it.
+    torch_stream: std::sync::OnceLock<Py<PyAny>>,
 }
 
 impl PyKernel {
@@ -53,6 +57,7 @@ impl PyKernel {
             params,
             triton,
             loaded: None,
+            torch_stream: std::sync::OnceLock::new(),
         }
     }
 
@@ -82,11 +87,54 @@ impl PyKernel {
                 gpu,
                 index,
             }),
+            torch_stream: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl PyKernel {
+    /// The raw stream handle a launch goes to: `stream` as given (an int, or an object with
+    /// `cuda_stream`, a torch.cuda.Stream), or with `None` torch's current stream on the
+    /// kernel's device (so launches inside `torch.cuda.graph` capture join the graph); 0, the
+    /// legacy default stream, when torch is not imported or the device is simulated.
+    fn stream(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        if let Some(s) = stream.filter(|s| !s.is_none()) {
+            if let Ok(raw) = s.extract::<usize>() {
+                return Ok(raw);
+            }
+            return s.getattr(intern!(py, "cuda_stream"))?.extract();
+        }
+        let Some(l) = &self.loaded else {
+            return Ok(0);
+        };
+        if let Some(get) = self.torch_stream.get() {
+            return get.bind(py).call1((l.index,))?.extract();
+        }
+        let modules = py
+            .import(intern!(py, "sys"))?
+            .getattr(intern!(py, "modules"))?;
+        let Ok(torch) = modules.get_item(intern!(py, "torch")) else {
+            return Ok(0);
+        };
+        // torch's own accessor of the raw handle (what Triton's launcher calls): a fraction of
+        // a microsecond, where `torch.cuda.current_stream()` builds a Stream object.
+        match torch
+            .getattr(intern!(py, "_C"))
+            .and_then(|c| c.getattr(intern!(py, "_cuda_getCurrentRawStream")))
+        {
+            Ok(get) => {
+                let raw = get.call1((l.index,))?.extract()?;
+                let _ = self.torch_stream.set(get.unbind());
+                Ok(raw)
+            }
+            Err(_) => torch
+                .getattr(intern!(py, "cuda"))?
+                .call_method1(intern!(py, "current_stream"), (l.index,))?
+                .getattr(intern!(py, "cuda_stream"))?
+                .extract(),
+        }
+    }
+
     /// The launch record, or the error of launching a kernel that has none by it.
     fn triton_record(&self) -> PyResult<&TritonLaunch> {
         self.triton.as_ref().ok_or_else(|| {
@@ -265,14 +313,16 @@ impl PyKernel {
     /// `Function::launch_triton`): `grid` programs; block, dynamic shared memory, PDL and the
     /// NULL scratch pointers from the record; `args` are its parameters less the scratch
     /// pointers. Every check comes before the driver is called.
-    #[pyo3(signature = (grid, args, stream=0))]
+    #[pyo3(signature = (grid, *args, stream=None))]
     fn launch_triton(
         &self,
+        py: Python<'_>,
         grid: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let mut packed = self.pack_triton(args)?;
+        let stream = self.stream(py, stream)?;
         let grid = dims(grid, "grid", &self.entry)?;
         let (Some(l), Some(record)) = (&self.loaded, &self.triton) else {
             return Err(loader_err(LoaderError::Simulated {
@@ -302,19 +352,25 @@ impl PyKernel {
         args::pack(&self.entry, self.params.as_deref(), args, index).map(|_| ())
     }
 
-    /// Launch on `stream` (a raw `CUstream`/`hipStream_t`; 0 is the legacy default stream).
+    /// Launch with `grid` and `block` (ints or tuples of up to 3) and `args`: torch tensors
+    /// (their data_ptr; on the kernel's device), ints and floats (sized by the kernel's
+    /// parameters), kbuild.Pointer or kbuild scalars (kbuild.int64(n)); `shared` dynamic
+    /// shared memory bytes. `stream`: a torch.cuda.Stream, a raw stream handle, or None for
+    /// torch's current stream (launches inside torch.cuda.graph capture join the graph).
     /// Every check (arguments, grid, block) comes before the driver is called.
-    #[pyo3(signature = (grid, block, args, shared=0, stream=0))]
+    #[pyo3(signature = (grid, block, *args, shared=0, stream=None))]
     fn launch(
         &self,
+        py: Python<'_>,
         grid: &Bound<'_, PyAny>,
         block: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
         shared: u32,
-        stream: usize,
+        stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let index = self.loaded.as_ref().map(|l| l.index);
         let mut packed = args::pack(&self.entry, self.params.as_deref(), args, index)?;
+        let stream = self.stream(py, stream)?;
         let cfg = LaunchConfig {
             grid: dims(grid, "grid", &self.entry)?,
             block: dims(block, "block", &self.entry)?,

@@ -209,8 +209,9 @@ class Kernel:
 
     def __init__(self, native):
         self._native = native
-        # How to read torch's current stream, found on the first launch that needs it.
-        self._current_raw_stream = None
+        # Launches go straight to the native methods: no Python frame on their path.
+        self.launch = native.launch
+        self.launch_triton = native.launch_triton
         self._triton = None
 
     @property
@@ -260,37 +261,9 @@ class Kernel:
         """Check `args` against the launch parameters; raises LaunchError."""
         self._native.check(tuple(args))
 
-    def _current_stream(self):
-        get = self._current_raw_stream
-        if get is None:
-            torch = _sys.modules.get("torch")
-            if torch is None or self._native.simulated:
-                return 0
-            index = self._native.device_index
-            # torch's own accessor of the raw handle (what Triton's launcher calls): a
-            # fraction of a microsecond, where current_stream() builds a Stream object.
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                get = lambda: raw(index)  # noqa: E731
-            else:
-                get = lambda: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
-            self._current_raw_stream = get
-        return get()
-
-    def launch(self, grid, block, *args, shared=0, stream=None):
-        """Launch with `grid` and `block` (ints or tuples of up to 3) and `args`: torch
-        tensors (their data_ptr; on the kernel's device), ints and floats (sized by the
-        kernel's parameters), kbuild.Pointer or kbuild scalars (kbuild.int64(n)). `stream`:
-        a torch.cuda.Stream, a raw stream handle, or None for torch's current stream (which
-        makes launches inside torch.cuda.graph capture part of the graph). Arguments are
-        checked before any driver call."""
-        if stream is None:
-            stream = self._current_stream()
-        elif not isinstance(stream, int):
-            stream = stream.cuda_stream
-        self._native.launch(grid, block, args, shared, stream)
-
-    __call__ = launch
+    def __call__(self, grid, block, *args, shared=0, stream=None):
+        """Kernel.launch."""
+        self._native.launch(grid, block, *args, shared=shared, stream=stream)
 
     @property
     def triton(self):
@@ -301,19 +274,6 @@ class Kernel:
     def check_triton(self, *args):
         """Check a Triton launch's arguments as launch_triton does; raises LaunchError."""
         self._native.check_triton(args)
-
-    def launch_triton(self, grid, *args, stream=None):
-        """Launch a Triton kernel as its launch record says, with the arguments of its
-        parameters (those compiled away as None or constexpr are not passed): the block is
-        num_warps × warp_size, the dynamic shared memory the record's, the two scratch
-        pointers NULL. An argument the code assumes divisible by 16 (a tensor's address, an
-        int) that is not is refused with its name, before any driver call. `stream` as for
-        launch."""
-        if stream is None:
-            stream = self._current_stream()
-        elif not isinstance(stream, int):
-            stream = stream.cuda_stream
-        self._native.launch_triton(grid, args, stream)
 
     def __repr__(self):
         return repr(self._native)
