@@ -46,9 +46,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr at `KBUILD_LOG`'s levels: `warn` by default; `debug`, or per target
-/// (`kbuild_build::build::compile=debug,warn`). Target directives only, no span or field
-/// filters: they need a regex engine the binary does not otherwise carry.
+/// Logs to stderr at `KBUILD_LOG`'s levels (`warn` by default; `debug`, `TARGET=debug,warn`):
+/// target directives only, as span and field filters need a regex engine.
 fn init_tracing(env: &Env) {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::prelude::*;

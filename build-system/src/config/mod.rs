@@ -867,7 +867,7 @@ mod triton;
 mod variants;
 
 use triton::RawTriton;
-pub use triton::{triton_arch, TritonKernel};
+pub use triton::{triton_arch, NotForTriton, TritonKernel};
 
 use messages::{line_col, user_message};
 use variants::{is_identifier, variant_matrix};

@@ -220,36 +220,46 @@ pub(super) fn constexpr_json(value: &toml::Value) -> Option<String> {
     }
 }
 
+/// Why Triton cannot build a target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotForTriton {
+    #[error("Triton ships SASS only, no PTX target")]
+    Ptx,
+    #[error("Triton writes only arch-specific cubins from sm_90 up: list {processor}a")]
+    PlainFromSm90 { processor: String },
+    #[error("Triton writes no family-specific cubin")]
+    FamilySpecific,
+    #[error("Triton's hsaco takes any xnack/sramecc mode; list the plain processor")]
+    AmdFeatureSetting,
+    #[error("Triton builds no generic AMD processor")]
+    GenericAmd,
+}
+
 /// The `target` a worker compiles for, or why Triton cannot build `target`: NVIDIA SASS
 /// below sm_90 or the arch-specific `sm_XXa` from sm_90 up (the only cubins Triton writes
 /// there), AMD concrete processors with no feature setting (Triton's hsaco is xnack/sramecc
 /// any).
-pub fn triton_arch(target: &Target) -> Result<Value, String> {
+pub fn triton_arch(target: &Target) -> Result<Value, NotForTriton> {
     let p = target.processor;
     match (p.kind, target.vendor()) {
-        (ProcessorKind::Cuda { .. }, _) if target.ptx => {
-            Err("Triton ships SASS only, no PTX target".into())
-        }
+        (ProcessorKind::Cuda { .. }, _) if target.ptx => Err(NotForTriton::Ptx),
         (ProcessorKind::Cuda { suffix, .. }, Vendor::Nvidia) => {
             let sm = p.sm().unwrap_or(0);
             match (sm >= 90, suffix) {
                 (false, CudaSuffix::Plain) | (true, CudaSuffix::ArchSpecific) => {
                     Ok(json!({"backend": "cuda", "arch": sm, "warp_size": 32}))
                 }
-                (true, CudaSuffix::Plain) => Err(format!(
-                    "Triton writes only arch-specific cubins from sm_90 up: list {}a",
-                    p.name
-                )),
-                _ => Err("Triton writes no family-specific cubin".into()),
+                (true, CudaSuffix::Plain) => Err(NotForTriton::PlainFromSm90 {
+                    processor: p.name.to_string(),
+                }),
+                _ => Err(NotForTriton::FamilySpecific),
             }
         }
         (ProcessorKind::Amd { .. }, _) if target.is_plain() => Ok(json!({
             "backend": "hip", "arch": p.name, "warp_size": target.wave_size()
         })),
-        (ProcessorKind::Amd { .. }, _) => {
-            Err("Triton's hsaco takes any xnack/sramecc mode; list the plain processor".into())
-        }
-        _ => Err("Triton builds no generic AMD processor".into()),
+        (ProcessorKind::Amd { .. }, _) => Err(NotForTriton::AmdFeatureSetting),
+        _ => Err(NotForTriton::GenericAmd),
     }
 }
 

@@ -27,7 +27,10 @@ pub enum TritonError {
     #[error("reading the object the worker wrote, {path}: {err}")]
     Read { path: String, err: String },
     #[error("target {target}: {why}")]
-    Target { target: String, why: String },
+    Target {
+        target: String,
+        why: crate::config::NotForTriton,
+    },
 }
 
 /// One Triton job: a kernel × variant × target of the project at `root`.
