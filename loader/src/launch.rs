@@ -16,7 +16,10 @@ pub use crate::error::LaunchError;
 pub use args::{ArgKind, ArgLayout, DevicePtr, KernelArg, KernelArgs};
 pub use check::{check_args, check_count, check_layout, describe_param};
 pub use pack::{pack_arg, LooseArg};
-pub use triton::{check_triton_args, read_value, triton_args, triton_config, triton_scratch_count};
+pub use triton::{
+    check_triton_args, check_triton_count, read_value, triton_args, triton_config,
+    triton_scratch_count,
+};
 
 /// A CUDA `CUstream` or HIP `hipStream_t`; [`Stream::DEFAULT`] is the null (legacy) stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

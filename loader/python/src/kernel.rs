@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use kbuild_loader::launch::{check_triton_args, triton_args, triton_scratch_count};
+use kbuild_loader::launch::{check_triton_args, check_triton_count, triton_scratch_count};
 use kbuild_loader::{Function, Gpu, LaunchConfig, LoaderError, Stream};
 use kbuild_manifest::params::Param;
 use kbuild_manifest::triton::TritonLaunch;
@@ -151,14 +151,8 @@ impl PyKernel {
     fn pack_triton(&self, args: &Bound<'_, PyTuple>) -> PyResult<args::Packed> {
         let record = self.triton_record()?;
         let refused = |e: kbuild_loader::LaunchError| LaunchError::new_err(e.to_string());
-        let expected = triton_args(record).count();
-        if args.len() != expected {
-            // The record's count, which names the parameters.
-            let zeros = vec![0; args.len()];
-            return Err(check_triton_args(&self.entry, record, &zeros)
-                .err()
-                .map_or_else(|| LaunchError::new_err("argument count"), refused));
-        }
+        // The record's count first: its message names the parameters.
+        check_triton_count(&self.entry, record, args.len()).map_err(refused)?;
         let params = self.params.as_deref().map(|p| {
             let keep = p.len().saturating_sub(triton_scratch_count(record));
             &p[..keep]

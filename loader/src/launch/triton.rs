@@ -107,6 +107,25 @@ fn describe_params(record: &TritonLaunch, params: &[&TritonParam]) -> String {
     text
 }
 
+/// The count of a Triton launch's arguments against `record` (the message names the
+/// parameters and what was compiled in).
+pub fn check_triton_count(
+    kernel: &str,
+    record: &TritonLaunch,
+    given: usize,
+) -> std::result::Result<(), LaunchError> {
+    let params: Vec<&TritonParam> = triton_args(record).collect();
+    if params.len() == given {
+        return Ok(());
+    }
+    Err(LaunchError::TritonCount {
+        kernel: kernel.to_string(),
+        given,
+        expected: params.len(),
+        names: describe_params(record, &params),
+    })
+}
+
 /// Check a Triton launch's arguments against `record`: their count (the message names the
 /// parameters), then each value the object assumes divisible by 16. `values[i]` is argument
 /// i's bytes read as a little-endian unsigned integer (its address for a pointer); only those
@@ -116,15 +135,8 @@ pub fn check_triton_args(
     record: &TritonLaunch,
     values: &[u64],
 ) -> std::result::Result<(), LaunchError> {
+    check_triton_count(kernel, record, values.len())?;
     let params: Vec<&TritonParam> = triton_args(record).collect();
-    if params.len() != values.len() {
-        return Err(LaunchError::TritonCount {
-            kernel: kernel.to_string(),
-            given: values.len(),
-            expected: params.len(),
-            names: describe_params(record, &params),
-        });
-    }
     for (p, &value) in params.iter().zip(values) {
         let Some(what) = address_or_int(&p.ty) else {
             continue;
