@@ -55,7 +55,8 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
 /// (a) Three shards of the repository's default target list, each built in its own out-dir
 /// and packaged, merge to the bundle `kbuild package` makes of one build of every target,
 /// byte for byte; the shards are disjoint and cover the list; an empty shard (more shards than
-/// targets) builds nothing, packages as a shard and merges as nothing.
+/// targets) builds nothing, packages as a shard and merges as nothing. The same list split by
+/// vendor (two `--targets` builds) merges to the same bytes.
 #[test]
 fn three_shards_of_the_default_targets_merge_to_the_single_machine_bundle() {
     let s = Scratch::with_repo_kernels_shared_cache("repo");
@@ -182,6 +183,57 @@ fn three_shards_of_the_default_targets_merge_to_the_single_machine_bundle() {
     assert!(
         !sig.exists(),
         "the stale .sig was left beside the merged bundle"
+    );
+
+    // A release split by vendor, as a CI matrix runs it (a runner with ROCm, one with CUDA):
+    // two builds of disjoint --targets lists, each packaged, merge to the same bundle. The
+    // merge lists targets in the order of its inputs: given in the project's order (its NVIDIA
+    // targets come first), that is the single machine's manifest.
+    let (amd, nvidia): (Vec<&String>, Vec<&String>) =
+        declared.iter().partition(|t| t.starts_with("gfx"));
+    assert!(!amd.is_empty() && !nvidia.is_empty());
+    assert_eq!(
+        nvidia.iter().chain(&amd).copied().collect::<Vec<_>>(),
+        declared.iter().collect::<Vec<_>>(),
+        "the project lists its NVIDIA targets first"
+    );
+    let mut halves = Vec::new();
+    for (name, list) in [("nvidia", nvidia), ("amd", amd)] {
+        let targets: Vec<&str> = list.iter().map(|t| t.as_str()).collect();
+        ok(
+            &s,
+            &k,
+            &[
+                "build",
+                "--targets",
+                &targets.join(","),
+                "--out",
+                name,
+                "-q",
+            ],
+        );
+        let dist = k.join(format!("dist-{name}"));
+        ok(
+            &s,
+            &k,
+            &["package", name, "--out", &dist.display().to_string()],
+        );
+        let bundle = std::fs::read_dir(&dist)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "kbundle"))
+            .unwrap_or_else(|| panic!("no bundle in {}", dist.display()));
+        halves.push(bundle.display().to_string());
+    }
+    let mut args: Vec<&str> = vec!["package", "--merge"];
+    args.extend(halves.iter().map(String::as_str));
+    args.extend(["--out", "merged-vendors"]);
+    ok(&s, &k, &args);
+    assert_eq!(
+        sha256_of(&k.join("merged-vendors/kbuild-kernels-0.1.0.kbundle")),
+        sha256_of(&single),
+        "the vendor halves merge to another bundle than the single machine's"
     );
 }
 
