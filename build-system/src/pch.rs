@@ -150,6 +150,7 @@ impl PchSet {
         cwd: &Path,
         timeout: Option<Duration>,
     ) -> Option<Pch> {
+        prune(&self.store, UNUSED_FOR);
         std::fs::create_dir_all(entry).ok()?;
         let source = entry.join("empty.hip");
         match std::fs::OpenOptions::new()
@@ -209,6 +210,33 @@ impl PchSet {
     }
 }
 
+/// A stored header nobody used for this long is removed when another one is built.
+const UNUSED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Remove the stored headers of `store` last used (their list of inputs written or touched)
+/// longer than `unused_for` ago: an out-dir or compiler that is gone leaves no 11 MB behind for
+/// good. Only directories holding kbuild's `inputs.json` are looked at.
+fn prune(store: &Path, unused_for: Duration) {
+    let Ok(entries) = std::fs::read_dir(store) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for e in entries.flatten() {
+        let dir = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(dir.join("inputs.json")) else {
+            continue;
+        };
+        let idle = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        if meta.is_file() && idle > unused_for && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 /// The header stored at `entry`, when every file it was read from has the size, mtime and
 /// content it had and the header is the one its list was written for.
 fn stored(entry: &Path, cwd: &Path) -> Option<Pch> {
@@ -231,6 +259,11 @@ fn stored(entry: &Path, cwd: &Path) -> Option<Pch> {
     if !same {
         return None;
     }
+    // Its last use, which keeps it from pruning.
+    let _ = std::fs::File::options()
+        .write(true)
+        .open(entry.join("inputs.json"))
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
     tracing::debug!(
         "the precompiled compat header {} is current",
         file.display()
@@ -425,6 +458,38 @@ fn add_identifiers(text: &[u8], set: &mut HashSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_unused_for_long_are_pruned_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let store = d.path();
+        let old = std::time::SystemTime::now() - Duration::from_secs(40 * 24 * 3600);
+        for (name, inputs, age) in [
+            ("stale", true, Some(old)),
+            ("fresh", true, None),
+            ("not-kbuilds", false, Some(old)),
+        ] {
+            let dir = store.join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("header.pch"), b"x").unwrap();
+            if inputs {
+                let f = dir.join("inputs.json");
+                std::fs::write(&f, b"{}").unwrap();
+                if let Some(t) = age {
+                    std::fs::File::options()
+                        .write(true)
+                        .open(&f)
+                        .unwrap()
+                        .set_modified(t)
+                        .unwrap();
+                }
+            }
+        }
+        prune(store, UNUSED_FOR);
+        assert!(!store.join("stale").exists());
+        assert!(store.join("fresh/header.pch").exists());
+        assert!(store.join("not-kbuilds/header.pch").exists());
+    }
 
     fn pch(words: &str) -> Pch {
         let mut identifiers = HashSet::new();
