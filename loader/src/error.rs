@@ -96,6 +96,9 @@ pub enum LoaderError {
     Runtime { api: String, message: String },
     #[error("launch of `{entry}`: {what}")]
     Launch { entry: String, what: String },
+    /// A Triton launch asked of a kernel whose object has no launch record (a CUDA/HIP one).
+    #[error("{kernel}: not a Triton kernel (its object has no launch record)")]
+    NotTriton { kernel: String },
     /// Arguments that do not fit the entry's parameters (refused before the driver).
     #[error(transparent)]
     Args(Box<LaunchError>),

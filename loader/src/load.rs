@@ -174,6 +174,19 @@ impl Loader {
         Ok(self.package.triton_launch(index)?.cloned())
     }
 
+    /// [`Self::triton_launch`] of a kernel that must have been built from Triton:
+    /// [`LoaderError::NotTriton`] otherwise.
+    pub fn require_triton_launch(
+        &self,
+        kernel: &str,
+        variant: Option<&str>,
+    ) -> Result<TritonLaunch> {
+        self.triton_launch(kernel, variant)?
+            .ok_or_else(|| LoaderError::NotTriton {
+                kernel: kernel.to_string(),
+            })
+    }
+
     /// Check a Triton launch of `kernel` (`variant`) as [`Function::launch_triton`] would,
     /// without loading anything (a simulated device answers too): `values[i]` is argument i
     /// read as [`crate::launch::check_triton_args`] reads it, `sizes[i]` its size.
@@ -184,12 +197,7 @@ impl Loader {
         values: &[u64],
         sizes: &[usize],
     ) -> Result<()> {
-        let Some(record) = self.triton_launch(kernel, variant)? else {
-            return Err(LoaderError::Launch {
-                entry: kernel.to_string(),
-                what: "not a Triton kernel (its object has no launch record)".into(),
-            });
-        };
+        let record = self.require_triton_launch(kernel, variant)?;
         crate::launch::triton_config(&record.function, &record, (1, 1, 1), Default::default())?;
         crate::launch::check_triton_args(&record.function, &record, values)
             .map_err(|e| LoaderError::Args(Box::new(e)))?;

@@ -402,21 +402,6 @@ pub unsafe extern "C" fn kbuild_loader_check_args(
     })
 }
 
-/// The launch record of the object selected for `kernel` (`variant`), or the error of a kernel
-/// that was not built from Triton.
-fn triton_record(
-    loader: &Loader,
-    kernel: &str,
-    variant: Option<&str>,
-) -> Result<kbuild_manifest::triton::TritonLaunch, LoaderError> {
-    loader
-        .triton_launch(kernel, variant)?
-        .ok_or_else(|| LoaderError::Launch {
-            entry: kernel.to_string(),
-            what: "not a Triton kernel (its object has no launch record)".into(),
-        })
-}
-
 /// A Triton kernel's function with its launch record: load the object (once), look up the
 /// record's function. NULL on error, as [`kbuild_loader_get_function`], or for a kernel that
 /// was not built from Triton.
@@ -433,7 +418,7 @@ pub unsafe extern "C" fn kbuild_loader_get_triton_function(
         let l = live(loader, "loader")?;
         let kernel = req_str(kernel, "kernel")?;
         let variant = opt_str(variant, "variant")?;
-        let record = triton_record(&l.loader, kernel, variant)?;
+        let record = l.loader.require_triton_launch(kernel, variant)?;
         let function = l.loader.function(kernel, variant, &record.function)?;
         Ok(Box::into_raw(Box::new(KbuildFunction {
             function,
@@ -462,9 +447,9 @@ pub unsafe extern "C" fn kbuild_function_launch_triton(
     guard(-1, || {
         let f = live(function, "function")?;
         let Some(record) = &f.triton else {
-            return Err(LoaderError::Launch {
-                entry: f.function.entry().to_string(),
-                what: "not a Triton kernel's function (take it with kbuild_loader_get_triton_function)".into(),
+            // A function taken with kbuild_loader_get_function carries no record.
+            return Err(LoaderError::NotTriton {
+                kernel: f.function.entry().to_string(),
             });
         };
         let grid = slice(grid, 3, "grid")?;

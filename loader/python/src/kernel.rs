@@ -138,10 +138,10 @@ impl PyKernel {
     /// The launch record, or the error of launching a kernel that has none by it.
     fn triton_record(&self) -> PyResult<&TritonLaunch> {
         self.triton.as_ref().ok_or_else(|| {
-            LaunchError::new_err(format!(
-                "{}: not a Triton kernel (its object has no launch record)",
-                self.entry
-            ))
+            let e = LoaderError::NotTriton {
+                kernel: self.entry.clone(),
+            };
+            LaunchError::new_err(e.to_string())
         })
     }
 

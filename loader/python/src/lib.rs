@@ -69,7 +69,9 @@ pub(crate) fn loader_err(e: kbuild_loader::LoaderError) -> PyErr {
         E::NoMatch(_) => NoMatchError::new_err(msg),
         E::NoDevice { .. } => NoDeviceError::new_err(msg),
         E::Simulated { .. } => SimulatedError::new_err(msg),
-        E::Launch { .. } | E::Argument { .. } => LaunchError::new_err(msg),
+        E::Launch { .. } | E::Argument { .. } | E::Args(_) | E::NotTriton { .. } => {
+            LaunchError::new_err(msg)
+        }
         _ => KbuildError::new_err(msg),
     }
 }
