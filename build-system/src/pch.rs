@@ -77,14 +77,14 @@ pub struct Pch {
 }
 
 impl PchSet {
-    /// A set kept in `store`, built in a new directory under `scratch`; `None` when
-    /// `KBUILD_PCH=0` or the directories cannot be made (the build then compiles without).
+    /// A set kept in `store` (made when a first header is), built in a new directory under
+    /// `scratch`; `None` when `KBUILD_PCH=0` or that directory cannot be made (the build then
+    /// compiles without).
     pub fn new(scratch: &Path, store: &Path, env: &Env) -> Option<PchSet> {
         if env.str(names::KBUILD_PCH) == Some("0") {
             return None;
         }
         let dir = kbuild_base::fs::tempdir_in(scratch, "pch").ok()?;
-        std::fs::create_dir_all(store).ok()?;
         Some(PchSet {
             dir,
             store: store.to_path_buf(),

@@ -146,9 +146,10 @@ impl PyKernel {
     }
 
     /// `args` of a Triton launch packed by the launch check (sized by the parameters the
-    /// record names, the scratch pointers left out) and checked against the record (count with
-    /// the parameters' names, values assumed divisible by 16).
-    fn pack_triton(&self, args: &Bound<'_, PyTuple>) -> PyResult<args::Packed> {
+    /// record names, the scratch pointers left out) after the record's count (which names the
+    /// parameters); with `check_values`, also the values assumed divisible by 16 (a loaded
+    /// kernel's launch leaves those to `Function::launch_triton`, which checks them anyway).
+    fn pack_triton(&self, args: &Bound<'_, PyTuple>, check_values: bool) -> PyResult<args::Packed> {
         let record = self.triton_record()?;
         let refused = |e: kbuild_loader::LaunchError| LaunchError::new_err(e.to_string());
         // The record's count first: its message names the parameters.
@@ -159,7 +160,9 @@ impl PyKernel {
         });
         let index = self.loaded.as_ref().map(|l| l.index);
         let packed = args::pack(&self.entry, params, args, index)?;
-        check_triton_args(&self.entry, record, packed.values()).map_err(refused)?;
+        if check_values {
+            check_triton_args(&self.entry, record, packed.values()).map_err(refused)?;
+        }
         Ok(packed)
     }
 }
@@ -300,7 +303,7 @@ impl PyKernel {
 
     /// Check a Triton launch's `args` as `launch_triton` does, launching nothing.
     fn check_triton(&self, args: &Bound<'_, PyTuple>) -> PyResult<()> {
-        self.pack_triton(args).map(|_| ())
+        self.pack_triton(args, true).map(|_| ())
     }
 
     /// Launch a Triton kernel as its launch record says (`kbuild_loader`'s
@@ -315,7 +318,7 @@ impl PyKernel {
         args: &Bound<'_, PyTuple>,
         stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let mut packed = self.pack_triton(args)?;
+        let mut packed = self.pack_triton(args, self.loaded.is_none())?;
         let stream = self.stream(py, stream)?;
         let grid = dims(grid, "grid", &self.entry)?;
         let (Some(l), Some(record)) = (&self.loaded, &self.triton) else {
