@@ -22,6 +22,7 @@ mod inspect_containers;
 mod loader;
 mod loader_gpu;
 mod mutation_parsers;
+mod occupancy_ptxas;
 mod onboarding;
 mod oracle;
 mod published_diff;

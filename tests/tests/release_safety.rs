@@ -491,7 +491,7 @@ fn target_lists_all_exclusions_and_repeats() {
     );
     let all = targets_of(&o);
     assert!(all.contains(&"sm_89".to_string()) && all.contains(&"gfx1100".to_string()));
-    assert!(!all.contains(&"gfx950".to_string()));
+    assert!(!all.contains(&"gfx950".to_string()) && !all.contains(&"gfx1250".to_string()));
 
     let o = area.kbuild(
         &dir,
@@ -500,7 +500,7 @@ fn target_lists_all_exclusions_and_repeats() {
             "build",
             "--print-commands",
             "--targets",
-            "all,-gfx950,-rdna3",
+            "all,-gfx950,-gfx1250,-rdna3",
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -541,7 +541,7 @@ fn target_lists_all_exclusions_and_repeats() {
         )
         .unwrap()
     };
-    with_targets("[\"all\", \"-gfx950\", \"-rdna3\"]");
+    with_targets("[\"all\", \"-gfx950\", \"-gfx1250\", \"-rdna3\"]");
     let o = area.kbuild(&dir, None, &["build", "--print-commands"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(!stderr(&o).contains("warning"), "{}", text(&o));

@@ -513,6 +513,102 @@ fn fla_wheel(dir: &Path) -> PathBuf {
     wheels.join("fla_core-0.6.0-py3-none-any.whl")
 }
 
+/// The Blackwell arch-specific targets and gfx1250, which the catalogue gained with this
+/// issue: Triton's cubins for sm_100a/sm_103a/sm_120a/sm_121a (ptxas 12.9 marks them
+/// arch-specific in `e_flags`, not in `.nv.compat`) read as cuobjdump reads them, gfx1250's
+/// hsaco as llvm-readobj-19 reads it (no occupancy model: unknown, not guessed); sm_110a,
+/// which Triton 3.6.0's ptxas does not know, is left out before any compile and the empty
+/// target's warning says why.
+#[test]
+fn triton_builds_the_newest_targets_and_says_why_not_where_its_ptxas_cannot() {
+    let s = Scratch::new();
+    let proj = s.path().join("proj");
+    copy_dir(&repo_root().join("tests/tests/triton"), &proj.join("k"));
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        r#"[package]
+name = "tnew"
+version = "0.1.0"
+
+[build]
+targets = ["sm_100a", "sm_103a", "sm_110a", "sm_120a", "sm_121a", "gfx1250"]
+out-dir = "out"
+
+[kernels.copy]
+language = "triton"
+source = "k/kern.py"
+function = "copy_kernel"
+signature = { x_ptr = "*fp32", out_ptr = "*fp32", n = "i32" }
+constexprs = { BLOCK = 512 }
+"#,
+    )
+    .unwrap();
+    let cache = s.path().join("cache");
+    let o = kbuild(&proj, &cache, &["--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "warning: target sm_110a built no object: sm_110a: 0 of 1 kernel (1 restricted by \
+             Kbuild.toml); Triton kernel(s) copy: sm_110a needs ptxas from CUDA 13.0 or later; \
+             Triton 3.6.0 compiles it with its own ptxas of CUDA 12.9"
+        ),
+        "{err}"
+    );
+    let m = manifest(&proj.join("out"));
+    let objects = m["objects"].as_array().unwrap();
+    let mut targets: Vec<&str> = objects
+        .iter()
+        .map(|o| o["target"].as_str().unwrap())
+        .collect();
+    targets.sort();
+    assert_eq!(
+        targets,
+        ["gfx1250", "sm_100a", "sm_103a", "sm_120a", "sm_121a"],
+        "{m:#}"
+    );
+    let cuobjdump = kbuild_tests::cuobjdump();
+    for obj in objects {
+        let path = proj.join("out").join(obj["path"].as_str().unwrap());
+        let target = obj["target"].as_str().unwrap();
+        match obj["format"].as_str().unwrap() {
+            "cubin" => {
+                let header =
+                    kbuild_tests::tool_output(Command::new(&cuobjdump).arg("-elf").arg(&path));
+                let sm = target.trim_start_matches("sm_");
+                assert!(
+                    header.contains(&format!(" sm={sm},")),
+                    "{target}: {header:.300}"
+                );
+                check_cubin(&path, obj);
+            }
+            "hsaco" => {
+                check_hsaco(&path, obj);
+                let r = &obj["resources"]["copy_kernel"];
+                assert!(r["occupancy"].is_null(), "gfx1250 has no model: {r}");
+            }
+            f => panic!("format {f}"),
+        }
+    }
+}
+
+/// The CUDA releases of the ptxas the pinned wheel carries are those kbuild's refusals name.
+#[test]
+fn the_pinned_wheel_carries_the_ptxas_kbuild_says_it_does() {
+    use kbuild_build::toolchain::{TRITON_PTXAS, TRITON_PTXAS_BLACKWELL};
+    let bin = triton_site().join("triton/backends/nvidia/bin");
+    for (tool, want) in [
+        ("ptxas", TRITON_PTXAS),
+        ("ptxas-blackwell", TRITON_PTXAS_BLACKWELL),
+    ] {
+        let out = kbuild_tests::tool_output(Command::new(bin.join(tool)).arg("--version"));
+        assert!(
+            out.contains(&format!("release {want},")),
+            "{tool}: kbuild says CUDA {want}; it says {out}"
+        );
+    }
+}
+
 /// The managed Triton install's package directory (`kbuild toolchain install triton`).
 fn triton_site() -> PathBuf {
     let o = Command::new(kbuild_bin())

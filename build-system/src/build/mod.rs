@@ -328,8 +328,12 @@ pub fn build(
     let empty: Vec<_> = coverage.iter().filter(|c| c.built == 0).cloned().collect();
     if !opts.strict {
         for c in &empty {
+            let why = targets
+                .iter()
+                .find(|t| t.to_string() == c.target)
+                .map_or_else(String::new, |t| not_for_triton(project, t));
             reporter.note(&format!(
-                "warning: target {} built no object: {} (package refuses such a build without --allow-partial; --strict makes it an error)",
+                "warning: target {} built no object: {}{why} (package refuses such a build without --allow-partial; --strict makes it an error)",
                 c.target,
                 c.line()
             ));
@@ -405,4 +409,22 @@ fn failure_text(f: &Failure) -> String {
         }
     }
     s
+}
+
+/// Why Triton kernels are off `target` (`; Triton kernels a, b: why`), or nothing: those
+/// count as restricted, and a target they leave empty should say what Triton lacks.
+fn not_for_triton(project: &Project, target: &Target) -> String {
+    let Err(why) = crate::config::triton_arch(target) else {
+        return String::new();
+    };
+    let names: Vec<&str> = project
+        .kernels
+        .iter()
+        .filter(|k| k.triton.is_some())
+        .map(|k| k.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    format!("; Triton kernel(s) {}: {why}", names.join(", "))
 }

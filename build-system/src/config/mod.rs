@@ -867,7 +867,9 @@ mod triton;
 mod variants;
 
 use triton::RawTriton;
-pub use triton::{triton_arch, NotForTriton, TritonKernel};
+pub use triton::{
+    triton_arch, NotForTriton, TritonKernel, TRITON_PTXAS, TRITON_PTXAS_BLACKWELL, TRITON_VERSION,
+};
 
 use messages::{line_col, user_message};
 use variants::{is_identifier, variant_matrix};

@@ -5,7 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use kbuild_manifest::target::{CudaSuffix, ProcessorKind, Target, Vendor};
+use kbuild_manifest::target::{CudaSuffix, ProcessorKind, Target, Vendor, Version};
+
+/// The Triton kbuild installs and builds with (the version the GPU machines run, so objects
+/// built here equal what their JIT builds).
+pub const TRITON_VERSION: &str = "3.6.0";
+
+/// The CUDA releases of the two ptxas [`TRITON_VERSION`] carries: `ptxas` for targets below
+/// sm_100, `ptxas-blackwell` from sm_100 up. A target newer than its ptxas (sm_110a needs CUDA
+/// 13.0) is refused before a compile; a test checks these against the installed wheel.
+pub const TRITON_PTXAS: Version = Version(12, 8);
+pub const TRITON_PTXAS_BLACKWELL: Version = Version(12, 9);
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -227,6 +237,15 @@ pub enum NotForTriton {
     Ptx,
     #[error("Triton writes only arch-specific cubins from sm_90 up: list {processor}a")]
     PlainFromSm90 { processor: String },
+    #[error(
+        "{processor} needs ptxas from CUDA {needs} or later; Triton {triton} compiles it with its own ptxas of CUDA {ptxas}"
+    )]
+    PtxasTooOld {
+        processor: String,
+        needs: Version,
+        triton: &'static str,
+        ptxas: Version,
+    },
     #[error("Triton writes no family-specific cubin")]
     FamilySpecific,
     #[error("Triton's hsaco takes any xnack/sramecc mode; list the plain processor")]
@@ -247,6 +266,19 @@ pub fn triton_arch(target: &Target) -> Result<Value, NotForTriton> {
             let sm = p.sm().unwrap_or(0);
             match (sm >= 90, suffix) {
                 (false, CudaSuffix::Plain) | (true, CudaSuffix::ArchSpecific) => {
+                    let ptxas = if sm >= 100 {
+                        TRITON_PTXAS_BLACKWELL
+                    } else {
+                        TRITON_PTXAS
+                    };
+                    if p.min_toolchain > ptxas {
+                        return Err(NotForTriton::PtxasTooOld {
+                            processor: p.name.to_string(),
+                            needs: p.min_toolchain,
+                            triton: TRITON_VERSION,
+                            ptxas,
+                        });
+                    }
                     Ok(json!({"backend": "cuda", "arch": sm, "warp_size": 32}))
                 }
                 (true, CudaSuffix::Plain) => Err(NotForTriton::PlainFromSm90 {

@@ -14,7 +14,8 @@ pub use discover::*;
 pub use install::*;
 pub use tools::ToolOutput;
 pub use triton::{
-    discover_triton, install_triton, TritonToolchain, TRITON_VERSION, TRITON_WHEELS, WORKER_PY,
+    discover_triton, install_triton, TritonToolchain, TRITON_PTXAS, TRITON_PTXAS_BLACKWELL,
+    TRITON_VERSION, TRITON_WHEELS, WORKER_PY,
 };
 
 /// The CUDA toolkit kbuild installs: NVIDIA's PyPI wheels, pinned.

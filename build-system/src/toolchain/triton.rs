@@ -13,9 +13,7 @@ use super::install::{pip_args, InstallAction, Installed};
 use super::tools::{run_tool, ToolOutput};
 use super::{managed_dir, which, ToolchainError};
 
-/// The Triton kbuild installs and builds with (the version the GPU machines run, so objects
-/// built here equal what their JIT builds).
-pub const TRITON_VERSION: &str = "3.6.0";
+pub use crate::config::{TRITON_PTXAS, TRITON_PTXAS_BLACKWELL, TRITON_VERSION};
 
 /// The sha256 of each CPython's manylinux x86_64 wheel of [`TRITON_VERSION`] on PyPI.
 pub const TRITON_WHEELS: &[(&str, &str)] = &[

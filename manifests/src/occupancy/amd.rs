@@ -114,7 +114,16 @@ static AMD_LIMITS: &[AmdLimits] = &[
     rdna("gfx12-generic", 1536),
 ];
 
-/// The limits of an AMD catalogue processor (concrete or generic); `None` for CUDA ones.
+/// AMD catalogue processors with no occupancy model, and why: their occupancy is reported as
+/// unknown rather than guessed.
+pub static AMD_WITHOUT_MODEL: &[(&str, &str)] = &[(
+    "gfx1250",
+    "no compiler on this build machine reports its occupancy (clang-19 lacks it), so its \
+     register file and LDS per work-group are not confirmed",
+)];
+
+/// The limits of an AMD catalogue processor (concrete or generic); `None` for CUDA ones and
+/// for those in [`AMD_WITHOUT_MODEL`].
 pub fn amd_limits(p: &Processor) -> Option<&'static AmdLimits> {
     if !matches!(
         p.kind,
@@ -331,7 +340,9 @@ mod tests {
                 p.kind,
                 ProcessorKind::Amd { .. } | ProcessorKind::AmdGeneric { .. }
             );
-            assert_eq!(amd_limits(p).is_some(), amd, "{}", p.name);
+            let unmodelled = AMD_WITHOUT_MODEL.iter().any(|(n, _)| *n == p.name);
+            assert_eq!(amd_limits(p).is_some(), amd && !unmodelled, "{}", p.name);
+            assert!(!unmodelled || amd, "{}", p.name);
             if let Some(l) = amd_limits(p) {
                 assert_eq!(l.vgprs_wave32.is_some(), p.wave_size == 32, "{}", p.name);
             }

@@ -96,7 +96,10 @@ const fn cc(
 /// `cudaOccSMemAllocationGranularity`); warps/SM, shared memory/SM (its largest carveout, which
 /// is also the top step of the header's `cudaOccAlignUpShmemSizeVoltaPlus`), per-block opt-in
 /// and the 1 KiB reservation from the CUDA C++ Programming Guide, "Technical Specifications
-/// per Compute Capability". sm_90's row was checked on an H200 (docs/occupancy-sm90.jsonl).
+/// per Compute Capability". sm_110's resident warps are ptxas 13.5's: it accepts
+/// `__launch_bounds__(256, 6)` and ignores `(256, 7)` as out of range, as on sm_89 and sm_120.
+/// Warps and blocks of every row are checked against ptxas that way (the e2e test
+/// `occupancy_ptxas`); sm_90's row was checked on an H200 (docs/occupancy-sm90.jsonl).
 static CUDA_LIMITS: &[CudaLimits] = &[
     //  CC      warps blocks shared-KiB barrier×
     cc(7, 5, 32, 16, 64, 2),
@@ -107,6 +110,7 @@ static CUDA_LIMITS: &[CudaLimits] = &[
     cc(9, 0, 64, 32, 228, 2),
     cc(10, 0, 64, 32, 228, 2),
     cc(10, 3, 64, 32, 228, 1),
+    cc(11, 0, 48, 24, 228, 1),
     cc(12, 0, 48, 24, 100, 1),
     cc(12, 1, 48, 24, 100, 1),
 ];

@@ -15,7 +15,7 @@
 mod amd;
 mod cuda;
 
-pub use amd::{amd_limits, amd_occupancy, AmdLimits, AmdUsage};
+pub use amd::{amd_limits, amd_occupancy, AmdLimits, AmdUsage, AMD_WITHOUT_MODEL};
 pub use cuda::{cuda_limits, cuda_occupancy, CudaLimits, CudaUsage};
 
 /// How many warps (CUDA) or waves (AMD) of one kernel can be resident at once, and why not
@@ -94,6 +94,9 @@ mod tests {
                     assert_eq!(c.unit, "warps/SM");
                     assert!(c.value > 0 && c.value <= c.max, "{}: {c:?}", p.name);
                     assert!(a.is_none(), "{}", p.name);
+                }
+                Vendor::Amd if amd::AMD_WITHOUT_MODEL.iter().any(|(n, _)| *n == p.name) => {
+                    assert!(a.is_none() && c.is_none(), "{}", p.name);
                 }
                 Vendor::Amd => {
                     let a = a.unwrap_or_else(|| panic!("{}: no AMD model", p.name));

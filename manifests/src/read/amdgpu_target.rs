@@ -1,7 +1,8 @@
 //! AMDGPU processor and target-id from ELF `e_flags`.
 //!
 //! The table is LLVM's `EF_AMDGPU_MACH_*` (llvm/BinaryFormat/ELF.h, LLVM 19, plus gfx950 and
-//! gfx9-4-generic from LLVM 20); the spelling of target ids is LLVM's (`gfx90a:sramecc+:xnack-`,
+//! gfx9-4-generic from LLVM 20 and gfx1250, whose objects Triton's AMD backend writes with mach
+//! 0x49); the spelling of target ids is LLVM's (`gfx90a:sramecc+:xnack-`,
 //! features only when not "any", sramecc before xnack), which is what `llvm-readobj --notes`
 //! shows in `amdhsa.target`.
 
@@ -47,6 +48,7 @@ const PROCESSORS: &[(u32, &str)] = &[
     (0x046, "gfx1101"),
     (0x047, "gfx1102"),
     (0x048, "gfx1200"),
+    (0x049, "gfx1250"),
     (0x04a, "gfx1151"),
     (0x04b, "gfx941"),
     (0x04c, "gfx942"),

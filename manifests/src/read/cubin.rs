@@ -27,6 +27,10 @@ pub const SHT_CUDA_INFO: u32 = 0x7000_0000;
 pub const SHT_CUDA_COMPAT: u32 = 0x7000_0086;
 /// V1 `e_flags` bit of arch-specific ('a') cubins.
 pub const EF_CUDA_V1_ARCH_SPECIFIC: u32 = 0x800;
+/// V2 `e_flags` bit of arch-specific ('a') cubins as ptxas 12.9 writes them (sm_100a, sm_103a,
+/// sm_120a, sm_121a from Triton 3.6's ptxas; cuobjdump 13.5 reads them as `sm=100a`); ptxas
+/// 13.5 instead records `.nv.compat` attribute 0x09 = 1 and leaves this bit clear.
+pub const EF_CUDA_V2_ARCH_SPECIFIC: u32 = 0x8;
 /// Shared memory the driver reserves per block on sm_90 and later (the `.nv.reservedSmem`
 /// area): cuobjdump's SHARED and the `.nv.shared.<k>` section include it, `ptxas -v` does not.
 /// Observed as exactly 1 KiB, whenever a kernel has a `.nv.shared.<k>` section, on sm_90,
@@ -45,7 +49,8 @@ pub struct CudaObject {
     pub e_flags: u32,
     /// SM number: 89 for sm_89, 90 for sm_90a too.
     pub sm: u32,
-    /// Arch-specific ('a'): V1 `e_flags & 0x800`, V2 `.nv.compat` attribute 0x09 = 1.
+    /// Arch-specific ('a'): V1 `e_flags & 0x800`, V2 `e_flags & 0x8` or `.nv.compat` attribute
+    /// 0x09 = 1.
     pub arch_specific: bool,
     /// "sm_89", "sm_90a".
     pub target: String,
@@ -124,13 +129,13 @@ fn decode_arch(elf: &Elf<'_>) -> Result<(u8, u32, bool, Option<u32>), ReadError>
             Some((f >> 16) & 0xff).filter(|v| *v != 0),
         )),
         CUDA_ABI_V2 => {
-            let mut arch_specific = false;
+            let mut arch_specific = f & EF_CUDA_V2_ARCH_SPECIFIC != 0;
             if let Some((_, s)) = elf.section_by_name(".nv.compat") {
                 let body = elf.section_data(".nv.compat", s)?;
                 for r in nvinfo::NvInfoIter::at(".nv.compat", elf.sh_offset(s), body) {
                     let r = r?;
                     if r.attribute == nvinfo::COMPAT_ARCH_SPECIFIC {
-                        arch_specific = r.scalar() == Some(1);
+                        arch_specific |= r.scalar() == Some(1);
                     }
                 }
             }
