@@ -434,6 +434,8 @@ impl GdnEngine {
             shared_bytes: 0,
             stream: self.cuda.stream(),
             programmatic: false,
+            cluster: 1,
+            cooperative: false,
         }
     }
 

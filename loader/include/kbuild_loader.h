@@ -120,7 +120,8 @@ int kbuild_loader_check_args(const kbuild_loader *loader, const char *kernel,
 
 /* Triton kernels (Kbuild.toml `language = "triton"`): the build records how each object must
  * be launched (block = num_warps x warp size, dynamic shared memory, programmatic dependent
- * launch, two trailing scratch pointers) and what the code assumes of its arguments (values
+ * launch, clusters, cooperative grids, two trailing scratch pointers) and what the code
+ * assumes of its arguments (values
  * divisible by 16). These functions apply that record.
  *
  * kbuild_loader_get_triton_function: the kernel's function (its only entry) with the record;
@@ -128,13 +129,14 @@ int kbuild_loader_check_args(const kbuild_loader *loader, const char *kernel,
 kbuild_function *kbuild_loader_get_triton_function(const kbuild_loader *loader,
                                                    const char *kernel, const char *variant);
 
-/* Launch `grid` programs (3 values) on `stream` (NULL: default stream). args[i] points at the
- * value of the record's parameter i, scratch pointers left out (kbuild passes them, NULL),
+/* Launch `grid` programs (3 values) on `stream` (NULL: default stream), as Triton's launcher
+ * does: each program a cluster of num_ctas blocks, cooperative when recorded. args[i] points
+ * at the value of the record's parameter i, scratch pointers left out (kbuild passes them:
+ * NULL, or memory it allocates for this launch in stream order and frees after it, CUDA only),
  * sizes[i] is its size, count of each. Checked before the driver: the count (the message
  * names the parameters), each pointer or int the build assumed divisible by 16
  *   "add: argument `x_ptr` (*fp32): its address 0x7f0000001004 is not a multiple of 16, ..."
- * and the sizes, as kbuild_function_launch_checked. A kernel that needs a scratch buffer, a
- * cluster or a cooperative launch is refused (not supported yet). 0 on success, -1 on error. */
+ * and the sizes, as kbuild_function_launch_checked. 0 on success, -1 on error. */
 int kbuild_function_launch_triton(const kbuild_function *function, const unsigned *grid,
                                   void *stream, void *const *args, const size_t *sizes,
                                   size_t count);

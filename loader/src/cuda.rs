@@ -181,6 +181,28 @@ impl CudaModule {
         self.raw
     }
 
+    /// [`alloc_async`] on this module's device (its context bound first).
+    ///
+    /// # Safety
+    /// As [`alloc_async`].
+    pub unsafe fn alloc_async(
+        &self,
+        bytes: usize,
+        stream: sys::CUstream,
+    ) -> Result<sys::CUdeviceptr> {
+        self.device.bind()?;
+        alloc_async(bytes, stream)
+    }
+
+    /// [`free_async`] on this module's device.
+    ///
+    /// # Safety
+    /// As [`free_async`].
+    pub unsafe fn free_async(&self, ptr: sys::CUdeviceptr, stream: sys::CUstream) -> Result<()> {
+        self.device.bind()?;
+        free_async(ptr, stream)
+    }
+
     /// `cuModuleGetFunction`.
     pub fn function(&self, name: &str) -> Result<sys::CUfunction> {
         let c = CString::new(name).map_err(|_| LoaderError::NulByte {
@@ -257,8 +279,22 @@ pub unsafe fn allow_dynamic_shared(f: sys::CUfunction, bytes: u32) -> Result<()>
     })
 }
 
-/// `cuLaunchKernel`, or with `programmatic` `cuLaunchKernelEx` with programmatic stream
-/// serialisation allowed (the kernel may overlap the previous one in the stream).
+/// The launch attributes kbuild sets (`cuLaunchKernelEx`); all off is a plain `cuLaunchKernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchAttributes {
+    /// Programmatic stream serialisation: the kernel may overlap the previous one.
+    pub programmatic: bool,
+    /// Blocks per cluster along x (1: no cluster); Triton's clusters are `(num_ctas, 1, 1)`,
+    /// scheduled spread, as its own launcher makes them.
+    pub cluster: u32,
+    /// All blocks resident at once (grid-wide synchronisation).
+    pub cooperative: bool,
+}
+
+/// Clusters over 8 blocks are not portable: the function must allow them first.
+const PORTABLE_CLUSTER: u32 = 8;
+
+/// `cuLaunchKernel`, or `cuLaunchKernelEx` with the attributes `attrs` asks for.
 ///
 /// # Safety
 /// `f` must be live; `params` must point at values matching the kernel's parameters.
@@ -269,23 +305,60 @@ pub unsafe fn launch(
     shared_bytes: u32,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
-    programmatic: bool,
+    attrs: LaunchAttributes,
 ) -> Result<()> {
-    if !programmatic {
+    if !attrs.programmatic && attrs.cluster <= 1 && !attrs.cooperative {
         return guarded("cuLaunchKernel", || {
             result::launch_kernel(f, grid, block, shared_bytes, stream, params)
         });
     }
+    if attrs.cluster > PORTABLE_CLUSTER {
+        guarded("cuFuncSetAttribute", || {
+            result::function::set_function_attribute(
+                f,
+                sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+            )
+        })?;
+    }
     guarded("cuLaunchKernelEx", || {
-        // SAFETY: a zeroed attribute value is valid (plain integers); the one attribute and
-        // the config live across the call.
-        let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
-        value.programmaticStreamSerializationAllowed = 1;
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        use sys::CUlaunchAttributeID as Id;
+        let attribute = |id: Id, value: sys::CUlaunchAttributeValue| sys::CUlaunchAttribute {
+            id,
             pad: [0; 4],
             value,
         };
+        let mut list = Vec::with_capacity(4);
+        // SAFETY (each zeroed value): the attribute values are plain integers and structs of
+        // integers, for which all-zero is valid.
+        if attrs.programmatic {
+            let mut v: sys::CUlaunchAttributeValue = std::mem::zeroed();
+            v.programmaticStreamSerializationAllowed = 1;
+            list.push(attribute(
+                Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                v,
+            ));
+        }
+        if attrs.cooperative {
+            let mut v: sys::CUlaunchAttributeValue = std::mem::zeroed();
+            v.cooperative = 1;
+            list.push(attribute(Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE, v));
+        }
+        if attrs.cluster > 1 {
+            let mut v: sys::CUlaunchAttributeValue = std::mem::zeroed();
+            v.clusterDim.x = attrs.cluster;
+            v.clusterDim.y = 1;
+            v.clusterDim.z = 1;
+            list.push(attribute(Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, v));
+            let mut v: sys::CUlaunchAttributeValue = std::mem::zeroed();
+            v.clusterSchedulingPolicyPreference =
+                sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+            list.push(attribute(
+                Id::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                v,
+            ));
+        }
+        // The list and the config live across the call.
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -295,9 +368,26 @@ pub unsafe fn launch(
             blockDimZ: block.2,
             sharedMemBytes: shared_bytes,
             hStream: stream,
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: list.as_mut_ptr(),
+            numAttrs: list.len() as u32,
         };
         sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result()
     })
+}
+
+/// A stream-ordered device allocation of `bytes` (`cuMemAllocAsync`): usable by work queued
+/// on `stream` after this call, and recorded into a graph when `stream` is capturing.
+///
+/// # Safety
+/// `stream` is a live stream of the current context (or null: the default stream).
+pub unsafe fn alloc_async(bytes: usize, stream: sys::CUstream) -> Result<sys::CUdeviceptr> {
+    guarded("cuMemAllocAsync", || result::malloc_async(stream, bytes))
+}
+
+/// Frees `ptr` once the work queued on `stream` before this call is done (`cuMemFreeAsync`).
+///
+/// # Safety
+/// `ptr` came from [`alloc_async`] and is freed once.
+pub unsafe fn free_async(ptr: sys::CUdeviceptr, stream: sys::CUstream) -> Result<()> {
+    guarded("cuMemFreeAsync", || result::free_async(ptr, stream))
 }

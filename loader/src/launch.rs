@@ -62,6 +62,12 @@ pub struct LaunchConfig {
     /// kcompat.h's `kc_grid_dependency_wait`) before it touches anything that kernel writes.
     /// Ignored on HIP, where launches on one stream stay serialised.
     pub programmatic: bool,
+    /// CUDA thread-block clusters (sm_90+): blocks per cluster along x, 1 for none. The grid
+    /// is in blocks, a multiple of it. HIP has no clusters: more than 1 is refused there.
+    pub cluster: u32,
+    /// A cooperative launch (all blocks resident at once, grid-wide sync allowed); refused on
+    /// HIP for now.
+    pub cooperative: bool,
 }
 
 impl LaunchConfig {
@@ -73,6 +79,8 @@ impl LaunchConfig {
             shared_bytes: 0,
             stream: Stream::DEFAULT,
             programmatic: false,
+            cluster: 1,
+            cooperative: false,
         }
     }
 
@@ -100,6 +108,12 @@ impl LaunchConfig {
         };
         if [self.grid.0, self.grid.1, self.grid.2].contains(&0) {
             return Err(err(format!("grid {:?} has a zero dimension", self.grid)));
+        }
+        if self.cluster == 0 || !self.grid.0.is_multiple_of(self.cluster) {
+            return Err(err(format!(
+                "grid x of {} blocks is not a whole number of clusters of {}",
+                self.grid.0, self.cluster
+            )));
         }
         let threads = self.threads_per_block();
         if threads == 0 {

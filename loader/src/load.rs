@@ -20,6 +20,7 @@ use crate::select::{Selection, Verdicts};
 mod attributes;
 mod gpu;
 mod module;
+mod scratch;
 #[cfg(test)]
 mod tests;
 

@@ -4,7 +4,8 @@
 # time by kbuild and launched through `import kbuild` (in another process that never imports
 # triton) on the same tensors: outputs compared bitwise, cold start and host time per launch
 # side by side; then, in one process, host time per launch of Triton's `kernel[grid](...)`,
-# FLA's call and kbuild's launches. Prepared by scripts/device/triton-prepare.sh.
+# FLA's call and kbuild's launches; then launches with global scratch and clusters against
+# Triton's JIT (scripts/device/triton-features.py). Prepared by scripts/device/triton-prepare.sh.
 #
 #   run(carry=[".device/triton"], command="scripts/device/triton-h200.sh")
 set -u -o pipefail
@@ -26,4 +27,6 @@ python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "$site" "
   t2=$(date +%s.%N)
   python3 -c "print(f'process wall: JIT {${t1}-${t0}:.2f} s, kbuild {${t2}-${t1}:.2f} s')"
   timeout 300 python3 scripts/device/triton-fla.py bench "$D/fla/out"
+  timeout 300 python3 scripts/device/triton-features.py jit /tmp/features-cases.pt "$D/features"
+  timeout 300 python3 scripts/device/triton-features.py aot /tmp/features-cases.pt "$D/features/out"
 } 2>&1 | tee "$OUT/triton-h200.txt"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Prepare .device/triton/ for scripts/device/triton-h200.sh (run here, on a machine with no
-# GPU): FLA 0.6.0's fused recurrent GDN forward and chunked state kernel (its 12 configs) built
-# ahead of time for sm_90a by kbuild's Triton workers (pinned to the H200's Triton, 3.6.0) from FLA's pinned wheel, the `kbuild`
-# Python wheel that launches it, and FLA's wheel for the JIT side. Carry: [".device/triton"]
-# (.device/ is ignored through .git/info/exclude).
+# GPU), built by kbuild's Triton workers pinned to the H200's Triton (3.6.0) for sm_90a: FLA
+# 0.6.0's fused recurrent GDN forward and chunked state kernel (its 12 configs) from FLA's
+# pinned wheel, and kernels whose launches need scratch memory and clusters
+# (tests/tests/triton/features.py); the `kbuild` Python wheel that launches them, and FLA's
+# wheel for the JIT side. Carry: [".device/triton"] (.device/ is ignored through
+# .git/info/exclude).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=.device/triton
@@ -25,4 +27,10 @@ python3 -I -m zipfile -e "$D"/fla_core-0.6.0-py3-none-any.whl "$D/fla"
 sed 's/^targets = TARGETS/targets = ["sm_90a"]/' tests/tests/triton/fla.toml >"$D/fla/Kbuild.toml"
 (cd "$D/fla" && KBUILD_CACHE_DIR=$PWD/../cache "$kbuild" && rm -rf ../cache)
 find "$D/fla/out" -name '*.log' -delete
+# Launches with global scratch and clusters (tests/tests/triton/features.py).
+mkdir -p "$D/features"
+cp tests/tests/triton/features.py "$D/features/"
+sed 's/^targets = TARGETS/targets = ["sm_90a"]/' tests/tests/triton/features.toml >"$D/features/Kbuild.toml"
+(cd "$D/features" && KBUILD_CACHE_DIR=$PWD/../cache "$kbuild" && rm -rf ../cache)
+find "$D/features/out" -name '*.log' -delete
 du -sh "$D"

@@ -275,6 +275,8 @@ fn launch_config(c: &KbuildLaunchConfig) -> LaunchConfig {
         shared_bytes: c.shared_bytes,
         stream: Stream::from_raw(c.stream),
         programmatic: false,
+        cluster: 1,
+        cooperative: false,
     }
 }
 

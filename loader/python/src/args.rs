@@ -303,9 +303,13 @@ fn classify(
         return Err(err(format!("is {obj}, larger than any kernel parameter")));
     }
     let data_ptr = intern!(py, "data_ptr");
+    // A torch tensor: its own methods, called unbound (this is on every launch's path).
+    if let Some(torch) = torch_tensor(obj)? {
+        return torch.pointer(obj, device).map_err(&err);
+    }
     // A tensor: it must live where the kernel runs. A torch tensor answers `is_cuda` and
-    // `get_device()` without building a device object (this is on every launch's path);
-    // another tensor type with `data_ptr()` is asked for its `device`.
+    // `get_device()` without building a device object; another tensor type with `data_ptr()`
+    // is asked for its `device`.
     let torch_is_cuda = obj
         .getattr(intern!(py, "is_cuda"))
         .ok()
@@ -350,4 +354,86 @@ fn classify(
     }
     let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
     Ok(LooseArg::Pointer(ptr))
+}
+
+/// torch's tensor base class and two of its methods, looked up once torch is imported (never
+/// importing it): called unbound they skip building a bound method per argument and launch.
+struct TorchTensor {
+    base: Py<pyo3::types::PyType>,
+    get_device: Py<PyAny>,
+    data_ptr: Py<PyAny>,
+}
+
+static TORCH_TENSOR: pyo3::sync::PyOnceLock<TorchTensor> = pyo3::sync::PyOnceLock::new();
+
+/// The torch fast path for `obj` when it is a torch tensor.
+fn torch_tensor<'a>(obj: &Bound<'a, PyAny>) -> PyResult<Option<&'a TorchTensor>> {
+    let py = obj.py();
+    let torch = match TORCH_TENSOR.get(py) {
+        Some(t) => t,
+        None => {
+            let modules = py
+                .import(intern!(py, "sys"))?
+                .getattr(intern!(py, "modules"))?;
+            let Ok(c) = modules
+                .get_item(intern!(py, "torch"))
+                .and_then(|t| t.getattr(intern!(py, "_C")))
+            else {
+                return Ok(None);
+            };
+            let Ok(base) = c.getattr(intern!(py, "TensorBase")) else {
+                return Ok(None);
+            };
+            let Ok(base) = base.cast_into::<pyo3::types::PyType>() else {
+                return Ok(None);
+            };
+            let t = TorchTensor {
+                get_device: base.getattr(intern!(py, "get_device"))?.unbind(),
+                data_ptr: base.getattr(intern!(py, "data_ptr"))?.unbind(),
+                base: base.unbind(),
+            };
+            TORCH_TENSOR.get_or_init(py, || t)
+        }
+    };
+    Ok(obj.is_instance(torch.base.bind(py))?.then_some(torch))
+}
+
+impl TorchTensor {
+    /// The tensor's address, when it is a CUDA tensor on `device`; else what is wrong.
+    fn pointer(&self, obj: &Bound<'_, PyAny>, device: Option<u32>) -> Result<LooseArg, String> {
+        let py = obj.py();
+        let fail = |e: PyErr| e.to_string();
+        let on_cuda: bool = obj
+            .getattr(intern!(py, "is_cuda"))
+            .and_then(|v| v.extract())
+            .map_err(fail)?;
+        let index: i64 = if on_cuda {
+            self.get_device
+                .bind(py)
+                .call1((obj,))
+                .and_then(|v| v.extract())
+                .map_err(fail)?
+        } else {
+            -1
+        };
+        let here = device.map(i64::from);
+        if !on_cuda || here.is_some_and(|d| d != index) {
+            let dev = obj
+                .getattr(intern!(py, "device"))
+                .and_then(|d| d.str().map(|s| s.to_string()))
+                .unwrap_or_else(|_| "another device".into());
+            let want = match device {
+                Some(d) => format!("cuda:{d}"),
+                None => "a GPU".to_string(),
+            };
+            return Err(format!("is a tensor on {dev}, the kernel runs on {want}"));
+        }
+        let ptr: u64 = self
+            .data_ptr
+            .bind(py)
+            .call1((obj,))
+            .and_then(|v| v.extract())
+            .map_err(fail)?;
+        Ok(LooseArg::Pointer(ptr))
+    }
 }

@@ -307,9 +307,9 @@ impl PyKernel {
     }
 
     /// Launch a Triton kernel as its launch record says (`kbuild_loader`'s
-    /// `Function::launch_triton`): `grid` programs; block, dynamic shared memory, PDL and the
-    /// NULL scratch pointers from the record; `args` are its parameters less the scratch
-    /// pointers. Every check comes before the driver is called.
+    /// `Function::launch_triton`): `grid` programs; block, dynamic shared memory, PDL,
+    /// clusters, cooperative grids and the scratch memory from the record; `args` are its
+    /// parameters less the scratch pointers. Every check comes before the driver is called.
     #[pyo3(signature = (grid, *args, stream=None))]
     fn launch_triton(
         &self,
@@ -374,6 +374,8 @@ impl PyKernel {
             shared_bytes: shared,
             stream: Stream::from_raw(stream as *mut c_void),
             programmatic: false,
+            cluster: 1,
+            cooperative: false,
         };
         let Some(l) = &self.loaded else {
             return Err(loader_err(LoaderError::Simulated {

@@ -1,8 +1,8 @@
 //! A Triton kernel's launch as its build recorded it ([`TritonLaunch`], the manifest's launch
 //! record): the configuration (block = num_warps × warp size, the dynamic shared memory,
-//! programmatic dependent launch), the scratch pointers, and the check of the caller's
-//! arguments against the record (count, and the values the object was compiled to assume
-//! divisible by 16), all before any driver call.
+//! programmatic dependent launch, clusters, cooperative grids), the scratch pointers, and the
+//! check of the caller's arguments against the record (count, and the values the object was
+//! compiled to assume divisible by 16), all before any driver call.
 
 use kbuild_manifest::triton::{TritonLaunch, TritonParam};
 
@@ -22,9 +22,9 @@ pub fn triton_scratch_count(record: &TritonLaunch) -> usize {
     record.params.iter().filter(|p| p.ty == SCRATCH).count()
 }
 
-/// The configuration of a launch of `record` over `grid` programs on `stream`. What kbuild
-/// does not provide yet is refused, naming it: a scratch buffer of non-zero size, clusters
-/// (`num_ctas` > 1), cooperative launches.
+/// The configuration of a launch of `record` over `grid` programs on `stream`, as Triton's
+/// own launcher makes it: each program is a cluster of `num_ctas` blocks along x (so the grid
+/// in blocks is `grid.x × num_ctas`), cooperative and programmatic when the record says so.
 pub fn triton_config(
     entry: &str,
     record: &TritonLaunch,
@@ -35,27 +35,13 @@ pub fn triton_config(
         entry: entry.to_string(),
         what,
     };
-    for (size, which) in [
-        (record.global_scratch_size, "global"),
-        (record.profile_scratch_size, "profile"),
-    ] {
-        if size != 0 {
-            return Err(refuse(format!(
-                "the kernel needs a {which} scratch buffer of {size} bytes per program, which kbuild does not allocate yet"
-            )));
-        }
-    }
-    if record.num_ctas > 1 {
-        return Err(refuse(format!(
-            "the kernel was built for clusters of {} CTAs, which kbuild does not launch yet",
-            record.num_ctas
-        )));
-    }
-    if record.cooperative {
-        return Err(refuse(
-            "the kernel needs a cooperative launch, which kbuild does not make yet".into(),
-        ));
-    }
+    let cluster = record.num_ctas.max(1);
+    let blocks_x = grid.0.checked_mul(cluster).ok_or_else(|| {
+        refuse(format!(
+            "grid x of {} programs × {cluster} CTAs each overflows",
+            grid.0
+        ))
+    })?;
     let shared_bytes = u32::try_from(record.shared).map_err(|_| {
         refuse(format!(
             "the record asks for {} bytes of dynamic shared memory",
@@ -63,11 +49,13 @@ pub fn triton_config(
         ))
     })?;
     Ok(LaunchConfig {
-        grid,
+        grid: (blocks_x, grid.1, grid.2),
         block: (record.block_threads(), 1, 1),
         shared_bytes,
         stream,
         programmatic: record.pdl,
+        cluster,
+        cooperative: record.cooperative,
     })
 }
 
@@ -191,27 +179,34 @@ mod tests {
             (cfg.grid, cfg.block, cfg.shared_bytes),
             ((7, 1, 1), (128, 1, 1), 70_000)
         );
-        assert!(!cfg.programmatic);
+        assert!(!cfg.programmatic && !cfg.cooperative);
+        assert_eq!(cfg.cluster, 1);
         assert_eq!(triton_scratch_count(&r), 2);
         assert_eq!(triton_args(&r).count(), 4);
     }
 
     #[test]
-    fn what_kbuild_does_not_provide_is_refused_by_name() {
-        let mut r = record();
-        r.global_scratch_size = 256;
-        let e = triton_config("add", &r, (1, 1, 1), Stream::DEFAULT).unwrap_err();
-        assert!(
-            e.to_string().contains("global scratch buffer of 256 bytes"),
-            "{e}"
-        );
+    fn clusters_and_cooperative_launches_are_configured_as_tritons_launcher_makes_them() {
         let mut r = record();
         r.num_ctas = 2;
-        let e = triton_config("add", &r, (1, 1, 1), Stream::DEFAULT).unwrap_err();
-        assert!(e.to_string().contains("clusters of 2 CTAs"), "{e}");
-        let mut r = record();
         r.cooperative = true;
-        assert!(triton_config("add", &r, (1, 1, 1), Stream::DEFAULT).is_err());
+        let cfg = triton_config("add", &r, (5, 3, 1), Stream::DEFAULT).unwrap();
+        // Each program is a cluster of 2 blocks along x.
+        assert_eq!((cfg.grid, cfg.cluster), ((10, 3, 1), 2));
+        assert!(cfg.cooperative);
+        assert!(cfg.check("add", None).is_ok());
+        r.num_ctas = 4;
+        let e = triton_config("add", &r, (u32::MAX, 1, 1), Stream::DEFAULT).unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
+        // A grid that is no whole number of clusters is refused before the driver.
+        let mut odd = cfg;
+        odd.grid.0 = 9;
+        let e = odd.check("add", None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not a whole number of clusters of 2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use kbuild_manifest::params::Param;
 use kbuild_manifest::triton::TritonLaunch;
 
 use super::attributes::{check_attributes, describe_attributes, AttributeCheck, RuntimeFigures};
+use super::scratch::ScratchBuffers;
 use crate::cuda::{self, CudaModule};
 use crate::error::{LoaderError, Result};
 use crate::hip::{HipFunction, HipModule, HipRuntime};
@@ -278,14 +279,17 @@ impl Function {
     }
 
     /// Launch a Triton kernel as its launch record says ([`Package::triton_launch`],
-    /// [`crate::Loader::triton_launch`]): `grid` programs, the block (num_warps × warp size) and
-    /// dynamic shared memory of the record (opting the kernel in beyond 48 KiB), a programmatic
-    /// dependent launch when recorded, and NULL scratch pointers after the caller's arguments.
-    /// `params`/`sizes` are the arguments of the record's parameters, scratch pointers left out.
-    /// Checked before the driver is called: what kbuild does not provide yet (scratch buffers,
-    /// clusters, cooperative launches), the count and the values the object assumes divisible
-    /// by 16, naming the argument ([`crate::launch::check_triton_args`]), then the
-    /// configuration and sizes as [`Self::launch_raw`] checks them.
+    /// [`crate::Loader::triton_launch`]), as Triton's own launcher does: `grid` programs, each
+    /// a cluster of `num_ctas` blocks along x (cluster launch attribute when more than one),
+    /// the block (num_warps × warp size) and dynamic shared memory of the record (opting the
+    /// kernel in beyond 48 KiB), cooperative and programmatic dependent launches when
+    /// recorded, and the scratch pointers after the caller's arguments: NULL when the record
+    /// needs none, else memory of programs × num_ctas × size bytes allocated for this launch
+    /// in stream order on `stream` and freed after it (CUDA only; so a CUDA graph captures
+    /// both). `params`/`sizes` are the arguments of the record's parameters, scratch pointers
+    /// left out. Checked before the driver is called: the count and the values the object
+    /// assumes divisible by 16, naming the argument ([`crate::launch::check_triton_args`]),
+    /// then the configuration and sizes as [`Self::launch_raw`] checks them.
     ///
     /// [`Package::triton_launch`]: crate::Package::triton_launch
     ///
@@ -308,19 +312,24 @@ impl Function {
             .collect();
         check_triton_args(&self.entry, record, &values)
             .map_err(|e| LoaderError::Args(Box::new(e)))?;
-        // The scratch pointers: each points at a NULL address (the driver copies the value).
-        let null: u64 = 0;
-        let scratch = triton_scratch_count(record);
-        let mut all = Vec::with_capacity(params.len() + scratch);
+        let scratch =
+            ScratchBuffers::for_launch(&self.entry, record, grid, &self.module.inner, stream)?;
+        // The scratch pointers follow the caller's arguments (the driver copies each value).
+        let addresses: [u64; 2] = [scratch.global, scratch.profile];
+        let count = triton_scratch_count(record).min(addresses.len());
+        let mut all = Vec::with_capacity(params.len() + count);
         all.extend_from_slice(params);
-        all.extend(std::iter::repeat_n(
-            (&null as *const u64).cast_mut().cast::<std::ffi::c_void>(),
-            scratch,
-        ));
+        all.extend(
+            addresses[..count]
+                .iter()
+                .map(|a| (a as *const u64).cast_mut().cast::<std::ffi::c_void>()),
+        );
         let mut all_sizes = Vec::with_capacity(all.len());
         all_sizes.extend_from_slice(sizes);
-        all_sizes.extend(std::iter::repeat_n(8, scratch));
-        self.launch_raw(&cfg, &mut all, &all_sizes)
+        all_sizes.extend(std::iter::repeat_n(8, count));
+        let launched = self.launch_raw(&cfg, &mut all, &all_sizes);
+        let freed = scratch.free(stream);
+        launched.and(freed)
     }
 
     /// Launch with argument pointers and no argument check at all (only the configuration is
@@ -372,6 +381,21 @@ impl Function {
             // The driver call a CUDA function would make, on a machine without a driver.
             #[cfg(test)]
             (RawFunction::Cuda(f), ModuleInner::Detached) => cuda_launch(*f, cfg, params),
+            (RawFunction::Hip(_), ModuleInner::Hip { .. }) if cfg.cluster > 1 => {
+                Err(LoaderError::Launch {
+                    entry: self.entry.clone(),
+                    what: format!(
+                        "clusters of {} blocks are CUDA's; HIP has none",
+                        cfg.cluster
+                    ),
+                })
+            }
+            (RawFunction::Hip(_), ModuleInner::Hip { .. }) if cfg.cooperative => {
+                Err(LoaderError::Launch {
+                    entry: self.entry.clone(),
+                    what: "cooperative launches on HIP are not supported by kbuild yet".into(),
+                })
+            }
             (RawFunction::Hip(f), ModuleInner::Hip { rt, .. }) => rt.launch(
                 *f,
                 cfg.grid,
@@ -404,6 +428,10 @@ unsafe fn cuda_launch(
         cfg.shared_bytes,
         cfg.stream.raw().cast(),
         params,
-        cfg.programmatic,
+        cuda::LaunchAttributes {
+            programmatic: cfg.programmatic,
+            cluster: cfg.cluster,
+            cooperative: cfg.cooperative,
+        },
     )
 }

@@ -317,7 +317,23 @@ fn a_triton_launch_applies_its_record_and_refuses_what_the_build_assumed_otherwi
         let e = f
             .launch_triton(&needs_scratch, (8, 1, 1), Stream::DEFAULT, &good, &[8, 4])
             .unwrap_err();
-        assert!(e.to_string().contains("does not allocate yet"), "{e}");
+        // Allocated through the CUDA driver only; this module no driver loaded.
+        assert!(
+            e.to_string()
+                .contains("needs scratch memory, which kbuild allocates through the CUDA driver"),
+            "{e}"
+        );
+        // A cluster launch reaches the driver as any other (refused there for the null
+        // function), its grid a whole number of clusters.
+        let mut clustered = record.clone();
+        clustered.num_ctas = 2;
+        assert!(reached_the_driver(f.launch_triton(
+            &clustered,
+            (8, 1, 1),
+            Stream::DEFAULT,
+            &good,
+            &[8, 4]
+        )));
     }
 }
 
