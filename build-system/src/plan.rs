@@ -42,7 +42,11 @@ pub fn plan(project: &Project, targets: &[Target]) -> Vec<Job> {
             k.variants.iter().cloned().map(Some).collect()
         };
         for v in &variants {
-            for t in targets.iter().filter(|t| k.builds_for(t)) {
+            let for_variant = |t: &Target| {
+                v.as_ref()
+                    .is_none_or(|v| v.vendors.is_empty() || v.vendors.contains(&t.vendor()))
+            };
+            for t in targets.iter().filter(|t| k.builds_for(t) && for_variant(t)) {
                 let file = match v {
                     Some(v) => format!("{}.{}.{}", k.name, v.name, t.object_kind().extension()),
                     None => format!("{}.{}", k.name, t.object_kind().extension()),

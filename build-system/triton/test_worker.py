@@ -175,6 +175,28 @@ def timed(w, req):
     return r, time.monotonic() - t
 
 
+TUNED = """
+import triton
+import triton.language as tl
+
+
+def hook(nargs):
+    pass
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0, "HAS_X": lambda args: args["x_ptr"] is not None})
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2),
+                          triton.Config({"BLOCK": 256}, num_warps=8, pre_hook=hook)], key=["n"])
+@triton.jit
+def tuned(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr, HAS_X: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(x_ptr + offs, 1.0)
+    else:
+        tl.store(x_ptr + offs, 1.0, mask=offs < n)
+"""
+
+
 def main():
     args = sys.argv[1:]
     site = args[args.index("--site") + 1] if "--site" in args else None
@@ -232,6 +254,32 @@ def main():
     with open(os.path.join(tmp, "scaled.ptx")) as f:
         nparams = f.read().count(".param .")
     check("PTX entry has exactly those parameters", nparams == 5, f"{nparams} .param")
+
+    # Autotune configs (a list, hooks flagged) and heuristics: filled, checked, or, where one
+    # reads a run-time value, the caller's given value kept; `key` and `compile` report them.
+    tuned = os.path.join(tmp, "tuned.py")
+    with open(tuned, "w") as f:
+        f.write(TUNED)
+    tk = {"file": tuned, "function": "tuned", "family": "nvidia", "signature": {"x_ptr": "*fp32", "n": "i32"}}
+    r = w.call({**tk, "op": "configs"})
+    check("configs: a list, with pre_hook flags",
+          r.get("ok") and [(c["kwargs"], c["num_warps"], c["pre_hook"]) for c in r["configs"]]
+          == [({"BLOCK": 64}, 2, False), ({"BLOCK": 256}, 8, True)] and r["heuristics"] == ["EVEN", "HAS_X"],
+          json.dumps(r)[:300])
+    r = w.call({**tk, "op": "key", "heuristics": True, "constexprs": {"BLOCK": 64}})
+    check("key: heuristic that reads a run-time value, not given, is named",
+          not r.get("ok") and "heuristic for `EVEN` failed" in r.get("error", ""), r.get("error", "")[:200])
+    r = w.call({**tk, "op": "key", "heuristics": True, "constexprs": {"BLOCK": 64, "EVEN": True}})
+    check("key: the given value stands where a heuristic cannot run; the rest filled",
+          r.get("ok") and r["constexprs"] == {"BLOCK": 64, "EVEN": True, "HAS_X": True}, json.dumps(r)[:300])
+    r = w.call({**tk, "op": "key", "heuristics": True, "constexprs": {"BLOCK": 64, "EVEN": True, "HAS_X": False}})
+    check("key: a given value the heuristics disagree with is named",
+          not r.get("ok") and "constexpr `HAS_X` = False, but the heuristics compute True" in r.get("error", ""),
+          r.get("error", "")[:200])
+    r = w.call({**tk, "op": "compile", "heuristics": True, "constexprs": {"BLOCK": 64, "EVEN": True},
+                "target": TARGETS["cuda 90"], "out": os.path.join(tmp, "tuned"), "options": {"num_warps": 2}})
+    check("compile reports the constexprs it used",
+          r.get("ok") and r["constexprs"] == {"BLOCK": 64, "EVEN": True, "HAS_X": True}, json.dumps(r)[:300])
 
     # The source key follows called @jit helpers (same file and another module), not the rest.
     kdir = os.path.join(tmp, "keyed")

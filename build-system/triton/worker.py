@@ -8,21 +8,26 @@ else on stdout (Python prints and child processes' output go to stderr). A bad r
 
 Requests (every one may carry "id", echoed back):
   {"op": "hello"} -> {"ok", "triton_version", "python"}
-  {"op": "key", KERNEL} -> {"ok", "key", "files", "functions"}: the source identity of the
-      function and of every @jit function and constexpr global it uses (Triton's own cache key),
-      with no compile; `files`/`functions`: where those @jit functions live.
+  {"op": "key", KERNEL} -> {"ok", "key", "files", "functions", "constexprs"}: the source identity
+      of the function and of every @jit function and constexpr global it uses (Triton's own cache
+      key), with no compile; `files`/`functions`: where those @jit functions live; `constexprs`:
+      the request's, with what the heuristics compute when it asks for them (Triton's key does
+      not cover a heuristic's lambda, so kbuild keys a job by these values).
   {"op": "configs", KERNEL} -> {"ok", "autotuned", "configs": [{"kwargs", "num_warps",
-      "num_stages", "num_ctas", "maxnreg"}], "key": [ARG...], "heuristics": [CONSTEXPR...]}
+      "num_stages", "num_ctas", "maxnreg", "pre_hook"}], "key": [ARG...], "heuristics":
+      [CONSTEXPR...]}; `pre_hook`: whether the config has one (it would run before each launch).
   {"op": "heuristics", KERNEL, "example": {ARG: VALUE}} -> {"ok", "constexprs"}: the values the
       @triton.heuristics wrappers compute (an argument with a type counts as a non-None object).
   {"op": "compile", KERNEL, "target": TARGET, "out": "/abs/prefix"} -> {"ok", "object",
-      "format", "symbol", "log", "spills", "metadata", "params", "removed"}: writes
+      "format", "symbol", "log", "spills", "metadata", "params", "removed", "constexprs"}: writes
       prefix.cubin and prefix.ptx, or prefix.hsaco (each atomically).
 KERNEL = "file": "/abs/kernel.py", "function": NAME, "import": {...} (below), "family":
   "nvidia"|"amd" (default: from "target"), "signature": {ARG: TYPE, or null for an argument
   passed as None}, "constexprs": {ARG: VALUE}, "divisible_16": [ARG...], "equal_to_1": [ARG...]
   (int arguments specialized to 1: compiled away, as Triton does), "heuristics": true (fill
-  constexprs left out from the @triton.heuristics wrappers), "options": {"num_warps",
+  constexprs left out from the @triton.heuristics wrappers; one given must equal what they
+  compute, and one given is kept where a heuristic cannot be evaluated without the run-time
+  arguments), "options": {"num_warps",
   "num_stages", "num_ctas", "maxnreg"}.
 TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32} | {"backend": "hip", "arch": "gfx1100",
   "warp_size": 32}. Triton writes sm_XXa (arch-specific) cubins from sm_90 up.
@@ -352,12 +357,14 @@ def jit_dependencies(fn):
 
 
 def op_key(req):
-    fn = kernel_of(req)[-1]
+    chain = kernel_of(req)
+    fn = chain[-1]
+    constexprs = resolved_constexprs(chain, req)
     # Triton's own @jit library functions are part of the toolchain, which kbuild keys apart.
     deps = [f for f in jit_dependencies(fn) if not f.fn.__module__.startswith("triton.")]
     files = sorted({f.fn.__code__.co_filename for f in deps})
     names = sorted(f"{f.fn.__code__.co_filename}:{f.fn.__qualname__}" for f in deps)
-    return {"key": fn.cache_key, "files": files, "functions": names}
+    return {"key": fn.cache_key, "files": files, "functions": names, "constexprs": constexprs}
 
 
 def op_configs(req):
@@ -365,9 +372,19 @@ def op_configs(req):
     tuners = [w for w in chain if isinstance(w, Autotuner)]
     heur = [k for w in chain if isinstance(w, Heuristics) for k in w.values]
     configs = []
-    for c in (tuners[0].configs if tuners else []):
+    for i, c in enumerate(tuners[0].configs if tuners else []):
+        where = f"{req['file']}: `{req['function']}`: autotune config {i} ({c})"
+        if getattr(c, "ir_override", None):
+            raise RequestError(f"{where}: ir_override replaces the compile with a file; kbuild does not build it")
+        for k, v in c.kwargs.items():
+            if not isinstance(v, (bool, int, float, str)):
+                raise RequestError(f"{where}: `{k}` = {v!r} is not an integer, float, bool or string")
+        for k in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+            v = getattr(c, k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise RequestError(f"{where}: {k} = {v!r} is not an integer")
         configs.append({"kwargs": dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
-                        "num_ctas": c.num_ctas, "maxnreg": c.maxnreg})
+                        "num_ctas": c.num_ctas, "maxnreg": c.maxnreg, "pre_hook": c.pre_hook is not None})
     return {"autotuned": bool(tuners), "configs": configs, "key": list(tuners[0].keys) if tuners else [],
             "heuristics": heur}
 
@@ -390,6 +407,7 @@ def heuristic_values(chain, req):
     if not isinstance(example, dict):
         raise RequestError("`example` must be a table of argument values")
     args.update(example)
+    given = req.get("constexprs") or {}
     out = {}
     for w in chain:
         if isinstance(w, Heuristics):
@@ -397,8 +415,12 @@ def heuristic_values(chain, req):
                 try:
                     out[name] = args[name] = heur(args)
                 except Exception as e:
+                    if name in given:
+                        # It reads a run-time value (a size, a stride): the caller's value stands.
+                        out[name] = args[name] = given[name]
+                        continue
                     raise RequestError(f"{req['file']}: `{req['function']}`: heuristic for `{name}` failed on "
-                                       f"the given arguments: {type(e).__name__}: {e}") from e
+                                       f"the given arguments: {type(e).__name__}: {e}; give its value in `constexprs`") from e
     for k, v in out.items():
         if not isinstance(v, (bool, int, float, str, type(None))):
             raise RequestError(f"heuristic `{k}` computed {v!r}, not a JSON value")
@@ -407,6 +429,20 @@ def heuristic_values(chain, req):
 
 def op_heuristics(req):
     return {"constexprs": heuristic_values(kernel_of(req), req)}
+
+
+def resolved_constexprs(chain, req):
+    """The request's constexprs, filled from the @triton.heuristics wrappers when it asks."""
+    if not isinstance(req.get("constexprs") or {}, dict):
+        raise RequestError("`constexprs` must be a table")
+    constexprs = dict(req.get("constexprs") or {})
+    if req.get("heuristics"):
+        for k, v in heuristic_values(chain, req).items():
+            if k in constexprs and constexprs[k] != v:
+                raise RequestError(f"{req['file']}: `{req['function']}`: constexpr `{k}` = {constexprs[k]!r}, "
+                                   f"but the heuristics compute {v!r}")
+            constexprs[k] = v
+    return constexprs
 
 
 def specialize(fn, req, constexprs):
@@ -527,12 +563,7 @@ def op_compile(req):
         raise RequestError("`out` must be an absolute path prefix")
     chain = kernel_of(req)
     fn = chain[-1]
-    constexprs = dict(req.get("constexprs") or {})
-    if req.get("heuristics"):
-        for k, v in heuristic_values(chain, req).items():
-            if k in constexprs and constexprs[k] != v:
-                raise RequestError(f"constexpr `{k}` = {constexprs[k]!r}, but the heuristics compute {v!r}")
-            constexprs[k] = v
+    constexprs = resolved_constexprs(chain, req)
     src, params, removed = specialize(fn, req, constexprs)
     options = req.get("options") or {}
     if not isinstance(options, dict):
@@ -569,7 +600,7 @@ def op_compile(req):
             log = run_ptxas(arch, ptx)
             spills = parse_ptxas(log)
     return {"object": obj, "format": fmt, "symbol": md.get("name"), "log": log, "spills": spills,
-            "metadata": meta, "params": params, "removed": removed}
+            "metadata": meta, "params": params, "removed": removed, "constexprs": constexprs}
 
 
 # ---- the loop ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ mod remote_cache;
 mod report_cli;
 mod shards;
 mod triton;
+mod triton_autotune;
 mod trust;
 mod trust_local;
 mod trust_net;

@@ -71,7 +71,7 @@ fn project(dir: &Path) -> PathBuf {
     p
 }
 
-fn kbuild(proj: &Path, cache: &Path, args: &[&str]) -> Output {
+pub(crate) fn kbuild(proj: &Path, cache: &Path, args: &[&str]) -> Output {
     Command::new(kbuild_bin())
         .args(args)
         .current_dir(proj)
@@ -82,7 +82,7 @@ fn kbuild(proj: &Path, cache: &Path, args: &[&str]) -> Output {
 }
 
 /// (kernel.variant, target) → status of every job event.
-fn job_statuses(o: &Output) -> BTreeMap<(String, String), String> {
+pub(crate) fn job_statuses(o: &Output) -> BTreeMap<(String, String), String> {
     events(o)
         .iter()
         .filter(|e| e["event"] == "job")
@@ -97,7 +97,7 @@ fn job_statuses(o: &Output) -> BTreeMap<(String, String), String> {
         .collect()
 }
 
-fn compiled(o: &Output) -> Vec<(String, String)> {
+pub(crate) fn compiled(o: &Output) -> Vec<(String, String)> {
     job_statuses(o)
         .into_iter()
         .filter(|(_, s)| s == "compiled")
@@ -105,7 +105,7 @@ fn compiled(o: &Output) -> Vec<(String, String)> {
         .collect()
 }
 
-fn num(v: &Value, key: &str) -> u64 {
+pub(crate) fn num(v: &Value, key: &str) -> u64 {
     v[key]
         .as_u64()
         .unwrap_or_else(|| panic!("{key} missing in {v}"))
@@ -479,7 +479,7 @@ fn triton_mistakes_are_named() {
 
 /// fla-core 0.6.0's wheel (pure Python), fetched at test time with its pinned sha256 (pip's
 /// cache serves it again), unpacked into `dir`; the wheel's path.
-fn fla_wheel(dir: &Path) -> PathBuf {
+pub(crate) fn fla_wheel(dir: &Path) -> PathBuf {
     let wheels = dir.join("wheels");
     std::fs::create_dir_all(&wheels).unwrap();
     let req = dir.join("fla-requirements.txt");
@@ -652,7 +652,8 @@ fn the_triton_worker_passes_its_protocol_checks() {
 
 /// FLA 0.6.0's fused recurrent GDN forward for every default target Triton builds for (the
 /// project's list), and its chunked state kernel with its 12 autotune configs on sm_90a and
-/// gfx942, from the pinned wheel, with no torch; then `inspect`, `explain` and `diff` on them.
+/// gfx942, from the pinned wheel, with no torch (and again from its own autotune list with
+/// `autotune = true`: the same objects); then `inspect`, `explain` and `diff` on them.
 #[test]
 fn fla_gated_delta_net_kernels_build_from_the_pinned_wheel() {
     let s = Scratch::new();
@@ -743,6 +744,8 @@ fn fla_gated_delta_net_kernels_build_from_the_pinned_wheel() {
         .max()
         .unwrap();
     assert!(big > 160 * 1024, "the largest sm_90a config needs {big} B");
+
+    crate::triton_autotune::chunk_h_autotuned_equals_its_matrix(s.path(), &proj, &m);
 
     let out = proj.join("out");
     let o = Command::new(kbuild_bin())

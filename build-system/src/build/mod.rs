@@ -73,6 +73,9 @@ pub enum BuildError {
     NoTargets(String),
     #[error(transparent)]
     Triton(crate::triton::WorkerError),
+    /// An `autotune = true` kernel's config list could not be read or made variants.
+    #[error(transparent)]
+    Autotune(#[from] crate::triton::autotune::AutotuneError),
     /// The out-dir is a symbolic link, or cannot be made.
     #[error(transparent)]
     OutDir(#[from] crate::clean::MarkError),
@@ -207,6 +210,32 @@ pub fn build(
         reporter.event(&shard_event(project, *spec, all, &targets));
     }
     let cache = Cache::open(&cache_dir);
+    let timeout = opts
+        .job_timeout
+        .or(project.job_timeout)
+        .map(Duration::from_secs);
+    let triton = match &tcs.triton {
+        Some(tc) => {
+            Some(crate::triton::Pool::new(tc, &cache.scratch()).map_err(BuildError::Triton)?)
+        }
+        None => None,
+    };
+    // `autotune = true` kernels get their variants from their functions, then the jobs are
+    // planned again with them.
+    let expanded = match &triton {
+        Some(pool) => crate::triton::autotune::expand(project, pool, timeout, &jobs)?,
+        None => None,
+    };
+    let project = match &expanded {
+        Some(e) => {
+            for w in &e.warnings {
+                reporter.note(w);
+            }
+            jobs = crate::plan::plan(&e.project, &targets);
+            &e.project
+        }
+        None => project,
+    };
     let remote = open_remote(project, opts, reporter)?;
     let out_dir = out_dir_of(project, opts);
     crate::clean::mark_out_dir(&out_dir, &project.root)?;
@@ -229,22 +258,14 @@ pub fn build(
         tcs: &tcs,
         cache: &cache,
         out_dir: &out_dir,
-        timeout: opts
-            .job_timeout
-            .or(project.job_timeout)
-            .map(Duration::from_secs),
+        timeout,
         reporter,
         remote: remote.as_ref(),
         dep_roots: DepRoots::for_build(&project.root, &tcs),
         env: &opts.env,
         compat_dir,
         pch: crate::pch::PchSet::new(&cache.scratch(), &cache.root().join("pch"), &opts.env),
-        triton: match &tcs.triton {
-            Some(tc) => {
-                Some(crate::triton::Pool::new(tc, &cache.scratch()).map_err(BuildError::Triton)?)
-            }
-            None => None,
-        },
+        triton,
         strict: opts.strict,
     };
     let workers = opts.jobs.unwrap_or_else(|| {

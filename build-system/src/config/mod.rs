@@ -152,6 +152,8 @@ struct RawKernel {
     num_ctas: Option<u32>,
     maxnreg: Option<u32>,
     import: Option<toml::Table>,
+    autotune: Option<bool>,
+    heuristics: Option<bool>,
 }
 
 impl RawKernel {
@@ -167,6 +169,8 @@ impl RawKernel {
             num_ctas: self.num_ctas,
             maxnreg: self.maxnreg,
             import: self.import.clone(),
+            autotune: self.autotune,
+            heuristics: self.heuristics,
         }
     }
 }
@@ -251,6 +255,10 @@ pub struct Variant {
     /// `rows_per_block4` (axes in key order, joined by `-`).
     pub name: String,
     pub defines: BTreeMap<String, String>,
+    /// The target vendors it is built for; empty: all. An autotune config list may differ per
+    /// family (a module reading the device at import), so a config only one family's list
+    /// holds is built for that family's targets only.
+    pub vendors: Vec<Vendor>,
 }
 
 /// A kernel of the project, validated.
@@ -868,7 +876,8 @@ mod variants;
 
 use triton::RawTriton;
 pub use triton::{
-    triton_arch, NotForTriton, TritonKernel, TRITON_PTXAS, TRITON_PTXAS_BLACKWELL, TRITON_VERSION,
+    triton_arch, NotForTriton, TritonKernel, LAUNCH_AXES, TRITON_PTXAS, TRITON_PTXAS_BLACKWELL,
+    TRITON_VERSION,
 };
 
 use messages::{line_col, user_message};

@@ -33,6 +33,8 @@ pub(super) struct RawTriton {
     pub(super) num_ctas: Option<u32>,
     pub(super) maxnreg: Option<u32>,
     pub(super) import: Option<toml::Table>,
+    pub(super) autotune: Option<bool>,
+    pub(super) heuristics: Option<bool>,
 }
 
 /// A Triton kernel's compile description, validated.
@@ -57,7 +59,17 @@ pub struct TritonKernel {
     /// What the module needs at import on a machine without a GPU (JSON text of the
     /// `[kernels.NAME.import]` table; the worker reads it: docs/triton.md).
     pub import: String,
+    /// `autotune = true`: the variants are the function's `@triton.autotune` config list,
+    /// read by a worker when a build plans its jobs (`crate::triton::autotune`).
+    pub autotune: bool,
+    /// `heuristics = true`: the constexprs the `@triton.heuristics` wrappers compute are
+    /// filled by the worker (one given here must equal what they compute).
+    pub heuristics: bool,
 }
+
+/// The variant axes that set a launch option rather than a constexpr (an autotune config's
+/// `num_warps=`, `num_stages=`, `num_ctas=`, `maxnreg=`).
+pub const LAUNCH_AXES: &[&str] = &["num_warps", "num_stages", "num_ctas", "maxnreg"];
 
 /// The Triton types a signature may name: pointers to them (`*T`), or scalars.
 const SCALARS: &[&str] = &[
@@ -84,6 +96,8 @@ impl RawTriton {
         has(self.num_ctas.is_some(), "num-ctas");
         has(self.maxnreg.is_some(), "maxnreg");
         has(self.import.is_some(), "import");
+        has(self.autotune.is_some(), "autotune");
+        has(self.heuristics.is_some(), "heuristics");
         keys
     }
 
@@ -144,8 +158,33 @@ impl RawTriton {
                 )),
             }
         }
+        let autotune = self.autotune.unwrap_or(false);
+        if autotune && !variant_axes.is_empty() {
+            // Two sources of one variant set: which would win is no clean rule.
+            problems.push(
+                "`autotune = true` and a `variants` table: the autotune config list is the variant set; remove one of them"
+                    .into(),
+            );
+        }
+        if autotune {
+            let given: Vec<&str> = [
+                (self.num_warps.is_some(), "num-warps"),
+                (self.num_stages.is_some(), "num-stages"),
+                (self.num_ctas.is_some(), "num-ctas"),
+                (self.maxnreg.is_some(), "maxnreg"),
+            ]
+            .into_iter()
+            .filter_map(|(set, key)| set.then_some(key))
+            .collect();
+            if !given.is_empty() {
+                problems.push(format!(
+                    "`autotune = true` and {}: each autotune config sets its own launch options",
+                    given.join(", ")
+                ));
+            }
+        }
         for axis in variant_axes {
-            if matches!(axis.as_str(), "num_warps" | "num_stages") {
+            if LAUNCH_AXES.contains(&axis.as_str()) {
                 // Launch options as axes: an autotune config list written as a matrix.
                 continue;
             }
@@ -215,6 +254,8 @@ impl RawTriton {
             num_ctas,
             maxnreg: self.maxnreg,
             import,
+            autotune,
+            heuristics: self.heuristics.unwrap_or(false),
         })
     }
 }
@@ -361,6 +402,24 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
+        let both = raw(r#"
+            function = "k"
+            signature = { x = "*fp32" }
+            autotune = true
+            num-warps = 4
+            maxnreg = 64
+        "#)
+        .validate(&[&"BV".to_string()])
+        .expect_err("autotune with a matrix and launch options")
+        .join("\n");
+        assert!(
+            both.contains("`autotune = true` and a `variants` table"),
+            "{both}"
+        );
+        assert!(
+            both.contains("`autotune = true` and num-warps, maxnreg"),
+            "{both}"
+        );
         let missing = raw("").validate(&[]).expect_err("nothing given");
         assert!(
             missing.iter().any(|p| p.contains("`function`")),

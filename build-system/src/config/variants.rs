@@ -17,6 +17,7 @@ pub(super) fn variant_matrix(
     let mut out = vec![Variant {
         name: String::new(),
         defines: BTreeMap::new(),
+        vendors: Vec::new(),
     }];
     for (key, values) in axes {
         if !is_identifier(key) {
@@ -45,6 +46,7 @@ pub(super) fn variant_matrix(
                         format!("{}-{part}", v.name)
                     },
                     defines,
+                    vendors: Vec::new(),
                 });
             }
         }

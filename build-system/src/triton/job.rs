@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cache::Cache;
-use crate::config::{triton_arch, Kernel, TritonKernel, Variant};
+use crate::config::{triton_arch, Kernel, TritonKernel, Variant, LAUNCH_AXES};
 
 use super::worker::{Pool, WorkerError};
 
@@ -61,21 +61,21 @@ fn request(job: &TritonJob) -> Result<Value, TritonError> {
         "maxnreg": t.maxnreg,
     });
     // A variant axis sets a constexpr (its value as the number or bool it reads as), or a
-    // launch option (`num_warps`, `num_stages`: an autotune config list as a matrix).
+    // launch option (`num_warps`, `num_stages`, `num_ctas`, `maxnreg`: an autotune config).
     for (k, v) in variant.map(|v| &v.defines).into_iter().flatten() {
         let value = serde_json::from_str::<Value>(v)
             .ok()
             .filter(|x| x.is_number() || x.is_boolean())
             .unwrap_or_else(|| Value::String(v.clone()));
         match k.as_str() {
-            "num_warps" | "num_stages" => options[k] = value,
+            k if LAUNCH_AXES.contains(&k) => options[k] = value,
             _ => {
                 constexprs.insert(k.clone(), value);
             }
         }
     }
     let import: Value = serde_json::from_str(&t.import).unwrap_or_else(|_| json!({}));
-    Ok(json!({
+    let mut req = json!({
         "file": root.join(&kernel.source).display().to_string(),
         "function": t.function,
         "family": match target.vendor() { Vendor::Nvidia => "nvidia", Vendor::Amd => "amd" },
@@ -86,7 +86,12 @@ fn request(job: &TritonJob) -> Result<Value, TritonError> {
         "equal_to_1": t.equal_to_1,
         "options": options,
         "target": arch,
-    }))
+    });
+    // Only when asked: requests without it, and so their cache keys, stay as they were.
+    if t.heuristics {
+        req["heuristics"] = json!(true);
+    }
+    Ok(req)
 }
 
 fn ok_or_refused(answer: Value) -> Result<Value, TritonError> {
@@ -117,6 +122,14 @@ pub fn job_key(
         .get("key")
         .and_then(Value::as_str)
         .ok_or(TritonError::Answer("key"))?;
+    if job.spec.heuristics {
+        // Triton's source key leaves out a heuristic's lambda: key by what it computes.
+        req["constexprs"] = answer
+            .get("constexprs")
+            .filter(|c| c.is_object())
+            .cloned()
+            .ok_or(TritonError::Answer("constexprs"))?;
+    }
     // The file path is the project's: relative, so a clone elsewhere hits.
     req["file"] = json!(job.kernel.source.display().to_string());
     req["op"] = json!("compile");
@@ -186,7 +199,10 @@ pub fn compile_job(
         serde_json::from_value(field("params")?).map_err(|_| TritonError::Answer("params"))?;
     let removed: Vec<TritonRemoved> =
         serde_json::from_value(field("removed")?).map_err(|_| TritonError::Answer("removed"))?;
-    let constexprs = req["constexprs"]
+    // The worker's: the request's, with what the heuristics computed.
+    let constexprs = answer
+        .get("constexprs")
+        .unwrap_or(&req["constexprs"])
         .as_object()
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
