@@ -1,7 +1,8 @@
 """Launches that need more than a grid and a block, on the H200 (issue 28): Triton kernels
 built ahead of time by kbuild (tests/tests/triton/features.py: device-side tensor descriptors
-with per-program global scratch, a cluster of 2 CTAs per program) launched through
-`import kbuild`, against Triton's own JIT launch of the same kernel on the same inputs.
+with per-program global scratch, a cluster of 2 CTAs per program, a cooperative grid)
+launched through `import kbuild`, against Triton's own JIT launch of the same kernel on the
+same inputs.
 
     triton-features.py jit CASES.pt SRCDIR    # Triton's JIT of SRCDIR/features.py (torch allocates)
     triton-features.py aot CASES.pt OUTDIR    # kbuild's objects; never imports triton
@@ -39,17 +40,19 @@ def jit(path):
         features.desc_scale[(triton.cdiv(M, 64),)](x["x2"], o2, M, N, SCALE, BM=64, BN=64)
         o = torch.empty_like(x["x"])
         features.cluster_axpy[(triton.cdiv(n, 256),)](x["x"], x["y"], o, n, A, BLOCK=256, num_ctas=2)
+        sq = torch.empty_like(x["x"])
+        features.coop_square[(triton.cdiv(n, 256),)](x["x"], sq, n, BLOCK=256, launch_cooperative_grid=True)
         torch.cuda.synchronize()
-        cases[seed] = {"desc": o2.cpu(), "cluster": o.cpu()}
+        cases[seed] = {"desc": o2.cpu(), "cluster": o.cpu(), "coop": sq.cpu()}
     torch.save(cases, path)
-    print(f"JIT: {len(SEEDS)} seeds of desc_scale (global scratch) and cluster_axpy (num_ctas=2)")
+    print(f"JIT: {len(SEEDS)} seeds of desc_scale (global scratch), cluster_axpy (num_ctas=2), coop_square (cooperative)")
 
 
 def aot(path, out):
     import kbuild
 
     pkg = kbuild.open(out)
-    desc, cluster = pkg.kernel("desc_scale"), pkg.kernel("cluster_axpy")
+    desc, cluster, coop = pkg.kernel("desc_scale"), pkg.kernel("cluster_axpy"), pkg.kernel("coop_square")
     want = torch.load(path)
     rows = []
     for seed in SEEDS:
@@ -58,12 +61,15 @@ def aot(path, out):
         desc.launch_triton(((M + 63) // 64,), x["x2"], o2, M, N, SCALE)
         o = torch.empty_like(x["x"])
         cluster.launch_triton(((n + 255) // 256,), x["x"], x["y"], o, n, A)
+        sq = torch.empty_like(x["x"])
+        coop.launch_triton(((n + 255) // 256,), x["x"], sq, n)
         torch.cuda.synchronize()
         # The fp64 reference, as a second oracle.
         ref2 = (x["x2"].double() * SCALE + 1.0).float().cpu()
         ref = (A * x["x"].double() + x["y"].double()).float().cpu()
         rows.append((seed, torch.equal(o2.cpu(), want[seed]["desc"]), torch.equal(o.cpu(), want[seed]["cluster"]),
-                     (o2.cpu() - ref2).abs().max().item(), (o.cpu() - ref).abs().max().item()))
+                     (o2.cpu() - ref2).abs().max().item(), (o.cpu() - ref).abs().max().item(),
+                     torch.equal(sq.cpu(), want[seed]["coop"])))
     # A graph of the scratch launch: the stream-ordered allocation is captured with it.
     x = inputs(9)
     o2 = torch.empty_like(x["x2"])
@@ -82,11 +88,11 @@ def aot(path, out):
     torch.cuda.synchronize()
     replayed = torch.equal(o2, direct)
     assert "triton" not in sys.modules, "the kbuild process imported triton"
-    print("seed | desc_scale = JIT | cluster_axpy = JIT | desc max |err| vs fp64 | cluster max |err| vs fp64")
+    print("seed | desc_scale = JIT | cluster_axpy = JIT | coop_square = JIT | desc max |err| vs fp64 | cluster max |err| vs fp64")
     for r in rows:
-        print(f"{r[0]} | {r[1]} | {r[2]} | {r[3]:.2e} | {r[4]:.2e}")
+        print(f"{r[0]} | {r[1]} | {r[2]} | {r[5]} | {r[3]:.2e} | {r[4]:.2e}")
     print(f"desc_scale (global scratch) in a CUDA graph, replayed twice, bitwise equal to a direct launch: {replayed}")
-    ok = all(r[1] and r[2] for r in rows) and replayed
+    ok = all(r[1] and r[2] and r[5] for r in rows) and replayed
     print("features: PASS" if ok else "features: FAIL")
     return 0 if ok else 1
 

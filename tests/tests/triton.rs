@@ -592,6 +592,58 @@ constexprs = { BLOCK = 512 }
     }
 }
 
+/// Launches that need more than a grid and a block, recorded for the loader: device-side
+/// tensor descriptors (global scratch per program, with its alignment), a cluster of 2 CTAs
+/// per program, a cooperative grid (Kbuild.toml `launch-cooperative-grid`); `num_ctas` > 1 on
+/// an AMD target is Triton's own refusal, named. (The launches themselves run on the H200:
+/// scripts/device/triton-features.py.)
+#[test]
+fn scratch_clusters_and_cooperative_grids_reach_the_launch_record() {
+    let s = Scratch::new();
+    let proj = s.path().join("proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    let src = repo_root().join("tests/tests/triton");
+    std::fs::copy(src.join("features.py"), proj.join("features.py")).unwrap();
+    let toml = std::fs::read_to_string(src.join("features.toml"))
+        .unwrap()
+        .replace("targets = TARGETS", r#"targets = ["sm_90a", "gfx942"]"#);
+    std::fs::write(proj.join("Kbuild.toml"), toml).unwrap();
+    let o = kbuild(&proj, &s.path().join("cache"), &["--keep-going", "--json"]);
+    assert!(!o.status.success(), "cluster_axpy cannot build for gfx942");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cluster_axpy for gfx942: ")
+            && err.contains("num_ctas > 1 not supported on gfx942"),
+        "{err}"
+    );
+    let m = manifest(&proj.join("out"));
+    let record = |kernel: &str, target: &str| -> Value {
+        m["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["kernel"] == kernel && o["target"] == target)
+            .unwrap_or_else(|| panic!("{kernel} for {target} in {m:#}"))["triton"]
+            .clone()
+    };
+    let desc = record("desc_scale", "sm_90a");
+    assert_eq!(
+        (
+            num(&desc, "global_scratch_size"),
+            num(&desc, "global_scratch_align")
+        ),
+        (256, 128),
+        "two descriptors of 128 bytes each: {desc}"
+    );
+    assert_eq!(num(&record("cluster_axpy", "sm_90a"), "num_ctas"), 2);
+    for t in ["sm_90a", "gfx942"] {
+        let coop = record("coop_square", t);
+        assert_eq!(coop["cooperative"], true, "{t}: {coop}");
+        assert_eq!(num(&coop, "global_scratch_size"), 0);
+    }
+    assert_eq!(record("desc_scale", "gfx942")["cooperative"], false);
+}
+
 /// The CUDA releases of the ptxas the pinned wheel carries are those kbuild's refusals name.
 #[test]
 fn the_pinned_wheel_carries_the_ptxas_kbuild_says_it_does() {

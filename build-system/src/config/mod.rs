@@ -154,6 +154,8 @@ struct RawKernel {
     import: Option<toml::Table>,
     autotune: Option<bool>,
     heuristics: Option<bool>,
+    launch_cooperative_grid: Option<bool>,
+    launch_pdl: Option<bool>,
 }
 
 impl RawKernel {
@@ -171,6 +173,8 @@ impl RawKernel {
             import: self.import.clone(),
             autotune: self.autotune,
             heuristics: self.heuristics,
+            launch_cooperative_grid: self.launch_cooperative_grid,
+            launch_pdl: self.launch_pdl,
         }
     }
 }

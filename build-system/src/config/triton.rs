@@ -35,6 +35,8 @@ pub(super) struct RawTriton {
     pub(super) import: Option<toml::Table>,
     pub(super) autotune: Option<bool>,
     pub(super) heuristics: Option<bool>,
+    pub(super) launch_cooperative_grid: Option<bool>,
+    pub(super) launch_pdl: Option<bool>,
 }
 
 /// A Triton kernel's compile description, validated.
@@ -65,6 +67,11 @@ pub struct TritonKernel {
     /// `heuristics = true`: the constexprs the `@triton.heuristics` wrappers compute are
     /// filled by the worker (one given here must equal what they compute).
     pub heuristics: bool,
+    /// `launch-cooperative-grid = true`: compiled for, and launched as, a cooperative grid
+    /// (every program resident at once).
+    pub cooperative: bool,
+    /// `launch-pdl = true` (NVIDIA): launched as a programmatic dependent launch.
+    pub pdl: bool,
 }
 
 /// The variant axes that set a launch option rather than a constexpr (an autotune config's
@@ -98,6 +105,11 @@ impl RawTriton {
         has(self.import.is_some(), "import");
         has(self.autotune.is_some(), "autotune");
         has(self.heuristics.is_some(), "heuristics");
+        has(
+            self.launch_cooperative_grid.is_some(),
+            "launch-cooperative-grid",
+        );
+        has(self.launch_pdl.is_some(), "launch-pdl");
         keys
     }
 
@@ -256,6 +268,8 @@ impl RawTriton {
             import,
             autotune,
             heuristics: self.heuristics.unwrap_or(false),
+            cooperative: self.launch_cooperative_grid.unwrap_or(false),
+            pdl: self.launch_pdl.unwrap_or(false),
         })
     }
 }

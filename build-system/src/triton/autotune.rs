@@ -325,6 +325,8 @@ mod tests {
             import: "{}".into(),
             autotune: true,
             heuristics: false,
+            cooperative: false,
+            pdl: false,
         }
     }
 

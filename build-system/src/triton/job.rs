@@ -60,6 +60,13 @@ fn request(job: &TritonJob) -> Result<Value, TritonError> {
         "num_ctas": t.num_ctas,
         "maxnreg": t.maxnreg,
     });
+    // Only when asked for, so the requests (and keys) of other kernels stay as they were.
+    if t.cooperative {
+        options["launch_cooperative_grid"] = Value::Bool(true);
+    }
+    if t.pdl {
+        options["launch_pdl"] = Value::Bool(true);
+    }
     // A variant axis sets a constexpr (its value as the number or bool it reads as), or a
     // launch option (`num_warps`, `num_stages`, `num_ctas`, `maxnreg`: an autotune config).
     for (k, v) in variant.map(|v| &v.defines).into_iter().flatten() {
