@@ -161,6 +161,15 @@ impl Cache {
         None
     }
 
+    /// The dependency sets recorded for `action`, newest first (empty when none).
+    pub fn dep_sets(&self, action: &str) -> Vec<Vec<Dep>> {
+        std::fs::read(self.shard("deps", action))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<DepSets>(&b).ok())
+            .map(|s| s.sets)
+            .unwrap_or_default()
+    }
+
     /// The dependencies recorded in entry `key` (the source and every header it included),
     /// without reading the object.
     pub fn entry_deps(&self, key: &str) -> Option<Vec<Dep>> {

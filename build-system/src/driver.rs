@@ -72,6 +72,12 @@ impl CompileCommand {
         crate::cache::Cache::action_key(&self.identity, target, &parts)
     }
 
+    /// The compiler's identity as a remote worker advertises it (the `kbuild-toolchain`
+    /// platform property): the first 32 hex digits of the identity's blake3.
+    pub fn toolchain_id(&self) -> String {
+        blake3::hash(self.identity.as_bytes()).to_hex()[..32].to_string()
+    }
+
     /// The arguments as the manifest records them (`compile_args`): `key_args` with the
     /// machine's ROCm and device-library paths replaced by `$ROCM` and `$ROCM_DEVICE_LIBS`, so
     /// the same build on another machine records the same bytes.
@@ -120,7 +126,8 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-fn output_args(tmp: &Path, depfile: DepfileFrom) -> Vec<String> {
+/// The output arguments of a compile writing into `tmp` (`object`, `deps.d`).
+pub fn output_args(tmp: &Path, depfile: DepfileFrom) -> Vec<String> {
     let deps = tmp.join("deps.d").display().to_string();
     let mut args = match depfile {
         // `-Xcompiler` splits its value at commas: a path holding one takes nvcc's way.
@@ -276,6 +283,9 @@ pub enum CompileError {
     Io(std::io::Error),
     #[error("interrupted")]
     Interrupted,
+    /// A remote compile whose result kbuild refuses (it read a file outside its input root).
+    #[error("{what}")]
+    Remote { what: String, log: String },
 }
 
 impl CompileError {
@@ -284,7 +294,8 @@ impl CompileError {
             CompileError::Failed { log, .. }
             | CompileError::Timeout(_, log)
             | CompileError::NoObject { log }
-            | CompileError::NoDepfile { log } => log,
+            | CompileError::NoDepfile { log }
+            | CompileError::Remote { log, .. } => log,
             _ => "",
         }
     }
@@ -389,6 +400,77 @@ pub fn run_with(
         deps,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The dependencies of `cmd` from a preprocessing pass only (`-M`), for a compile that runs
+/// elsewhere and must know its inputs first: hip-clang writes them to `-MF`, nvcc to `-o`.
+/// Paths as the depfile gives them (relative to `cwd` for project files).
+pub fn scan_deps(
+    cmd: &CompileCommand,
+    vendor: Vendor,
+    cwd: &Path,
+    tmp: &Path,
+    timeout: Option<Duration>,
+) -> Result<Vec<PathBuf>, CompileError> {
+    let out = tmp.join("scan.d").display().to_string();
+    let tail: Vec<String> = match vendor {
+        Vendor::Nvidia => vec!["-M".into(), "-o".into(), out.clone()],
+        Vendor::Amd => vec!["-M".into(), "-MF".into(), out.clone()],
+    };
+    let mut c = Command::new(&cmd.program);
+    c.args(cmd.args())
+        .args(&tail)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("TMPDIR", tmp);
+    let child = c.spawn().map_err(CompileError::Spawn)?;
+    let start = Instant::now();
+    let output = wait_capped(child, timeout)?;
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    if !output.status.success() {
+        return Err(CompileError::Failed {
+            status: format!("{} (dependency scan)", output.status),
+            log,
+        });
+    }
+    tracing::debug!("dependency scan in {:.2} s", start.elapsed().as_secs_f64());
+    match std::fs::read_to_string(&out) {
+        Ok(text) => Ok(crate::depfile::parse(&text)),
+        Err(_) => Err(CompileError::NoDepfile { log }),
+    }
+}
+
+/// Wait for `child` with `timeout` (killed after it), collecting its output.
+fn wait_capped(
+    child: std::process::Child,
+    timeout: Option<Duration>,
+) -> Result<std::process::Output, CompileError> {
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let received = match timeout {
+        Some(t) => rx.recv_timeout(t).ok(),
+        None => rx.recv().ok(),
+    };
+    match received {
+        Some(r) => r.map_err(CompileError::Io),
+        None => {
+            // SAFETY: plain signal syscall on the pid this call spawned.
+            if let Ok(pid) = libc::pid_t::try_from(id) {
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            Err(CompileError::Timeout(
+                timeout.map(|t| t.as_secs()).unwrap_or(0),
+                String::new(),
+            ))
+        }
+    }
 }
 
 /// SIGKILL the process group the compiler leads (it was spawned with `process_group(0)`), so

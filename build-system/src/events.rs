@@ -59,6 +59,10 @@ pub enum Event {
         /// Hits, uploads, refused entries and why the remote was switched off, if it was.
         #[serde(skip_serializing_if = "Option::is_none")]
         remote_cache: Option<crate::remote_cache::RemoteStats>,
+        /// Actions sent to the remote executor, answered from its cache, executed there, and
+        /// given back to a local compile.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        remote_execution: Option<crate::remote_exec::RemoteExecStats>,
         /// Per target: how many of the project's kernels it built, and why the rest are absent.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         targets: Vec<kbuild_manifest::manifest::TargetCoverage>,
@@ -178,6 +182,7 @@ fn plain_line(e: &Event) -> Option<String> {
             seconds,
             manifest,
             remote_cache,
+            remote_execution,
             targets,
         } => Some(
             format!(
@@ -196,7 +201,10 @@ fn plain_line(e: &Event) -> Option<String> {
                     if r.unavailable.is_some() { " (unavailable)" } else { "" }
                 ))
                 .unwrap_or_default()
-        ) + &targets_line(targets),
+        ) + &remote_execution.as_ref().map(|r| format!(
+            "\nkbuild: remote execution: {} actions, {} from the service's cache, {} executed, {} compiled here instead; {} blobs ({} bytes) uploaded",
+            r.actions, r.cache_hits, r.executed, r.fell_back, r.uploaded_blobs, r.uploaded_bytes
+        )).unwrap_or_default() + &targets_line(targets),
         ),
     }
 }

@@ -24,6 +24,7 @@ pub mod package;
 pub mod pch;
 pub mod plan;
 pub mod remote_cache;
+pub mod remote_exec;
 pub mod report;
 pub mod shard;
 pub mod sides;

@@ -82,6 +82,9 @@ pub struct CommandLine<'a> {
     pub program: &'a Path,
     pub args: Vec<String>,
     pub output: PathBuf,
+    /// The value of the `kbuild-toolchain` platform property a remote worker must advertise
+    /// to run this compile (docs/scale.md).
+    pub remote_toolchain: String,
 }
 
 impl<'a> CommandLine<'a> {
@@ -96,6 +99,7 @@ impl<'a> CommandLine<'a> {
             program: &cmd.program,
             args: cmd.args(),
             output: out_dir.join(&job.out_rel),
+            remote_toolchain: cmd.toolchain_id(),
         }
     }
 }
@@ -309,6 +313,13 @@ impl<'a> BaselineEvent<'a> {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The closing line of a build whose jobs failed.
+pub fn jobs_failed(count: usize) -> String {
+    format!(
+        "kbuild: {count} job(s) failed; the manifest lists the objects that built and, as `failed` and `missing`, those that did not (package and publish refuse it without --allow-partial)"
+    )
 }
 
 /// `--check-baseline` without drift: what was compared.

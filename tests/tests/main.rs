@@ -30,6 +30,7 @@ mod registry;
 mod registry_faults;
 mod release_safety;
 mod remote_cache;
+mod remote_exec;
 mod report_cli;
 mod shards;
 mod triton;

@@ -280,6 +280,9 @@ pub struct BuildArgs {
     /// estimated cost; `kbuild.shards/v1` JSON with --json) instead of building.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub print_shards: Option<u32>,
+    #[cfg(feature = "remote-exec")]
+    #[command(flatten)]
+    pub remote_exec: kbuild_remote_exec::RemoteExecArgs,
 }
 
 /// Arguments of `kbuild init`.

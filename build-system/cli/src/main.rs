@@ -21,14 +21,7 @@ fn main() -> ExitCode {
     let env = Env::from_process();
     init_tracing(&env);
     let cli = Cli::parse_from(cli::verbosity_after_command(std::env::args_os()));
-    progress::init(
-        match (cli.quiet, cli.verbose) {
-            (true, _) => progress::Verbosity::Quiet,
-            (_, true) => progress::Verbosity::Verbose,
-            _ => progress::Verbosity::Normal,
-        },
-        &env,
-    );
+    progress::init(cli.quiet, cli.verbose, &env);
     if let Err(e) = kbuild_build::interrupt::install() {
         tracing::warn!("could not install the SIGINT/SIGTERM handler: {e}");
     }

@@ -22,9 +22,14 @@ pub enum Verbosity {
 static VERBOSITY: std::sync::OnceLock<Verbosity> = std::sync::OnceLock::new();
 static FANCY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
-/// Set the process's verbosity and whether stderr takes escape codes (the first call wins).
-pub fn init(v: Verbosity, env: &Env) {
-    let _ = VERBOSITY.set(v);
+/// Set the process's verbosity (`-q` wins over `-v`) and whether stderr takes escape codes
+/// (the first call wins).
+pub fn init(quiet: bool, verbose: bool, env: &Env) {
+    let _ = VERBOSITY.set(match (quiet, verbose) {
+        (true, _) => Verbosity::Quiet,
+        (_, true) => Verbosity::Verbose,
+        _ => Verbosity::Normal,
+    });
     let _ = FANCY.set(stderr_is_fancy(env));
 }
 

@@ -10,6 +10,7 @@ use crate::cache::{Dep, Made};
 use crate::driver;
 use crate::driver::{CompileCommand, CompileError};
 
+use super::remote_compile::Remote;
 use super::Ctx;
 
 /// Why a cache miss did not become a cache entry.
@@ -58,6 +59,7 @@ pub(super) fn compile(
     cmd: &CompileCommand,
     action: &str,
     target: &Target,
+    label: &str,
 ) -> Result<crate::cache::Entry, CompileFailure> {
     let scratch = ctx.cache.scratch();
     let tmp = fsutil::tempdir_in(&scratch, "job").map_err(|source| {
@@ -68,7 +70,19 @@ pub(super) fn compile(
         CompileFailure::new(cause, String::new(), String::new())
     })?;
     let shown = cmd.display(&tmp);
-    let result = run(ctx, cmd, &tmp);
+    let result = match ctx.remote_exec {
+        Some(rx) => match super::remote_compile::compile(ctx, rx, cmd, action, target, label, &tmp)
+        {
+            Remote::Done(out) => Ok(out),
+            Remote::Failed(e) => Err(e),
+            Remote::Local(why) => {
+                ctx.reporter
+                    .note(&format!("note: {why}; compiling locally"));
+                run(ctx, cmd, &tmp)
+            }
+        },
+        None => run(ctx, cmd, &tmp),
+    };
     let _ = std::fs::remove_dir_all(&tmp);
     let out = result.map_err(|e: CompileError| {
         let log = e.log().to_string();

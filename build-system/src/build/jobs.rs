@@ -322,7 +322,7 @@ fn compiled_entry(ctx: &Ctx, job: &Job) -> Result<(Entry, JobStatus, Vec<String>
             Some(hit) => (hit, JobStatus::Cached),
             None => {
                 ctx.reporter.started(&job.label());
-                match compile(ctx, &cmd, &action, &job.target) {
+                match compile(ctx, &cmd, &action, &job.target, &job.label()) {
                     Ok(e) => {
                         upload(ctx, &action, &e);
                         (e, JobStatus::Compiled)

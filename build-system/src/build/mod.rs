@@ -8,6 +8,7 @@ mod jobs;
 mod outputs;
 mod prepare;
 mod remote;
+mod remote_compile;
 #[cfg(test)]
 mod tests;
 
@@ -65,6 +66,8 @@ pub struct BuildOptions {
     /// The environment the build sees: toolchain variables (CUDA_HOME, ROCM_PATH, PATH),
     /// kbuild's directories, `KBUILD_LAUNCHER`, registry credentials for the remote cache.
     pub env: Env,
+    /// Where cache misses compile: a remote executor (`--remote-execution`), else here.
+    pub remote_exec: Option<std::sync::Arc<dyn crate::remote_exec::RemoteExecutor>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +157,8 @@ struct Ctx<'a> {
     triton: Option<crate::triton::Pool>,
     /// `--strict`: a Triton object over its target's shared memory fails its job.
     strict: bool,
+    /// Where cache misses compile when not here.
+    remote_exec: Option<&'a dyn crate::remote_exec::RemoteExecutor>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);
@@ -267,6 +272,7 @@ pub fn build(
         pch: crate::pch::PchSet::new(&cache.scratch(), &cache.root().join("pch"), &opts.env),
         triton,
         strict: opts.strict,
+        remote_exec: opts.remote_exec.as_deref(),
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -367,6 +373,7 @@ pub fn build(
         seconds: round3(seconds),
         manifest: Some(manifest_path.display().to_string()),
         remote_cache: remote.clone(),
+        remote_execution: opts.remote_exec.as_ref().map(|r| r.stats()),
         targets: coverage,
     });
     if opts.strict && !empty.is_empty() {

@@ -78,7 +78,28 @@ struct RawFile {
     #[serde(default)]
     toolchain: ToolchainConfig,
     #[serde(default)]
+    remote: RemoteSettings,
+    #[serde(default)]
     kernels: BTreeMap<String, Spanned<RawKernel>>,
+}
+
+/// `[remote]`: remote execution of the compile jobs (the CLI's `--remote-execution` and the
+/// `KBUILD_REMOTE_*` variables take precedence; docs/scale.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RemoteSettings {
+    /// `grpc://HOST:PORT` or `grpcs://HOST:PORT` of a REAPI v2 service.
+    pub execution: Option<String>,
+    /// The REAPI instance name.
+    pub instance: Option<String>,
+    /// Platform properties every action carries (`OSFamily`, `container-image`, a pool).
+    #[serde(default)]
+    pub platform: BTreeMap<String, String>,
+    /// Actions in flight at once.
+    pub jobs: Option<usize>,
+    /// Seconds an action may wait for a worker and its result beyond its own timeout before
+    /// the job compiles here instead (default 300).
+    pub queue_timeout: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -394,6 +415,8 @@ pub struct Project {
     /// ([`crate::compat_header`]).
     pub compat_header: bool,
     pub toolchain: ToolchainConfig,
+    /// `[remote]`.
+    pub remote: RemoteSettings,
     pub kernels: Vec<Kernel>,
 }
 
@@ -822,6 +845,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         remote_cache_mode: raw.build.remote_cache_mode,
         compat_header: raw.build.compat_header.unwrap_or(true),
         toolchain: raw.toolchain,
+        remote: raw.remote,
         kernels,
     })
 }

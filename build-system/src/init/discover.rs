@@ -118,6 +118,7 @@ pub(super) fn discover(
         remote_cache: None,
         remote_cache_mode: None,
         toolchain: ToolchainConfig::default(),
+        remote: Default::default(),
         // Discovery builds what `kbuild build` of the written file will: with kbuild's header.
         compat_header: true,
         kernels,

@@ -312,8 +312,11 @@ impl Function {
             .collect();
         check_triton_args(&self.entry, record, &values)
             .map_err(|e| LoaderError::Args(Box::new(e)))?;
-        let scratch =
-            ScratchBuffers::for_launch(&self.entry, record, grid, &self.module.inner, stream)?;
+        let cuda = match &self.module.inner {
+            ModuleInner::Cuda(m) => Some(m),
+            _ => None,
+        };
+        let scratch = ScratchBuffers::for_launch(&self.entry, record, grid, cuda, stream)?;
         // The scratch pointers follow the caller's arguments (the driver copies each value).
         let addresses: [u64; 2] = [scratch.global, scratch.profile];
         let count = triton_scratch_count(record).min(addresses.len());

@@ -6,7 +6,7 @@
 
 use kbuild_manifest::triton::TritonLaunch;
 
-use super::module::ModuleInner;
+use crate::cuda::CudaModule;
 use crate::error::{LoaderError, Result};
 use crate::launch::Stream;
 
@@ -17,16 +17,17 @@ const ALLOCATION_ALIGN: u64 = 256;
 pub(crate) struct ScratchBuffers<'m> {
     pub global: u64,
     pub profile: u64,
-    module: Option<&'m crate::cuda::CudaModule>,
+    module: Option<&'m CudaModule>,
 }
 
 impl<'m> ScratchBuffers<'m> {
-    /// Allocate what `record` asks for over `grid` programs, on `stream`.
+    /// Allocate what `record` asks for over `grid` programs, on `stream`, through `cuda`
+    /// (the launch's CUDA module; `None` on HIP, where scratch memory is refused for now).
     pub fn for_launch(
         entry: &str,
         record: &TritonLaunch,
         grid: (u32, u32, u32),
-        inner: &'m ModuleInner,
+        cuda: Option<&'m CudaModule>,
         stream: Stream,
     ) -> Result<ScratchBuffers<'m>> {
         let mut out = ScratchBuffers {
@@ -53,7 +54,7 @@ impl<'m> ScratchBuffers<'m> {
         if wanted.iter().all(|(size, _, _)| *size == 0) {
             return Ok(out);
         }
-        let ModuleInner::Cuda(module) = inner else {
+        let Some(module) = cuda else {
             return Err(refuse(
                 "the kernel needs scratch memory, which kbuild allocates through the CUDA driver only (not on HIP yet)".into(),
             ));

@@ -16,6 +16,8 @@ pub mod names {
     pub const KBUILD_TRUSTED_KEYS: &str = "KBUILD_TRUSTED_KEYS";
     pub const KBUILD_MAX_UNPACKED_BYTES: &str = "KBUILD_MAX_UNPACKED_BYTES";
     pub const KBUILD_REMOTE_CACHE_TIMEOUT: &str = "KBUILD_REMOTE_CACHE_TIMEOUT";
+    /// `name=value` lines: headers of every remote execution call (an API key).
+    pub const KBUILD_REMOTE_HEADERS: &str = "KBUILD_REMOTE_HEADERS";
     pub const KBUILD_REGISTRY_USER: &str = "KBUILD_REGISTRY_USER";
     pub const KBUILD_REGISTRY_PASSWORD: &str = "KBUILD_REGISTRY_PASSWORD";
     pub const KBUILD_REGISTRY_AUTH_FILE: &str = "KBUILD_REGISTRY_AUTH_FILE";
@@ -56,6 +58,7 @@ pub mod names {
         KBUILD_TRUSTED_KEYS,
         KBUILD_MAX_UNPACKED_BYTES,
         KBUILD_REMOTE_CACHE_TIMEOUT,
+        KBUILD_REMOTE_HEADERS,
         KBUILD_REGISTRY_USER,
         KBUILD_REGISTRY_PASSWORD,
         KBUILD_REGISTRY_AUTH_FILE,

@@ -9,7 +9,7 @@ use anyhow::Result;
 use kbuild_base::env::Env;
 use kbuild_build::baseline;
 use kbuild_build::build::{build, commands, shards};
-use kbuild_build::report::{baseline_drifted, baseline_up_to_date};
+use kbuild_build::report::{baseline_drifted, baseline_up_to_date, jobs_failed};
 use kbuild_build::report::{BaselineEvent, CommandLine, ShardsReport};
 
 use crate::cli::BuildArgs;
@@ -18,9 +18,7 @@ use crate::render::{color, print_json_line};
 
 pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
     let mut project = args.project.open()?;
-    if let Some(l) = &args.launcher {
-        project.launcher = Some(l.clone());
-    }
+    project.launcher = args.launcher.clone().or(project.launcher);
     let opts = args.options(env)?;
     if let Some(count) = args.print_shards {
         let (all, split) = shards(&project, &opts, count, &BuildProgress::plain())?;
@@ -41,6 +39,8 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    #[cfg(feature = "remote-exec")]
+    let opts = kbuild_remote_exec::attach(opts, &args.remote_exec, &project.remote, env)?;
     let report = build(&project, &opts, &BuildProgress::new(args.json, env))?;
     if report.failures.is_empty() {
         if let Some(file) = args.check_baseline {
@@ -50,10 +50,7 @@ pub fn run(args: BuildArgs, env: &Env) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         if !args.json {
-            eprintln!(
-                "kbuild: {} job(s) failed; the manifest lists the objects that built and, as `failed` and `missing`, those that did not (package and publish refuse it without --allow-partial)",
-                report.failures.len()
-            );
+            eprintln!("{}", jobs_failed(report.failures.len()));
         }
         Ok(ExitCode::from(1))
     }

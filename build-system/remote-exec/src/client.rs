@@ -1,0 +1,508 @@
+//! The REAPI calls, async over tonic: capabilities, the content-addressable storage (find
+//! missing, batch and ByteStream uploads and reads), the action cache and Execute (with
+//! WaitExecution when the stream drops). Every call is bounded by a deadline; every service
+//! error is returned with its gRPC code, for the caller to name with its action.
+
+use std::time::Duration;
+
+use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
+use bazel_remote_apis::google::bytestream as bs;
+use bazel_remote_apis::google::longrunning::{self as lr, operation, Operation};
+use prost::Message;
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+use crate::tree::Blob;
+
+/// Adds the configured headers (an API key, BuildBuddy/EngFlow style) to every call.
+#[derive(Clone)]
+pub struct Headers(pub Vec<(MetadataKey<Ascii>, MetadataValue<Ascii>)>);
+
+impl tonic::service::Interceptor for Headers {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        for (k, v) in &self.0 {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Svc = InterceptedService<Channel, Headers>;
+
+/// Larger than any blob kbuild sends in one message; tonic's default is 4 MiB.
+const MAX_MESSAGE: usize = 64 << 20;
+/// ByteStream chunks.
+const CHUNK: usize = 1 << 20;
+
+/// The clients of one service endpoint and instance.
+#[derive(Clone)]
+pub struct Client {
+    pub instance: String,
+    cas: re::content_addressable_storage_client::ContentAddressableStorageClient<Svc>,
+    ac: re::action_cache_client::ActionCacheClient<Svc>,
+    exec: re::execution_client::ExecutionClient<Svc>,
+    caps: re::capabilities_client::CapabilitiesClient<Svc>,
+    bytestream: bs::byte_stream_client::ByteStreamClient<Svc>,
+    operations: lr::operations_client::OperationsClient<Svc>,
+    /// Blobs of up to this many bytes go in batches (the server's limit less framing).
+    pub max_batch: usize,
+}
+
+/// What the server says it does.
+#[derive(Debug, Clone)]
+pub struct Capabilities {
+    pub max_batch: usize,
+    pub execution: bool,
+    /// REAPI 2.1+: `output_paths`.
+    pub output_paths: bool,
+}
+
+impl Client {
+    pub fn new(channel: Channel, headers: Headers, instance: &str) -> Client {
+        macro_rules! client {
+            ($m:ident :: $t:ident) => {
+                $m::$t::with_interceptor(channel.clone(), headers.clone())
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE)
+            };
+        }
+        use bs::byte_stream_client;
+        use lr::operations_client;
+        use re::{
+            action_cache_client, capabilities_client, content_addressable_storage_client,
+            execution_client,
+        };
+        Client {
+            instance: instance.to_string(),
+            cas: client!(content_addressable_storage_client::ContentAddressableStorageClient),
+            ac: client!(action_cache_client::ActionCacheClient),
+            exec: client!(execution_client::ExecutionClient),
+            caps: client!(capabilities_client::CapabilitiesClient),
+            bytestream: client!(byte_stream_client::ByteStreamClient),
+            operations: client!(operations_client::OperationsClient),
+            max_batch: 4 << 20,
+        }
+    }
+
+    /// `GetCapabilities`: SHA-256 must be among the digest functions, and remote execution
+    /// enabled.
+    pub async fn capabilities(&mut self) -> Result<Capabilities, Status> {
+        let caps = self
+            .caps
+            .get_capabilities(re::GetCapabilitiesRequest {
+                instance_name: self.instance.clone(),
+            })
+            .await?
+            .into_inner();
+        let sha256 = re::digest_function::Value::Sha256 as i32;
+        let cache = caps.cache_capabilities.unwrap_or_default();
+        let exec = caps.execution_capabilities.unwrap_or_default();
+        if !cache.digest_functions.contains(&sha256) && exec.digest_function != sha256 {
+            return Err(Status::failed_precondition(
+                "the server does not offer SHA-256 digests",
+            ));
+        }
+        // A batch carries framing beside the blobs: leave a margin under the server's limit.
+        let limit = usize::try_from(cache.max_batch_total_size_bytes).unwrap_or(0);
+        let max_batch = if limit == 0 { 4 << 20 } else { limit };
+        let high = caps.high_api_version.unwrap_or_default();
+        Ok(Capabilities {
+            max_batch: max_batch.saturating_sub(64 << 10).max(64 << 10),
+            execution: exec.exec_enabled,
+            output_paths: (high.major, high.minor) >= (2, 1),
+        })
+    }
+
+    /// Upload what the server lacks of `blobs`: small ones in batches, large ones over
+    /// ByteStream. Returns (blobs, bytes) uploaded.
+    pub async fn upload_missing(&mut self, blobs: &[&Blob]) -> Result<(usize, u64), Status> {
+        let missing = self
+            .cas
+            .find_missing_blobs(re::FindMissingBlobsRequest {
+                instance_name: self.instance.clone(),
+                blob_digests: blobs.iter().map(|b| b.digest.clone()).collect(),
+                digest_function: 0,
+            })
+            .await?
+            .into_inner()
+            .missing_blob_digests;
+        let missing: std::collections::HashSet<&str> =
+            missing.iter().map(|d| d.hash.as_str()).collect();
+        let todo: Vec<&Blob> = blobs
+            .iter()
+            .copied()
+            .filter(|b| missing.contains(b.digest.hash.as_str()))
+            .collect();
+        let bytes = todo.iter().map(|b| b.data.len() as u64).sum();
+        let mut batch: Vec<&Blob> = Vec::new();
+        let mut batch_bytes = 0;
+        for b in &todo {
+            if b.data.len() > self.max_batch {
+                self.write_stream(b).await?;
+                continue;
+            }
+            if batch_bytes + b.data.len() > self.max_batch {
+                self.write_batch(&batch).await?;
+                batch.clear();
+                batch_bytes = 0;
+            }
+            batch_bytes += b.data.len();
+            batch.push(b);
+        }
+        if !batch.is_empty() {
+            self.write_batch(&batch).await?;
+        }
+        Ok((todo.len(), bytes))
+    }
+
+    async fn write_batch(&mut self, blobs: &[&Blob]) -> Result<(), Status> {
+        let responses = self
+            .cas
+            .batch_update_blobs(re::BatchUpdateBlobsRequest {
+                instance_name: self.instance.clone(),
+                requests: blobs
+                    .iter()
+                    .map(|b| re::batch_update_blobs_request::Request {
+                        digest: Some(b.digest.clone()),
+                        data: b.data.clone(),
+                        compressor: 0,
+                    })
+                    .collect(),
+                digest_function: 0,
+            })
+            .await?
+            .into_inner()
+            .responses;
+        for r in responses {
+            if let Some(s) = r.status.filter(|s| s.code != 0) {
+                let hash = r.digest.map(|d| d.hash).unwrap_or_default();
+                return Err(Status::new(
+                    Code::from_i32(s.code),
+                    format!("uploading blob {hash}: {}", s.message),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_stream(&mut self, blob: &Blob) -> Result<(), Status> {
+        let name = format!(
+            "{}uploads/{}/blobs/{}/{}",
+            prefix(&self.instance),
+            upload_id(),
+            blob.digest.hash,
+            blob.digest.size_bytes
+        );
+        let chunks: Vec<bs::WriteRequest> = blob
+            .data
+            .chunks(CHUNK)
+            .enumerate()
+            .map(|(i, c)| bs::WriteRequest {
+                resource_name: if i == 0 { name.clone() } else { String::new() },
+                write_offset: (i * CHUNK) as i64,
+                finish_write: (i + 1) * CHUNK >= blob.data.len(),
+                data: c.to_vec(),
+            })
+            .collect();
+        let written = self
+            .bytestream
+            .write(tokio_stream::iter(chunks))
+            .await?
+            .into_inner()
+            .committed_size;
+        if written != blob.digest.size_bytes {
+            return Err(Status::data_loss(format!(
+                "ByteStream write of {} committed {written} of {} bytes",
+                blob.digest.hash, blob.digest.size_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Read blobs (batched when they fit, else over ByteStream), each checked against its
+    /// digest.
+    pub async fn read(&mut self, digests: &[re::Digest]) -> Result<Vec<Vec<u8>>, Status> {
+        let mut out = Vec::with_capacity(digests.len());
+        for d in digests {
+            let data = if d.size_bytes == 0 {
+                Vec::new()
+            } else if usize::try_from(d.size_bytes).unwrap_or(usize::MAX) <= self.max_batch {
+                let r = self
+                    .cas
+                    .batch_read_blobs(re::BatchReadBlobsRequest {
+                        instance_name: self.instance.clone(),
+                        digests: vec![d.clone()],
+                        acceptable_compressors: Vec::new(),
+                        digest_function: 0,
+                    })
+                    .await?
+                    .into_inner();
+                let Some(r) = r.responses.into_iter().next() else {
+                    return Err(Status::data_loss(format!("blob {} not returned", d.hash)));
+                };
+                if let Some(s) = r.status.filter(|s| s.code != 0) {
+                    return Err(Status::new(
+                        Code::from_i32(s.code),
+                        format!("reading blob {}: {}", d.hash, s.message),
+                    ));
+                }
+                r.data
+            } else {
+                self.read_stream(d).await?
+            };
+            if crate::tree::digest_of(&data) != *d {
+                return Err(Status::data_loss(format!(
+                    "blob {} does not hash to its digest",
+                    d.hash
+                )));
+            }
+            out.push(data);
+        }
+        Ok(out)
+    }
+
+    async fn read_stream(&mut self, d: &re::Digest) -> Result<Vec<u8>, Status> {
+        let name = format!(
+            "{}blobs/{}/{}",
+            prefix(&self.instance),
+            d.hash,
+            d.size_bytes
+        );
+        let mut stream = self
+            .bytestream
+            .read(bs::ReadRequest {
+                resource_name: name,
+                read_offset: 0,
+                read_limit: 0,
+            })
+            .await?
+            .into_inner();
+        let mut data = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            if data.len() + chunk.data.len() > usize::try_from(d.size_bytes).unwrap_or(0) {
+                return Err(Status::data_loss(format!(
+                    "blob {} is longer than its digest says",
+                    d.hash
+                )));
+            }
+            data.extend_from_slice(&chunk.data);
+        }
+        Ok(data)
+    }
+
+    /// `GetActionResult`; `None` on a miss.
+    pub async fn cached_result(
+        &mut self,
+        action: &re::Digest,
+        outputs: &[String],
+    ) -> Result<Option<re::ActionResult>, Status> {
+        let r = self
+            .ac
+            .get_action_result(re::GetActionResultRequest {
+                instance_name: self.instance.clone(),
+                action_digest: Some(action.clone()),
+                inline_stdout: true,
+                inline_stderr: true,
+                inline_output_files: outputs.to_vec(),
+                digest_function: 0,
+            })
+            .await;
+        match r {
+            Ok(r) => Ok(Some(r.into_inner())),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(s),
+        }
+    }
+
+    /// `Execute`, followed to its end; `WaitExecution` on the operation when the stream ends
+    /// early (a dropped connection). Two deadlines, by the operation's stage: `queued` while
+    /// it waits for a worker (an action no worker can take waits forever otherwise; a lost
+    /// worker's action goes back to the queue), `executing` once a worker runs it. Past
+    /// either, the operation is cancelled (best effort) and DEADLINE_EXCEEDED returned.
+    pub async fn execute(
+        &mut self,
+        action: &re::Digest,
+        outputs: &[String],
+        queued: Duration,
+        executing: Duration,
+    ) -> Result<re::ExecuteResponse, Status> {
+        let executing_stage = re::execution_stage::Value::Executing as i32;
+        let mut stream = self
+            .exec
+            .execute(re::ExecuteRequest {
+                instance_name: self.instance.clone(),
+                skip_cache_lookup: false,
+                action_digest: Some(action.clone()),
+                execution_policy: None,
+                results_cache_policy: None,
+                digest_function: 0,
+                inline_stdout: true,
+                inline_stderr: true,
+                inline_output_files: outputs.to_vec(),
+            })
+            .await?
+            .into_inner();
+        let mut name = String::new();
+        let mut stage = 0;
+        let mut deadline = tokio::time::Instant::now() + queued;
+        // Each stream (Execute's, then WaitExecution's after a drop) is read to its end.
+        for _ in 0..8 {
+            loop {
+                let next = tokio::time::timeout_at(deadline, stream.message()).await;
+                let Ok(next) = next else {
+                    return Err(self.give_up(&name, stage == executing_stage).await);
+                };
+                match next {
+                    Ok(Some(op)) => {
+                        name.clone_from(&op.name);
+                        if op.done {
+                            return finished(op);
+                        }
+                        let now = op
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| {
+                                re::ExecuteOperationMetadata::decode(m.value.as_slice()).ok()
+                            })
+                            .map_or(stage, |m| m.stage);
+                        if now != stage {
+                            // A new stage starts its own clock (a requeued action waits
+                            // for a worker again).
+                            let limit = if now == executing_stage {
+                                executing
+                            } else {
+                                queued
+                            };
+                            deadline = tokio::time::Instant::now() + limit;
+                            stage = now;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(s) if s.code() == Code::Unavailable && !name.is_empty() => break,
+                    Err(s) => return Err(s),
+                }
+            }
+            if name.is_empty() {
+                return Err(Status::unavailable(
+                    "Execute ended before naming its operation",
+                ));
+            }
+            stream = self
+                .exec
+                .wait_execution(re::WaitExecutionRequest { name: name.clone() })
+                .await?
+                .into_inner();
+        }
+        Err(Status::unavailable(format!(
+            "operation {name}: the stream kept ending before the operation did"
+        )))
+    }
+
+    /// Cancel `name` (nobody waits for it any more; best effort) and say why.
+    async fn give_up(&mut self, name: &str, executing: bool) -> Status {
+        if !name.is_empty() {
+            let cancel = self
+                .operations
+                .cancel_operation(lr::CancelOperationRequest {
+                    name: name.to_string(),
+                });
+            let _ = tokio::time::timeout(Duration::from_secs(5), cancel).await;
+        }
+        Status::deadline_exceeded(if executing {
+            format!(
+                "operation {name}: its worker gave no result in time (lost or stuck); cancelled"
+            )
+        } else {
+            format!(
+                "operation {name}: no worker took it in time (none matches its platform, or all are busy); cancelled"
+            )
+        })
+    }
+}
+
+/// The `ExecuteResponse` of a finished operation.
+fn finished(op: Operation) -> Result<re::ExecuteResponse, Status> {
+    match op.result {
+        Some(operation::Result::Response(any)) => re::ExecuteResponse::decode(any.value.as_slice())
+            .map_err(|e| Status::internal(format!("operation {}: its response: {e}", op.name))),
+        Some(operation::Result::Error(s)) => Err(Status::new(Code::from_i32(s.code), s.message)),
+        None => Err(Status::internal(format!(
+            "operation {} is done with no result",
+            op.name
+        ))),
+    }
+}
+
+/// `instance/` or nothing, the prefix of ByteStream resource names.
+fn prefix(instance: &str) -> String {
+    if instance.is_empty() {
+        String::new()
+    } else {
+        format!("{instance}/")
+    }
+}
+
+/// A version-4-shaped UUID for a ByteStream upload, unique per process and call.
+fn upload_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let h = blake3::hash(seed.as_bytes());
+    let b = h.as_bytes();
+    let hex: String = b[..16].iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-4{}-8{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+/// The gRPC code's name, as the service's errors are reported (`RESOURCE_EXHAUSTED`).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_ids_are_uuid_shaped_and_unique() {
+        let (a, b) = (upload_id(), upload_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(a.as_bytes()[14], b'4');
+        assert_eq!(a.matches('-').count(), 4);
+    }
+}

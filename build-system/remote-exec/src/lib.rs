@@ -1,0 +1,432 @@
+//! kbuild's remote execution client: each compile job of a build becomes a Bazel Remote
+//! Execution API (REAPI v2) action, run by any service that speaks it (BuildBuddy, EngFlow,
+//! NativeLink, Buildbarn, BuildGrid).
+//!
+//! The build library asks through [`kbuild_build::remote_exec::RemoteExecutor`] and knows
+//! nothing of gRPC; this crate is the CLI's (feature `remote-exec`). One action: the input root
+//! (the project files the compile reads, the compat header), the `Command` (the compile's
+//! arguments with paths relative to the input root, its outputs), the `Action` (with kbuild's
+//! toolchain identity and the configured properties as its platform, and the job's timeout).
+//! The action cache is asked first; on a miss the blobs the service lacks are uploaded and the
+//! action executed; the outputs come back checked against their digests.
+//!
+//! Failure never fails a build: an unreachable service, a refusal (named with its gRPC code
+//! and the action) or a lost worker past its deadline gives the job back to a local compile.
+//! After the service is found unavailable, every later job compiles locally at once.
+
+mod client;
+mod options;
+mod tree;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kbuild_build::remote_exec::{
+    RemoteAction, RemoteExecError, RemoteExecStats, RemoteExecutor, RemoteRun,
+};
+use tonic::{Code, Status};
+
+pub use options::{RemoteExecArgs, RemoteExecOptionsError};
+
+use client::{code_name, Capabilities, Client, Headers};
+use tree::{Blob, InputFile};
+
+/// Where and how actions run.
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// `grpc://host:port` (plain) or `grpcs://host:port` (TLS, the system's web roots).
+    pub endpoint: String,
+    /// The REAPI instance name ("" for the default).
+    pub instance: String,
+    /// Headers added to every call (`x-buildbuddy-api-key`, `authorization`).
+    pub headers: Vec<(String, String)>,
+    /// Platform properties besides kbuild's toolchain identity (`OSFamily`, `container-image`,
+    /// a pool name).
+    pub platform: Vec<(String, String)>,
+    /// Actions in flight at once (uploads and executions); more jobs wait.
+    pub max_in_flight: usize,
+    /// How long an action may wait for a worker (queued, or requeued after losing one)
+    /// before the job is given back to a local compile; on a worker it has its own timeout.
+    pub queue_deadline: Duration,
+}
+
+/// Why the service cannot be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteConnectError {
+    #[error("remote execution {endpoint}: {why}")]
+    Endpoint { endpoint: String, why: String },
+    #[error("remote execution {endpoint}: {code}: {message}")]
+    Service {
+        endpoint: String,
+        code: &'static str,
+        message: String,
+    },
+    #[error(
+        "remote execution {endpoint}: the service does not execute actions (exec_enabled is false)"
+    )]
+    NoExecution { endpoint: String },
+    #[error("remote execution: starting the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A connected REAPI service.
+pub struct RemoteExecution {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    caps: Capabilities,
+    cfg: RemoteConfig,
+    gate: tokio::sync::Semaphore,
+    stats: Mutex<RemoteExecStats>,
+    /// Set once the service is found unavailable: later jobs compile locally at once.
+    off: AtomicBool,
+}
+
+impl std::fmt::Debug for RemoteExecution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteExecution")
+            .field("endpoint", &self.cfg.endpoint)
+            .field("instance", &self.cfg.instance)
+            .finish()
+    }
+}
+
+/// Blobs a compile's outputs may be; larger ones are refused.
+const MAX_OUTPUT: i64 = 512 << 20;
+
+impl RemoteExecution {
+    /// Connect and ask the service what it does (`GetCapabilities`).
+    pub fn connect(cfg: RemoteConfig) -> Result<RemoteExecution, RemoteConnectError> {
+        let endpoint_err = |why: String| RemoteConnectError::Endpoint {
+            endpoint: cfg.endpoint.clone(),
+            why,
+        };
+        let (uri, tls) = if let Some(rest) = cfg.endpoint.strip_prefix("grpcs://") {
+            (format!("https://{rest}"), true)
+        } else if let Some(rest) = cfg.endpoint.strip_prefix("grpc://") {
+            (format!("http://{rest}"), false)
+        } else {
+            return Err(endpoint_err(
+                "not a grpc://HOST:PORT or grpcs://HOST:PORT address".into(),
+            ));
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("kbuild-remote-exec")
+            .build()
+            .map_err(RemoteConnectError::Runtime)?;
+        let mut endpoint = tonic::transport::Endpoint::from_shared(uri)
+            .map_err(|e| endpoint_err(e.to_string()))?
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        if tls {
+            endpoint = endpoint
+                .tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots())
+                .map_err(|e| endpoint_err(format!("TLS: {e}")))?;
+        }
+        let mut headers = Vec::new();
+        for (k, v) in &cfg.headers {
+            let key = k
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| endpoint_err(format!("header name `{k}` is not valid")))?;
+            let value = v
+                .parse()
+                .map_err(|_| endpoint_err(format!("header `{k}`: its value is not valid")))?;
+            headers.push((key, value));
+        }
+        let channel = {
+            let _guard = rt.enter();
+            endpoint.connect_lazy()
+        };
+        let mut client = Client::new(channel, Headers(headers), &cfg.instance);
+        let caps = rt
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), client.capabilities()).await
+            })
+            .map_err(|_| endpoint_err("GetCapabilities did not answer within 30 s".into()))?
+            .map_err(|s| RemoteConnectError::Service {
+                endpoint: cfg.endpoint.clone(),
+                code: code_name(s.code()),
+                message: s.message().to_string(),
+            })?;
+        if !caps.execution {
+            return Err(RemoteConnectError::NoExecution {
+                endpoint: cfg.endpoint.clone(),
+            });
+        }
+        client.max_batch = caps.max_batch;
+        Ok(RemoteExecution {
+            rt,
+            client,
+            caps,
+            gate: tokio::sync::Semaphore::new(cfg.max_in_flight.max(1)),
+            cfg,
+            stats: Mutex::new(RemoteExecStats::default()),
+            off: AtomicBool::new(false),
+        })
+    }
+
+    fn count(&self, f: impl FnOnce(&mut RemoteExecStats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// What a service error means for this action: unavailable (the service or its workers
+    /// are gone: stop asking) or refused (this action only).
+    fn error(&self, label: &str, s: &Status) -> RemoteExecError {
+        let why = format!(
+            "{} from {}: {}",
+            code_name(s.code()),
+            self.cfg.endpoint,
+            s.message()
+        );
+        match s.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled => {
+                RemoteExecError::Unavailable {
+                    label: label.to_string(),
+                    why,
+                }
+            }
+            _ => RemoteExecError::Refused {
+                label: label.to_string(),
+                why,
+            },
+        }
+    }
+
+    async fn run_async(&self, a: &RemoteAction) -> Result<RemoteRun, RemoteExecError> {
+        let label = a.label.as_str();
+        let refused = |why: String| RemoteExecError::Refused {
+            label: label.to_string(),
+            why,
+        };
+        // Read the input root's files (the caller named each; size-capped).
+        let mut files = Vec::with_capacity(a.inputs.len());
+        for i in &a.inputs {
+            let data = read_capped(&i.local)
+                .map_err(|e| refused(format!("reading input {}: {e}", i.local.display())))?;
+            files.push(InputFile {
+                path: i.path.clone(),
+                data,
+                executable: false,
+            });
+        }
+        let (root, mut blobs) = tree::input_root(files).map_err(|e| refused(e.to_string()))?;
+        // The action's own properties (its toolchain) and the configured ones.
+        let mut properties = a.platform.clone();
+        properties.extend(self.cfg.platform.iter().cloned());
+        let platform = tree::platform(&properties);
+        let command = tree::command(
+            &a.argv,
+            &a.env,
+            &a.working_directory,
+            &a.outputs,
+            &platform,
+            self.caps.output_paths,
+        );
+        let action = tree::action(&command.digest, &root, a.timeout, &platform);
+        let action_digest = action.digest.clone();
+        // The output paths the service reports are relative to the working directory.
+        let mut client = self.client.clone();
+        let cached = client
+            .cached_result(&action_digest, &a.outputs)
+            .await
+            .map_err(|s| self.error(label, &s))?;
+        let (result, was_cached) = match cached {
+            Some(r) => (r, true),
+            None => {
+                blobs.push(command);
+                blobs.push(action);
+                let refs: Vec<&Blob> = blobs.iter().collect();
+                let (n, bytes) = client
+                    .upload_missing(&refs)
+                    .await
+                    .map_err(|s| self.error(label, &s))?;
+                self.count(|st| {
+                    st.uploaded_blobs += n;
+                    st.uploaded_bytes += bytes;
+                });
+                // A compile with no timeout of its own still gets an hour on a worker.
+                let executing =
+                    a.timeout.unwrap_or(Duration::from_secs(3600)) + Duration::from_secs(30);
+                let response = client
+                    .execute(
+                        &action_digest,
+                        &a.outputs,
+                        self.cfg.queue_deadline,
+                        executing,
+                    )
+                    .await
+                    .map_err(|s| self.error(label, &s))?;
+                if let Some(s) = response.status.as_ref().filter(|s| s.code != 0) {
+                    let status = Status::new(Code::from_i32(s.code), s.message.clone());
+                    return Err(self.error(label, &status));
+                }
+                let Some(result) = response.result else {
+                    return Err(refused("the service returned no action result".into()));
+                };
+                (result, response.cached_result)
+            }
+        };
+        self.fetch(&mut client, label, result, was_cached).await
+    }
+
+    /// The outputs, stdout and stderr of `result`, read from the CAS where not inline.
+    async fn fetch(
+        &self,
+        client: &mut Client,
+        label: &str,
+        result: bazel_remote_apis::build::bazel::remote::execution::v2::ActionResult,
+        cached: bool,
+    ) -> Result<RemoteRun, RemoteExecError> {
+        let refused = |why: String| RemoteExecError::Refused {
+            label: label.to_string(),
+            why,
+        };
+        let mut outputs = BTreeMap::new();
+        for f in &result.output_files {
+            let Some(d) = &f.digest else {
+                return Err(refused(format!("output {} has no digest", f.path)));
+            };
+            if d.size_bytes > MAX_OUTPUT {
+                return Err(refused(format!(
+                    "output {} is {} bytes, over kbuild's {MAX_OUTPUT}",
+                    f.path, d.size_bytes
+                )));
+            }
+            let data = if !f.contents.is_empty() || d.size_bytes == 0 {
+                if tree::digest_of(&f.contents) != *d {
+                    return Err(refused(format!(
+                        "output {}: its inline bytes do not hash to its digest",
+                        f.path
+                    )));
+                }
+                f.contents.clone()
+            } else {
+                let mut v = client
+                    .read(std::slice::from_ref(d))
+                    .await
+                    .map_err(|s| self.error(label, &s))?;
+                v.pop().unwrap_or_default()
+            };
+            outputs.insert(f.path.clone(), data);
+        }
+        let mut stdout = result.stdout_raw.clone();
+        let mut stderr = result.stderr_raw.clone();
+        let (out_digest, err_digest) = (result.stdout_digest.clone(), result.stderr_digest.clone());
+        for (buf, digest) in [(&mut stdout, out_digest), (&mut stderr, err_digest)] {
+            if let Some(d) = digest.filter(|d| buf.is_empty() && d.size_bytes > 0) {
+                if d.size_bytes > MAX_OUTPUT {
+                    return Err(refused(format!("a log of {} bytes", d.size_bytes)));
+                }
+                *buf = client
+                    .read(std::slice::from_ref(&d))
+                    .await
+                    .map_err(|s| self.error(label, &s))?
+                    .pop()
+                    .unwrap_or_default();
+            }
+        }
+        let worker = result
+            .execution_metadata
+            .map(|m| m.worker)
+            .unwrap_or_default();
+        Ok(RemoteRun {
+            exit_code: result.exit_code,
+            stdout,
+            stderr,
+            outputs,
+            cached,
+            worker,
+        })
+    }
+}
+
+/// Inputs are the project's sources and headers: a cap keeps a hostile tree from making a
+/// build read a huge or endless file.
+const MAX_INPUT: u64 = 256 << 20;
+
+fn read_capped(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut data = Vec::new();
+    f.take(MAX_INPUT + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > MAX_INPUT {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_INPUT} bytes"
+        )));
+    }
+    Ok(data)
+}
+
+impl RemoteExecutor for RemoteExecution {
+    fn run(&self, action: &RemoteAction) -> Result<RemoteRun, RemoteExecError> {
+        if self.off.load(Ordering::Relaxed) {
+            return Err(RemoteExecError::Unavailable {
+                label: action.label.clone(),
+                why: "switched off for this build after an earlier failure".into(),
+            });
+        }
+        self.count(|s| s.actions += 1);
+        let result = self.rt.block_on(async {
+            // Back-pressure: at most `max_in_flight` actions between upload and result.
+            let _permit = self.gate.acquire().await;
+            self.run_async(action).await
+        });
+        match &result {
+            Ok(r) if r.cached => self.count(|s| s.cache_hits += 1),
+            Ok(_) => self.count(|s| s.executed += 1),
+            Err(RemoteExecError::Unavailable { .. }) => {
+                self.off.store(true, Ordering::Relaxed);
+                self.count(|s| s.fell_back += 1);
+            }
+            Err(_) => self.count(|s| s.fell_back += 1),
+        }
+        result
+    }
+
+    fn stats(&self) -> RemoteExecStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn describe(&self) -> String {
+        if self.cfg.instance.is_empty() {
+            self.cfg.endpoint.clone()
+        } else {
+            format!("{} (instance {})", self.cfg.endpoint, self.cfg.instance)
+        }
+    }
+}
+
+/// `opts` with the remote executor `args`, the environment or Kbuild.toml `[remote]`
+/// (`project`) name, connected; unchanged when none of them names a service.
+pub fn attach(
+    mut opts: kbuild_build::build::BuildOptions,
+    args: &RemoteExecArgs,
+    project: &kbuild_build::config::RemoteSettings,
+    env: &kbuild_base::env::Env,
+) -> Result<kbuild_build::build::BuildOptions, ExecutorError> {
+    if let Some(cfg) = args.config(project, env)? {
+        opts.remote_exec = Some(std::sync::Arc::new(RemoteExecution::connect(cfg)?));
+    }
+    Ok(opts)
+}
+
+/// Why a build's remote executor could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error(transparent)]
+    Options(#[from] RemoteExecOptionsError),
+    #[error(transparent)]
+    Connect(#[from] RemoteConnectError),
+}

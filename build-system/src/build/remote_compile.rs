@@ -1,0 +1,291 @@
+//! A cache miss compiled on a remote executor ([`crate::remote_exec`]): the action made from
+//! the compile command, its inputs known before it runs, and what comes back turned into the
+//! same [`CompileOutput`] a local compile gives (so the cache, audit and manifest are the
+//! same). Anything short of a result or a compile error of the compiler's own gives the job
+//! back to a local compile.
+
+use std::path::{Path, PathBuf};
+
+use kbuild_manifest::target::Target;
+
+use crate::driver::{self, CompileCommand, CompileError, CompileOutput};
+use crate::remote_cache::DepCheck;
+use crate::remote_exec::{
+    RemoteAction, RemoteExecError, RemoteExecutor, RemoteInput, COMPAT_ROOT, OUT_ROOT,
+    TOOLCHAIN_PROPERTY,
+};
+
+use super::Ctx;
+
+/// How a remote attempt ended.
+pub(super) enum Remote {
+    /// The compile ran (or was served from the service's cache) and succeeded.
+    Done(CompileOutput),
+    /// The compile ran and failed: reported as a local failure would be.
+    Failed(CompileError),
+    /// Not run remotely (why): compile locally.
+    Local(String),
+}
+
+/// The PATH of a remote compile: fixed, so actions do not differ by the builder's PATH (nvcc
+/// finds its host compiler there).
+const REMOTE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Compile `cmd` for `target` on `rx`.
+pub(super) fn compile(
+    ctx: &Ctx,
+    rx: &dyn RemoteExecutor,
+    cmd: &CompileCommand,
+    action_key: &str,
+    target: &Target,
+    label: &str,
+    tmp: &Path,
+) -> Remote {
+    if cmd.launcher.is_some() {
+        return Remote::Local("a launcher wraps the compiler".into());
+    }
+    let inputs = match inputs(ctx, cmd, action_key, target, tmp) {
+        Ok(i) => i,
+        Err(why) => return Remote::Local(why),
+    };
+    let action = RemoteAction {
+        label: label.to_string(),
+        argv: argv(cmd),
+        env: vec![("PATH".into(), REMOTE_PATH.into())],
+        working_directory: String::new(),
+        inputs,
+        outputs: vec![format!("{OUT_ROOT}/object"), format!("{OUT_ROOT}/deps.d")],
+        platform: vec![(TOOLCHAIN_PROPERTY.to_string(), cmd.toolchain_id())],
+        timeout: ctx.timeout,
+    };
+    let run = match rx.run(&action) {
+        Ok(r) => r,
+        Err(e @ RemoteExecError::Unavailable { .. }) | Err(e @ RemoteExecError::Refused { .. }) => {
+            return Remote::Local(e.to_string())
+        }
+    };
+    let mut log = String::from_utf8_lossy(&run.stderr).into_owned();
+    log.push_str(&String::from_utf8_lossy(&run.stdout));
+    if run.exit_code != 0 {
+        let on = if run.worker.is_empty() {
+            String::new()
+        } else {
+            format!(" on worker {}", run.worker)
+        };
+        return Remote::Failed(CompileError::Failed {
+            status: format!("exit status: {} (remote{on})", run.exit_code),
+            log,
+        });
+    }
+    let object = match run.outputs.get(&format!("{OUT_ROOT}/object")) {
+        Some(o) if !o.is_empty() => o.clone(),
+        _ => return Remote::Failed(CompileError::NoObject { log }),
+    };
+    let Some(depfile) = run.outputs.get(&format!("{OUT_ROOT}/deps.d")) else {
+        return Remote::Failed(CompileError::NoDepfile { log });
+    };
+    let mut deps = Vec::new();
+    for p in crate::depfile::parse(&String::from_utf8_lossy(depfile)) {
+        match local_dep(ctx, &p) {
+            Ok(d) => deps.push(d),
+            Err(why) => {
+                return Remote::Failed(CompileError::Remote {
+                    what: format!("{label}: the remote compile {why}"),
+                    log,
+                })
+            }
+        }
+    }
+    Remote::Done(CompileOutput {
+        object,
+        log,
+        deps,
+        seconds: 0.0,
+    })
+}
+
+/// The program and arguments, with the compat header's directory at [`COMPAT_ROOT`] and the
+/// outputs under [`OUT_ROOT`], all relative to the input root (the project root).
+fn argv(cmd: &CompileCommand) -> Vec<String> {
+    let mut argv = vec![cmd.program.display().to_string()];
+    argv.extend(cmd.key_args.iter().map(|a| match &cmd.compat_dir {
+        Some(_) => crate::compat_header::resolve(a, Path::new(COMPAT_ROOT)),
+        None => a.clone(),
+    }));
+    argv.extend(driver::output_args(Path::new(OUT_ROOT), cmd.depfile));
+    argv
+}
+
+/// The input root: the project files the compile reads (from the dependency set an earlier
+/// build recorded for this action, else a local `-M` scan) and the compat header's directory.
+/// Toolchain and system headers are the worker's (its toolchain is named by the platform).
+fn inputs(
+    ctx: &Ctx,
+    cmd: &CompileCommand,
+    action_key: &str,
+    target: &Target,
+    tmp: &Path,
+) -> Result<Vec<RemoteInput>, String> {
+    let root = &ctx.project.root;
+    let paths: Vec<PathBuf> = match ctx.cache.dep_sets(action_key).into_iter().next() {
+        Some(set) => set.into_iter().map(|(p, _)| PathBuf::from(p)).collect(),
+        None => driver::scan_deps(cmd, target.vendor(), root, tmp, ctx.timeout)
+            .map_err(|e| format!("dependency scan for the remote input root: {e}"))?,
+    };
+    let canon_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+    let compat = ctx.compat_dir.as_ref();
+    let mut out: Vec<RemoteInput> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut add = |rel: &Path, local: PathBuf, out: &mut Vec<RemoteInput>| {
+        let path = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        if seen.insert(path.clone()) {
+            out.push(RemoteInput { path, local });
+        }
+    };
+    for p in paths {
+        if let Some(c) = compat {
+            if p.starts_with(c) {
+                continue;
+            }
+        }
+        let rel = if p.is_absolute() {
+            match p
+                .strip_prefix(&canon_root)
+                .or_else(|_| p.strip_prefix(root))
+            {
+                Ok(r) => r.to_path_buf(),
+                // A toolchain or system header: the worker's own.
+                Err(_) => continue,
+            }
+        } else {
+            p.clone()
+        };
+        match ctx.dep_roots.check(&rel.display().to_string()) {
+            DepCheck::Ok => add(&rel, root.join(&rel), &mut out),
+            DepCheck::Missing => {
+                return Err(format!("input {} is gone", rel.display()));
+            }
+            DepCheck::Refused(why) => return Err(why),
+        }
+    }
+    if let Some(dir) = compat {
+        for f in
+            files_under(dir).map_err(|e| format!("the compat header {}: {e}", dir.display()))?
+        {
+            if let Ok(rel) = f.strip_prefix(dir) {
+                add(&Path::new(COMPAT_ROOT).join(rel), f.clone(), &mut out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Regular files under `dir`, recursively (the compat header's small tree).
+fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A dependency the remote compile reports, as a local compile would have reported it: the
+/// compat header's files at their local place, project files relative, toolchain and system
+/// headers as they are; anything else (a file outside the input root and the toolchain
+/// roots) is refused, naming it.
+fn local_dep(ctx: &Ctx, p: &Path) -> Result<PathBuf, String> {
+    if let (Ok(rest), Some(dir)) = (p.strip_prefix(COMPAT_ROOT), ctx.compat_dir.as_ref()) {
+        return Ok(dir.join(rest));
+    }
+    match ctx.dep_roots.check(&p.display().to_string()) {
+        DepCheck::Ok => Ok(p.to_path_buf()),
+        DepCheck::Missing => Err(format!(
+            "read {}, which is not in its input root nor on this machine",
+            p.display()
+        )),
+        DepCheck::Refused(why) => Err(format!("read a file outside its input root: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::DepfileFrom;
+
+    fn command(depfile: DepfileFrom) -> CompileCommand {
+        CompileCommand {
+            program: PathBuf::from("/opt/cuda/bin/nvcc"),
+            key_args: vec![
+                "-arch=sm_89".into(),
+                format!("-I{}", crate::compat_header::ROOT),
+                format!("-I{}/hip-shim", crate::compat_header::ROOT),
+                "-Ik/inc".into(),
+                "k/a.cu".into(),
+            ],
+            launcher: None,
+            identity: "nvcc 13.5".into(),
+            compat_dir: Some(PathBuf::from("/home/u/proj/out/include")),
+            compat_digest: None,
+            depfile,
+            unit_defines: 0,
+        }
+    }
+
+    #[test]
+    fn the_remote_command_names_only_paths_inside_its_input_root() {
+        let argv = argv(&command(DepfileFrom::DevicePreprocessor));
+        assert_eq!(
+            argv,
+            [
+                "/opt/cuda/bin/nvcc",
+                "-arch=sm_89",
+                "-I_kbuild/include",
+                "-I_kbuild/include/hip-shim",
+                "-Ik/inc",
+                "k/a.cu",
+                "-Xcompiler",
+                "-MD,-MF,_kbuild/out/deps.d",
+                "-o",
+                "_kbuild/out/object",
+            ]
+        );
+        let argv = argv_tail(&command(DepfileFrom::Compiler));
+        assert_eq!(
+            argv,
+            [
+                "-MD",
+                "-MF",
+                "_kbuild/out/deps.d",
+                "-o",
+                "_kbuild/out/object"
+            ]
+        );
+    }
+
+    fn argv_tail(cmd: &CompileCommand) -> Vec<String> {
+        argv(cmd).split_off(6)
+    }
+
+    #[test]
+    fn the_toolchain_id_is_the_identity_digest() {
+        let c = command(DepfileFrom::Compiler);
+        assert_eq!(c.toolchain_id().len(), 32);
+        let mut other = c.clone();
+        other.identity = "nvcc 13.4".into();
+        assert_ne!(c.toolchain_id(), other.toolchain_id());
+    }
+}

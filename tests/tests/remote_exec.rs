@@ -1,0 +1,353 @@
+//! Remote execution against a real REAPI service (issue 29): BuildGrid 0.9.1 with PostgreSQL,
+//! started on 127.0.0.1 by tests/reapi/serve.py, and its stand-in host-tools workers (a test
+//! fixture: no REAPI worker can be installed here). A project of an NVIDIA and an AMD target
+//! built remotely equals a local build byte for byte; a second build from an empty local cache
+//! is all action-cache hits; a worker killed before a build still ends in a correct build;
+//! actions no worker may run (another toolchain identity) are not run and compile locally
+//! after the queue deadline; the service's refusal is named with its gRPC code and the action.
+
+use crate::kbuild_tests;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kbuild_tests::{kbuild_bin, manifest, repo_root, summary, text};
+use serde_json::Value;
+
+/// A BuildGrid farm for one test: torn down (stdin closed) when dropped.
+struct Farm {
+    child: Child,
+    info: Value,
+}
+
+impl Farm {
+    /// serve.py in `dir` with `workers` workers advertising `properties`.
+    fn start(dir: &Path, workers: usize, properties: &[String]) -> Farm {
+        let install = Command::new(repo_root().join("tests/reapi/install.sh"))
+            .output()
+            .expect("tests/reapi/install.sh");
+        assert!(install.status.success(), "install.sh: {}", text(&install));
+        let mut cmd = Command::new("python3");
+        cmd.arg(repo_root().join("tests/reapi/serve.py"))
+            .arg(dir)
+            .args(["--workers", &workers.to_string()]);
+        for p in properties {
+            cmd.args(["--property", p]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("serve.py");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("serve.py's line");
+        let info: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+            panic!("serve.py printed {line:?}: {e} (logs in {})", dir.display())
+        });
+        Farm { child, info }
+    }
+
+    fn remote(&self) -> &str {
+        self.info["remote"].as_str().expect("remote")
+    }
+
+    fn instance(&self) -> &str {
+        self.info["instance"].as_str().expect("instance")
+    }
+
+    fn worker_pids(&self) -> Vec<i32> {
+        self.info["pids"]["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|p| p.as_i64().expect("pid") as i32)
+            .collect()
+    }
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        // Closing stdin tears the farm down (workers, server, PostgreSQL).
+        drop(self.child.stdin.take());
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two kernels, one reading a project header through `include-dirs`, for an NVIDIA and an
+/// AMD target.
+fn project(dir: &Path, extra: &str) -> PathBuf {
+    let p = dir.join("proj");
+    std::fs::create_dir_all(p.join("k/inc")).unwrap();
+    std::fs::write(p.join("k/inc/common.h"), "#define SCALE 2.0f\n").unwrap();
+    std::fs::write(
+        p.join("k/a.cu"),
+        "#include \"common.h\"\nextern \"C\" __global__ void scale_a(float* x) { x[threadIdx.x] *= SCALE; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("k/b.cu"),
+        "extern \"C\" __global__ void add_b(float* x, float y) { x[threadIdx.x] += y; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.join("Kbuild.toml"),
+        format!(
+            r#"[package]
+name = "rx"
+version = "0.1.0"
+
+[build]
+targets = ["sm_89", "gfx1100"]
+out-dir = "out"
+
+[kernels.a]
+source = "k/a.cu"
+entries = ["scale_a"]
+include-dirs = ["k/inc"]
+
+[kernels.b]
+source = "k/b.cu"
+entries = ["add_b"]
+{extra}"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn kbuild(proj: &Path, cache: &Path, out: &str, args: &[&str]) -> Output {
+    Command::new(kbuild_bin())
+        .args(["build", "--json", "--out", out])
+        .args(args)
+        .current_dir(proj)
+        .env("KBUILD_CACHE_DIR", cache)
+        .env("NO_COLOR", "1")
+        .env_remove("KBUILD_LAUNCHER")
+        .output()
+        .expect("kbuild")
+}
+
+/// The `kbuild-toolchain` values the project's compiles need.
+fn toolchain_ids(proj: &Path, cache: &Path) -> Vec<String> {
+    let o = Command::new(kbuild_bin())
+        .args(["build", "--print-commands"])
+        .current_dir(proj)
+        .env("KBUILD_CACHE_DIR", cache)
+        .output()
+        .expect("kbuild");
+    assert!(o.status.success(), "{}", text(&o));
+    let mut ids: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["remote_toolchain"].as_str().expect("id").to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 2, "one toolchain per vendor: {ids:?}");
+    ids
+}
+
+/// Every object and the manifest of `a` equal `b`'s, byte for byte.
+fn same_build(a: &Path, b: &Path) {
+    let m = manifest(a);
+    for o in m["objects"].as_array().expect("objects") {
+        let rel = o["path"].as_str().expect("path");
+        let (x, y) = (std::fs::read(a.join(rel)), std::fs::read(b.join(rel)));
+        assert!(
+            x.is_ok() && x.ok() == y.ok(),
+            "{rel} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+    assert_eq!(
+        std::fs::read(a.join("manifest.json")).unwrap(),
+        std::fs::read(b.join("manifest.json")).unwrap(),
+        "manifest.json"
+    );
+}
+
+fn remote_stats(o: &Output) -> Value {
+    summary(o)["remote_execution"].clone()
+}
+
+#[test]
+fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
+    let s = tempfile::tempdir().unwrap();
+    let proj = project(s.path(), "");
+    let caches = s.path().join("caches");
+    let local = kbuild(&proj, &caches.join("local"), "out-local", &[]);
+    assert!(local.status.success(), "{}", text(&local));
+    let ids = toolchain_ids(&proj, &caches.join("local"));
+    let properties: Vec<String> = ids
+        .iter()
+        .map(|i| format!("kbuild-toolchain={i}"))
+        .collect();
+    let farm = Farm::start(&s.path().join("farm"), 2, &properties);
+    let remote = [
+        "--remote-execution",
+        farm.remote(),
+        "--remote-instance",
+        farm.instance(),
+    ];
+
+    // Every compile runs on a worker; the output equals the local build's.
+    let o = kbuild(&proj, &caches.join("r1"), "out-r1", &remote);
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(
+        (
+            st["actions"].as_u64(),
+            st["executed"].as_u64(),
+            st["fell_back"].as_u64()
+        ),
+        (Some(4), Some(4), Some(0)),
+        "{}",
+        text(&o)
+    );
+    assert!(st["uploaded_blobs"].as_u64().unwrap_or(0) > 0);
+    same_build(&proj.join("out-local"), &proj.join("out-r1"));
+
+    // An empty local cache: every action answered from the service's action cache.
+    let o = kbuild(&proj, &caches.join("r2"), "out-r2", &remote);
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(
+        (st["cache_hits"].as_u64(), st["executed"].as_u64()),
+        (Some(4), Some(0)),
+        "{}",
+        text(&o)
+    );
+    same_build(&proj.join("out-local"), &proj.join("out-r2"));
+
+    // A header edited, one worker killed (its lease stays with it until the service gives up
+    // on it): the two compiles that include the header run again, remotely, and the build
+    // equals a local one. The inputs come from the dependency set the first build recorded.
+    std::fs::write(
+        proj.join("k/inc/common.h"),
+        "// edited\n#define SCALE 3.0f\n",
+    )
+    .unwrap();
+    let pid = farm.worker_pids()[0];
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let started = Instant::now();
+    let o = kbuild(&proj, &caches.join("r1"), "out-r3", &remote);
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(st["actions"].as_u64(), Some(2), "{}", text(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        started.elapsed()
+    );
+    let local = kbuild(&proj, &caches.join("local"), "out-local3", &[]);
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join("out-local3"), &proj.join("out-r3"));
+
+    // A platform key the service does not know: refused with its code, the job named, and
+    // compiled here.
+    let mut args = remote.to_vec();
+    args.extend(["--remote-platform", "no-such-key=1"]);
+    let o = kbuild(&proj, &caches.join("r4"), "out-r4", &args);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("remote execution refused: FAILED_PRECONDITION from grpc://")
+            && (err.contains("a for sm_89") || err.contains("b for sm_89")),
+        "{err}"
+    );
+    assert_eq!(remote_stats(&o)["executed"].as_u64(), Some(0));
+    same_build(&proj.join("out-local3"), &proj.join("out-r4"));
+
+    // A compile that reads a file outside its input root (an absolute include the worker
+    // happens to see) is refused, naming the file, rather than cached as hermetic.
+    let outside = s.path().join("outside/extra.h");
+    std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+    std::fs::write(&outside, "#define EXTRA 1.0f\n").unwrap();
+    std::fs::write(
+        proj.join("k/c.cu"),
+        format!(
+            "#include \"{}\"\nextern \"C\" __global__ void c_k(float* x) {{ x[0] = EXTRA; }}\n",
+            outside.display()
+        ),
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(proj.join("Kbuild.toml")).unwrap();
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        toml + "\n[kernels.c]\nsource = \"k/c.cu\"\nentries = [\"c_k\"]\n",
+    )
+    .unwrap();
+    let o = kbuild(
+        &proj,
+        &caches.join("r1"),
+        "out-r5",
+        &[&remote[..], &["--keep-going"]].concat(),
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let all = text(&o);
+    assert!(
+        all.contains("the remote compile read a file outside its input root")
+            && all.contains(&outside.display().to_string()),
+        "{all}"
+    );
+}
+
+#[test]
+fn an_action_for_another_toolchain_is_not_run_and_compiles_here_after_the_deadline() {
+    let s = tempfile::tempdir().unwrap();
+    let proj = project(s.path(), "\n[remote]\nqueue-timeout = 5\n");
+    let caches = s.path().join("caches");
+    // The only worker has another compiler.
+    let farm = Farm::start(
+        &s.path().join("farm"),
+        1,
+        &["kbuild-toolchain=0123456789abcdef0123456789abcdef".to_string()],
+    );
+    let started = Instant::now();
+    let o = kbuild(
+        &proj,
+        &caches.join("r"),
+        "out-r",
+        &[
+            "--remote-execution",
+            farm.remote(),
+            "--remote-instance",
+            farm.instance(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(st["executed"].as_u64(), Some(0), "{}", text(&o));
+    assert_eq!(st["cache_hits"].as_u64(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no worker took it in time"),
+        "the deadline is named: {err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(90));
+    let local = kbuild(&proj, &caches.join("local"), "out-local", &[]);
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join("out-local"), &proj.join("out-r"));
+    // The worker never ran a command.
+    let log = std::fs::read_to_string(s.path().join("farm/worker-0.log")).unwrap_or_default();
+    assert!(!log.contains("clang") && !log.contains("nvcc"), "{log}");
+}
