@@ -356,12 +356,16 @@ fn classify(
     Ok(LooseArg::Pointer(ptr))
 }
 
-/// torch's tensor base class and two of its methods, looked up once torch is imported (never
+/// torch's tensor classes and two of its methods, looked up once torch is imported (never
 /// importing it): called unbound they skip building a bound method per argument and launch.
 struct TorchTensor {
     base: Py<pyo3::types::PyType>,
+    /// `torch.Tensor` and `torch.nn.Parameter`: an exact type check, before `isinstance`.
+    plain: [Py<pyo3::types::PyType>; 2],
     get_device: Py<PyAny>,
     data_ptr: Py<PyAny>,
+    /// torch sees one GPU: a CUDA tensor is on it, and its index need not be asked.
+    one_device: bool,
 }
 
 static TORCH_TENSOR: pyo3::sync::PyOnceLock<TorchTensor> = pyo3::sync::PyOnceLock::new();
@@ -371,31 +375,51 @@ fn torch_tensor<'a>(obj: &Bound<'a, PyAny>) -> PyResult<Option<&'a TorchTensor>>
     let py = obj.py();
     let torch = match TORCH_TENSOR.get(py) {
         Some(t) => t,
-        None => {
-            let modules = py
-                .import(intern!(py, "sys"))?
-                .getattr(intern!(py, "modules"))?;
-            let Ok(c) = modules
-                .get_item(intern!(py, "torch"))
-                .and_then(|t| t.getattr(intern!(py, "_C")))
-            else {
-                return Ok(None);
-            };
-            let Ok(base) = c.getattr(intern!(py, "TensorBase")) else {
-                return Ok(None);
-            };
-            let Ok(base) = base.cast_into::<pyo3::types::PyType>() else {
-                return Ok(None);
-            };
-            let t = TorchTensor {
-                get_device: base.getattr(intern!(py, "get_device"))?.unbind(),
-                data_ptr: base.getattr(intern!(py, "data_ptr"))?.unbind(),
-                base: base.unbind(),
-            };
-            TORCH_TENSOR.get_or_init(py, || t)
-        }
+        None => match load_torch(py) {
+            Some(t) => TORCH_TENSOR.get_or_init(py, || t),
+            None => return Ok(None),
+        },
     };
+    let ty = obj.get_type();
+    if torch.plain.iter().any(|t| ty.is(t.bind(py))) {
+        return Ok(Some(torch));
+    }
     Ok(obj.is_instance(torch.base.bind(py))?.then_some(torch))
+}
+
+/// torch's classes and methods, when `torch` is imported (`None` otherwise, or when torch
+/// lacks them).
+fn load_torch(py: Python<'_>) -> Option<TorchTensor> {
+    use pyo3::types::PyType;
+    let modules = py
+        .import(intern!(py, "sys"))
+        .and_then(|s| s.getattr(intern!(py, "modules")))
+        .ok()?;
+    let torch = modules.get_item(intern!(py, "torch")).ok()?;
+    let class = |owner: &Bound<'_, PyAny>, name: &str| -> Option<Py<PyType>> {
+        owner
+            .getattr(name)
+            .ok()?
+            .cast_into::<PyType>()
+            .ok()
+            .map(Bound::unbind)
+    };
+    let base = class(&torch.getattr(intern!(py, "_C")).ok()?, "TensorBase")?;
+    let tensor = class(&torch, "Tensor")?;
+    let parameter = class(&torch.getattr(intern!(py, "nn")).ok()?, "Parameter")?;
+    let one_device = torch
+        .getattr(intern!(py, "cuda"))
+        .and_then(|c| c.call_method0(intern!(py, "device_count")))
+        .and_then(|n| n.extract::<i64>())
+        .is_ok_and(|n| n == 1);
+    let base_ref = base.bind(py);
+    Some(TorchTensor {
+        get_device: base_ref.getattr(intern!(py, "get_device")).ok()?.unbind(),
+        data_ptr: base_ref.getattr(intern!(py, "data_ptr")).ok()?.unbind(),
+        base,
+        plain: [tensor, parameter],
+        one_device,
+    })
 }
 
 impl TorchTensor {
@@ -407,17 +431,22 @@ impl TorchTensor {
             .getattr(intern!(py, "is_cuda"))
             .and_then(|v| v.extract())
             .map_err(fail)?;
-        let index: i64 = if on_cuda {
-            self.get_device
-                .bind(py)
-                .call1((obj,))
-                .and_then(|v| v.extract())
-                .map_err(fail)?
-        } else {
-            -1
-        };
-        let here = device.map(i64::from);
-        if !on_cuda || here.is_some_and(|d| d != index) {
+        // With one GPU in torch's view a CUDA tensor is on device 0; else ask which.
+        let elsewhere = on_cuda
+            && match device {
+                Some(d) if self.one_device => d != 0,
+                Some(d) => {
+                    let index: i64 = self
+                        .get_device
+                        .bind(py)
+                        .call1((obj,))
+                        .and_then(|v| v.extract())
+                        .map_err(fail)?;
+                    index != i64::from(d)
+                }
+                None => false,
+            };
+        if !on_cuda || elsewhere {
             let dev = obj
                 .getattr(intern!(py, "device"))
                 .and_then(|d| d.str().map(|s| s.to_string()))
