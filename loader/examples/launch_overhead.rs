@@ -4,7 +4,10 @@
 //!
 //!     launch_overhead BUILD_DIR|BUNDLE [LAUNCHES]
 //!
-//! Prints one JSON line (microseconds per launch, median of 5 batches).
+//! Prints one JSON line: microseconds per launch, median of 5 batches of LAUNCHES / 5 (a batch
+//! longer than the launch queue waits for the GPU when the kernel runs longer than a launch
+//! takes), and `*_host_us`: the median over batches of 100 launches, each timed alone and the
+//! GPU's run waited for outside the timing, so the figure is the host's time only.
 
 use std::error::Error;
 use std::time::Instant;
@@ -62,11 +65,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         result::ctx::synchronize()?;
         batches.remove(0); // warm-up
-        Ok::<f64, Box<dyn Error>>(median(batches))
+        let mut host = Vec::new();
+        for _ in 0..200 {
+            result::ctx::synchronize()?;
+            let t = Instant::now();
+            for _ in 0..100 {
+                launch()?;
+            }
+            host.push(t.elapsed().as_secs_f64() * 1e6 / 100.0);
+        }
+        result::ctx::synchronize()?;
+        Ok::<(f64, f64), Box<dyn Error>>((median(batches), median(host)))
     };
     // SAFETY: rmsnorm_f32's arguments (kernels/rmsnorm.cu) on buffers of one row.
-    let loader_us = time(&mut || Ok(unsafe { f.launch(&cfg, &args) }?))?;
-    let raw_us = time(&mut || {
+    let (loader_us, loader_host_us) = time(&mut || Ok(unsafe { f.launch(&cfg, &args) }?))?;
+    let (raw_us, raw_host_us) = time(&mut || {
         // SAFETY: as above; `params` points at `args`, alive here.
         unsafe {
             sys::cuLaunchKernel(
@@ -87,7 +100,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Ok(())
     })?;
     println!(
-        "{{\"schema\": \"kbuild.launch-overhead/v1\", \"launches\": {n}, \"raw_cuLaunchKernel_us\": {raw_us:.3}, \"loader_launch_us\": {loader_us:.3}}}"
+        "{{\"schema\": \"kbuild.launch-overhead/v1\", \"launches\": {n}, \"raw_cuLaunchKernel_us\": {raw_us:.3}, \"loader_launch_us\": {loader_us:.3}, \"raw_cuLaunchKernel_host_us\": {raw_host_us:.3}, \"loader_launch_host_us\": {loader_host_us:.3}}}"
     );
     // SAFETY: allocated above, freed once.
     unsafe {

@@ -249,6 +249,17 @@ def overhead(k):
             batches.append((time.perf_counter() - t) * 1e6 / (n // 5))
         torch.cuda.synchronize()
         results[label] = round(statistics.median(batches[1:]), 3)
+        # Host time only: batches of 100 (under the launch queue's depth), the GPU's run
+        # waited for outside the timing.
+        host = []
+        for _ in range(200):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(100):
+                launch()
+            host.append((time.perf_counter() - t) * 1e6 / 100)
+        torch.cuda.synchronize()
+        results[label.replace("_us", "_host_us")] = round(statistics.median(host), 3)
     print(json.dumps({"schema": "kbuild.python-launch-overhead/v1", "launches": n, **results}))
 
 
