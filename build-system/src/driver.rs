@@ -188,6 +188,14 @@ pub fn command(
             if k.language == Language::Cuda {
                 args.extend(["-x".into(), "cu".into()]);
             }
+            // nvcc hashes the source's absolute path into the names of internal-linkage
+            // symbols (`_INTERNAL_<hash>_…`, `cuda::std`'s objects among them): given the
+            // project-relative path instead, an object does not depend on where the project
+            // is (another clone, a remote worker's input root). `-Xcudafe` splits at commas.
+            let source = k.source.display().to_string();
+            if !source.contains(',') {
+                args.extend(["-Xcudafe".into(), format!("--orig_src_path_name={source}")]);
+            }
             (tc.nvcc.clone(), tc.identity.clone())
         }
         Vendor::Amd => {

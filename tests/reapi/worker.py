@@ -365,6 +365,8 @@ class Bot:
             wrapped = [SETPRIV, "--pdeathsig", "KILL", "--"] + argv if SETPRIV else argv
             job.proc = subprocess.Popen(wrapped, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         start_new_session=True)
+            # Tests watch for this line to act while a command runs (kill the worker mid-action).
+            log(f"lease {job.lease.id} running: {os.path.basename(argv[0])}")
         except OSError as e:  # e.g. argv[0] not found: behave like a shell would
             err.write(f"worker: cannot run {argv[:1]}: {e}\n".encode())
             return 127

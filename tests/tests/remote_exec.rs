@@ -2,7 +2,8 @@
 //! started on 127.0.0.1 by tests/reapi/serve.py, and its stand-in host-tools workers (a test
 //! fixture: no REAPI worker can be installed here). A project of an NVIDIA and an AMD target
 //! built remotely equals a local build byte for byte; a second build from an empty local cache
-//! is all action-cache hits; a worker killed before a build still ends in a correct build;
+//! is all action-cache hits; a worker killed while it runs a compile still ends in a correct
+//! build;
 //! actions no worker may run (another toolchain identity) are not run and compile locally
 //! after the queue deadline; the service's refusal is named with its gRPC code and the action.
 
@@ -129,14 +130,19 @@ entries = ["add_b"]
     p
 }
 
-fn kbuild(proj: &Path, cache: &Path, out: &str, args: &[&str]) -> Output {
-    Command::new(kbuild_bin())
-        .args(["build", "--json", "--out", out])
+fn kbuild_command(proj: &Path, cache: &Path, out: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(kbuild_bin());
+    c.args(["build", "--json", "--out", out])
         .args(args)
         .current_dir(proj)
         .env("KBUILD_CACHE_DIR", cache)
         .env("NO_COLOR", "1")
-        .env_remove("KBUILD_LAUNCHER")
+        .env_remove("KBUILD_LAUNCHER");
+    c
+}
+
+fn kbuild(proj: &Path, cache: &Path, out: &str, args: &[&str]) -> Output {
+    kbuild_command(proj, cache, out, args)
         .output()
         .expect("kbuild")
 }
@@ -234,22 +240,42 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     );
     same_build(&proj.join("out-local"), &proj.join("out-r2"));
 
-    // A header edited, one worker killed (its lease stays with it until the service gives up
-    // on it): the two compiles that include the header run again, remotely, and the build
-    // equals a local one. The inputs come from the dependency set the first build recorded.
+    // A header edited, and the worker that starts one of the two compiles that include it is
+    // SIGKILLed while the compiler runs (its lease stays with it until the service gives up on
+    // it and requeues the action): the build still ends correct, within its deadline. The
+    // inputs come from the dependency set the first build recorded.
     std::fs::write(
         proj.join("k/inc/common.h"),
         "// edited\n#define SCALE 3.0f\n",
     )
     .unwrap();
-    let pid = farm.worker_pids()[0];
-    let killed = Command::new("kill")
+    let farm_dir = s.path().join("farm");
+    let running = |i: usize| {
+        std::fs::read_to_string(farm_dir.join(format!("worker-{i}.log")))
+            .unwrap_or_default()
+            .matches(" running: ")
+            .count()
+    };
+    let before = [running(0), running(1)];
+    let started = Instant::now();
+    let child = kbuild_command(&proj, &caches.join("r1"), "out-r3", &remote)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kbuild");
+    let mut killed = None;
+    while killed.is_none() && started.elapsed() < Duration::from_secs(60) {
+        killed = (0..2).find(|&i| running(i) > before[i]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let killed = killed.expect("a worker ran one of the compiles");
+    let pid = farm.worker_pids()[killed];
+    let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
         .expect("kill");
-    assert!(killed.success());
-    let started = Instant::now();
-    let o = kbuild(&proj, &caches.join("r1"), "out-r3", &remote);
+    assert!(status.success());
+    let o = child.wait_with_output().expect("kbuild");
     assert!(o.status.success(), "{}", text(&o));
     let st = remote_stats(&o);
     assert_eq!(st["actions"].as_u64(), Some(2), "{}", text(&o));

@@ -244,30 +244,44 @@ impl RemoteExecution {
                 blobs.push(command);
                 blobs.push(action);
                 let refs: Vec<&Blob> = blobs.iter().collect();
-                let (n, bytes) = client
-                    .upload_missing(&refs)
-                    .await
-                    .map_err(|s| self.error(label, &s))?;
-                self.count(|st| {
-                    st.uploaded_blobs += n;
-                    st.uploaded_bytes += bytes;
-                });
                 // A compile with no timeout of its own still gets an hour on a worker.
                 let executing =
                     a.timeout.unwrap_or(Duration::from_secs(3600)) + Duration::from_secs(30);
-                let response = client
-                    .execute(
-                        &action_digest,
-                        &a.outputs,
-                        self.cfg.queue_deadline,
-                        executing,
-                    )
-                    .await
-                    .map_err(|s| self.error(label, &s))?;
-                if let Some(s) = response.status.as_ref().filter(|s| s.code != 0) {
-                    let status = Status::new(Code::from_i32(s.code), s.message.clone());
-                    return Err(self.error(label, &status));
-                }
+                let mut attempt = 0;
+                let response = loop {
+                    attempt += 1;
+                    let tried = async {
+                        let (n, bytes) = client.upload_missing(&refs).await?;
+                        self.count(|st| {
+                            st.uploaded_blobs += n;
+                            st.uploaded_bytes += bytes;
+                        });
+                        let response = client
+                            .execute(
+                                &action_digest,
+                                &a.outputs,
+                                self.cfg.queue_deadline,
+                                executing,
+                            )
+                            .await?;
+                        match response.status.as_ref().filter(|s| s.code != 0) {
+                            Some(s) => Err(Status::new(Code::from_i32(s.code), s.message.clone())),
+                            None => Ok(response),
+                        }
+                    }
+                    .await;
+                    match tried {
+                        Ok(r) => break r,
+                        // A busy service, or a blob it dropped between the upload and the
+                        // execution (REAPI's FAILED_PRECONDITION for missing inputs): upload
+                        // again and retry, a few times, backing off.
+                        Err(s) if attempt < RETRIES && retryable(&s) => {
+                            tracing::debug!("{label}: {}; retrying", s.message());
+                            tokio::time::sleep(Duration::from_millis(500 << attempt)).await;
+                        }
+                        Err(s) => return Err(self.error(label, &s)),
+                    }
+                };
                 let Some(result) = response.result else {
                     return Err(refused("the service returned no action result".into()));
                 };
@@ -346,6 +360,19 @@ impl RemoteExecution {
             worker,
         })
     }
+}
+
+/// Attempts of one action's upload and execution (the first and two retries).
+const RETRIES: u32 = 3;
+
+/// Whether a failed upload or execution is worth another try: the service was busy, dropped
+/// the stream, or lacks an input it had been given.
+fn retryable(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::ResourceExhausted | Code::Aborted | Code::Unavailable
+    ) || (s.code() == Code::FailedPrecondition
+        && s.message().to_ascii_lowercase().contains("missing"))
 }
 
 /// Inputs are the project's sources and headers: a cap keeps a hostile tree from making a
