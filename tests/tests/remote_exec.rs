@@ -288,6 +288,27 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     assert!(local.status.success(), "{}", text(&local));
     same_build(&proj.join("out-local3"), &proj.join("out-r3"));
 
+    // A header the recorded dependency sets do not know yet: the compile with the recorded
+    // inputs fails on the worker, the one with freshly scanned ones builds.
+    std::fs::write(proj.join("k/inc/more.h"), "#define MORE 1.0f\n").unwrap();
+    std::fs::write(
+        proj.join("k/a.cu"),
+        "#include \"common.h\"\n#include \"more.h\"\nextern \"C\" __global__ void scale_a(float* x) { x[threadIdx.x] *= SCALE + MORE; }\n",
+    )
+    .unwrap();
+    let o = kbuild(&proj, &caches.join("r1"), "out-r3b", &remote);
+    assert!(o.status.success(), "{}", text(&o));
+    // a.cu for both targets, each run twice: with the recorded inputs, then the scanned ones.
+    assert_eq!(
+        remote_stats(&o)["actions"].as_u64(),
+        Some(4),
+        "{}",
+        text(&o)
+    );
+    let local = kbuild(&proj, &caches.join("local"), "out-local3", &[]);
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join("out-local3"), &proj.join("out-r3b"));
+
     // A platform key the service does not know: refused with its code, the job named, and
     // compiled here.
     let mut args = remote.to_vec();

@@ -2,7 +2,8 @@
 //! the compile command, its inputs known before it runs, and what comes back turned into the
 //! same [`CompileOutput`] a local compile gives (so the cache, audit and manifest are the
 //! same). Anything short of a result or a compile error of the compiler's own gives the job
-//! back to a local compile.
+//! back to a local compile. A compile that fails with the inputs of a recorded dependency set
+//! runs once more with freshly scanned ones (the sources may include a new file).
 
 use std::path::{Path, PathBuf};
 
@@ -11,8 +12,7 @@ use kbuild_manifest::target::Target;
 use crate::driver::{self, CompileCommand, CompileError, CompileOutput};
 use crate::remote_cache::DepCheck;
 use crate::remote_exec::{
-    RemoteAction, RemoteExecError, RemoteExecutor, RemoteInput, COMPAT_ROOT, OUT_ROOT,
-    TOOLCHAIN_PROPERTY,
+    RemoteAction, RemoteExecutor, RemoteInput, COMPAT_ROOT, OUT_ROOT, TOOLCHAIN_PROPERTY,
 };
 
 use super::Ctx;
@@ -44,24 +44,29 @@ pub(super) fn compile(
     if cmd.launcher.is_some() {
         return Remote::Local("a launcher wraps the compiler".into());
     }
-    let inputs = match inputs(ctx, cmd, action_key, target, tmp) {
-        Ok(i) => i,
-        Err(why) => return Remote::Local(why),
-    };
-    let action = RemoteAction {
-        label: label.to_string(),
-        argv: argv(cmd),
-        env: vec![("PATH".into(), REMOTE_PATH.into())],
-        working_directory: String::new(),
-        inputs,
-        outputs: vec![format!("{OUT_ROOT}/object"), format!("{OUT_ROOT}/deps.d")],
-        platform: vec![(TOOLCHAIN_PROPERTY.to_string(), cmd.toolchain_id())],
-        timeout: ctx.timeout,
-    };
-    let run = match rx.run(&action) {
-        Ok(r) => r,
-        Err(e @ RemoteExecError::Unavailable { .. }) | Err(e @ RemoteExecError::Refused { .. }) => {
-            return Remote::Local(e.to_string())
+    // The recorded dependency set first (no scan); when the compile fails with it, the
+    // sources may include a file the set does not know yet: scan and run once more.
+    let start = std::time::Instant::now();
+    let mut recorded = true;
+    let run = loop {
+        let (inputs, from_recorded) = match inputs(ctx, cmd, action_key, target, tmp, recorded) {
+            Ok(i) => i,
+            Err(why) => return Remote::Local(why),
+        };
+        let action = RemoteAction {
+            label: label.to_string(),
+            argv: argv(cmd),
+            env: vec![("PATH".into(), REMOTE_PATH.into())],
+            working_directory: String::new(),
+            inputs,
+            outputs: vec![format!("{OUT_ROOT}/object"), format!("{OUT_ROOT}/deps.d")],
+            platform: vec![(TOOLCHAIN_PROPERTY.to_string(), cmd.toolchain_id())],
+            timeout: ctx.timeout,
+        };
+        match rx.run(&action) {
+            Ok(r) if r.exit_code != 0 && from_recorded => recorded = false,
+            Ok(r) => break r,
+            Err(e) => return Remote::Local(e.to_string()),
         }
     };
     let mut log = String::from_utf8_lossy(&run.stderr).into_owned();
@@ -100,7 +105,7 @@ pub(super) fn compile(
         object,
         log,
         deps,
-        seconds: 0.0,
+        seconds: start.elapsed().as_secs_f64(),
     })
 }
 
@@ -117,7 +122,8 @@ fn argv(cmd: &CompileCommand) -> Vec<String> {
 }
 
 /// The input root: the project files the compile reads (from the dependency set an earlier
-/// build recorded for this action, else a local `-M` scan) and the compat header's directory.
+/// build recorded for this action when `recorded` and its files are all here, else a local
+/// `-M` scan) and the compat header's directory; and whether the recorded set was used.
 /// Toolchain and system headers are the worker's (its toolchain is named by the platform).
 fn inputs(
     ctx: &Ctx,
@@ -125,10 +131,29 @@ fn inputs(
     action_key: &str,
     target: &Target,
     tmp: &Path,
-) -> Result<Vec<RemoteInput>, String> {
+    recorded: bool,
+) -> Result<(Vec<RemoteInput>, bool), String> {
     let root = &ctx.project.root;
-    let paths: Vec<PathBuf> = match ctx.cache.dep_sets(action_key).into_iter().next() {
-        Some(set) => set.into_iter().map(|(p, _)| PathBuf::from(p)).collect(),
+    // A recorded set whose files are all still here; else a scan.
+    let set = recorded
+        .then(|| ctx.cache.dep_sets(action_key).into_iter().next())
+        .flatten()
+        .map(|set| {
+            set.into_iter()
+                .map(|(p, _)| PathBuf::from(p))
+                .collect::<Vec<_>>()
+        })
+        .filter(|paths| {
+            paths.iter().all(|p| {
+                !matches!(
+                    ctx.dep_roots.check(&p.display().to_string()),
+                    DepCheck::Missing
+                )
+            })
+        });
+    let from_recorded = set.is_some();
+    let paths: Vec<PathBuf> = match set {
+        Some(paths) => paths,
         None => driver::scan_deps(cmd, target.vendor(), root, tmp, ctx.timeout)
             .map_err(|e| format!("dependency scan for the remote input root: {e}"))?,
     };
@@ -181,7 +206,7 @@ fn inputs(
             }
         }
     }
-    Ok(out)
+    Ok((out, from_recorded))
 }
 
 /// Regular files under `dir`, recursively (the compat header's small tree).
