@@ -102,6 +102,27 @@ class Fail(Exception):
         super().__init__(f"serve.py: {step} failed: {msg}{tail}")
 
 
+def make_certificates(d):
+    """A throwaway CA and a server certificate for 127.0.0.1 signed by it (openssl)."""
+    os.makedirs(d, exist_ok=True)
+    ca, ca_key = os.path.join(d, "ca.pem"), os.path.join(d, "ca.key")
+    cert, key, csr = os.path.join(d, "server.pem"), os.path.join(d, "server.key"), os.path.join(d, "server.csr")
+    ext = os.path.join(d, "server.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    for argv in (["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+                  "-days", "2", "-subj", "/CN=kbuild-test-ca"],
+                 ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+                  "-subj", "/CN=127.0.0.1"],
+                 ["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+                  "-out", cert, "-days", "2", "-extfile", ext]):
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Fail("making TLS certificates", f"{' '.join(argv[:3])}: {r.stderr.strip()}")
+    return ca, cert, key
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -206,6 +227,18 @@ class Farm:
             f.write(SERVER_YML.format(port=self.port, pg_url=self.pg_url, dir=self.dir, instance=self.args.instance,
                                       keepalive=self.args.keepalive, threads=self.args.threads, match_keys=json.dumps(MATCH_KEYS),
                                       wildcard_keys=json.dumps(WILDCARD_KEYS)))
+        if self.args.tls:
+            self.tls_port = free_port()
+            self.ca, cert, key = make_certificates(os.path.join(self.dir, "tls"))
+            with open(yml) as f:
+                text = f.read()
+            # A second, TLS-only channel for clients; the workers keep the plain one.
+            text = text.replace("server:\n", "server:\n  - !channel\n"
+                                f"    address: \"127.0.0.1:{self.tls_port}\"\n    insecure-mode: false\n"
+                                f"    credentials:\n      tls-server-key: \"{key}\"\n"
+                                f"      tls-server-cert: \"{cert}\"\n", 1)
+            with open(yml, "w") as f:
+                f.write(text)
         p = self.spawn("server", [os.path.join(VENV, "bin", "bgd"), "server", "start"] + ["-v"] * self.args.verbose + [yml], "server",
                        start_new_session=True)
         self.procs["server"] = (p, self.log("server"))
@@ -286,6 +319,8 @@ def main():
     ap.add_argument("-v", "--verbose", action="count", default=0, help="more server logging (repeatable)")
     ap.add_argument("--threads", type=int, default=64, help="server gRPC threads = max concurrent RPCs")
     ap.add_argument("--timeout", type=float, default=120, help="time limit for the whole start-up, seconds")
+    ap.add_argument("--tls", action="store_true",
+                    help="also serve clients over TLS (a throwaway CA in DIR/tls; printed as remote_tls and ca)")
     args = ap.parse_args()
     if not args.property:
         import platform
@@ -319,6 +354,9 @@ def main():
                 "venv": VENV, "python": VPY,
                 "startup_s": {"postgres": round(t_pg - t0, 2), "server": round(t_srv - t_pg, 2),
                               "workers": round(time.time() - t_srv, 2)}}
+        if args.tls:
+            info["remote_tls"] = f"grpcs://127.0.0.1:{farm.tls_port}"
+            info["ca"] = farm.ca
         print(json.dumps(info), flush=True)
         while True:  # until stdin closes (EOF) or a signal arrives; also notice a dead server
             r, _, _ = select.select([sys.stdin], [], [], 1.0)

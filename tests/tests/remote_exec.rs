@@ -33,7 +33,7 @@ impl Farm {
         let mut cmd = Command::new("python3");
         cmd.arg(repo_root().join("tests/reapi/serve.py"))
             .arg(dir)
-            .args(["--workers", &workers.to_string()]);
+            .args(["--workers", &workers.to_string(), "--tls"]);
         for p in properties {
             cmd.args(["--property", p]);
         }
@@ -287,6 +287,41 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     let local = kbuild(&proj, &caches.join("local"), "out-local3", &[]);
     assert!(local.status.success(), "{}", text(&local));
     same_build(&proj.join("out-local3"), &proj.join("out-r3"));
+
+    // Over TLS, the service's certificate from a private CA: trusted through
+    // KBUILD_REMOTE_CA_FILE (every action from the service's cache), else refused with a
+    // warning naming it, and the build compiles here.
+    let tls = farm.info["remote_tls"]
+        .as_str()
+        .expect("remote_tls")
+        .to_string();
+    let ca = farm.info["ca"].as_str().expect("ca").to_string();
+    let over_tls = [
+        "--remote-execution",
+        tls.as_str(),
+        "--remote-instance",
+        farm.instance(),
+    ];
+    let o = kbuild_command(&proj, &caches.join("tls1"), "out-tls1", &over_tls)
+        .env("KBUILD_REMOTE_CA_FILE", &ca)
+        .output()
+        .expect("kbuild");
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        remote_stats(&o)["cache_hits"].as_u64(),
+        Some(4),
+        "{}",
+        text(&o)
+    );
+    same_build(&proj.join("out-local3"), &proj.join("out-tls1"));
+    let o = kbuild(&proj, &caches.join("tls2"), "out-tls2", &over_tls);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("invalid peer certificate") && err.contains("compiling locally"),
+        "{err}"
+    );
+    same_build(&proj.join("out-local3"), &proj.join("out-tls2"));
 
     // A header the recorded dependency sets do not know yet: the compile with the recorded
     // inputs fails on the worker, the one with freshly scanned ones builds.

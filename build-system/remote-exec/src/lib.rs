@@ -47,6 +47,8 @@ pub struct RemoteConfig {
     pub platform: Vec<(String, String)>,
     /// Actions in flight at once (uploads and executions); more jobs wait.
     pub max_in_flight: usize,
+    /// A CA certificate (PEM) trusted besides the web roots, for a service with a private CA.
+    pub ca_pem: Option<Vec<u8>>,
     /// How long an action may wait for a worker (queued, or requeued after losing one)
     /// before the job is given back to a local compile; on a worker it has its own timeout.
     pub queue_deadline: Duration,
@@ -124,8 +126,12 @@ impl RemoteExecution {
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);
         if tls {
+            let mut config = tonic::transport::ClientTlsConfig::new().with_webpki_roots();
+            if let Some(pem) = &cfg.ca_pem {
+                config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            }
             endpoint = endpoint
-                .tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots())
+                .tls_config(config)
                 .map_err(|e| endpoint_err(format!("TLS: {e}")))?;
         }
         let mut headers = Vec::new();
@@ -443,8 +449,14 @@ pub fn attach(
     project: &kbuild_build::config::RemoteSettings,
     env: &kbuild_base::env::Env,
 ) -> Result<kbuild_build::build::BuildOptions, ExecutorError> {
-    if let Some(cfg) = args.config(project, env)? {
-        opts.remote_exec = Some(std::sync::Arc::new(RemoteExecution::connect(cfg)?));
+    let Some(cfg) = args.config(project, env)? else {
+        return Ok(opts);
+    };
+    // A service that cannot be reached or trusted costs this build its remote execution, not
+    // the build: it compiles here, and says why.
+    match RemoteExecution::connect(cfg) {
+        Ok(rx) => opts.remote_exec = Some(std::sync::Arc::new(rx)),
+        Err(e) => tracing::warn!("{e}; compiling locally"),
     }
     Ok(opts)
 }

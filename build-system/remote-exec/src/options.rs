@@ -38,6 +38,8 @@ pub enum RemoteExecOptionsError {
     Platform(String),
     #[error("KBUILD_REMOTE_HEADERS line `{0}`: expected name=value")]
     Header(String),
+    #[error("the remote execution CA file {path}: {why}")]
+    CaFile { path: String, why: String },
 }
 
 impl RemoteExecArgs {
@@ -82,7 +84,15 @@ impl RemoteExecArgs {
                 headers.push((k.trim().to_string(), v.trim().to_string()));
             }
         }
+        let ca_pem = match env
+            .path(names::KBUILD_REMOTE_CA_FILE)
+            .or_else(|| project.ca_file.clone())
+        {
+            Some(path) => Some(read_ca(&path)?),
+            None => None,
+        };
         Ok(Some(RemoteConfig {
+            ca_pem,
             endpoint,
             instance: self
                 .remote_instance
@@ -98,6 +108,26 @@ impl RemoteExecArgs {
                 .unwrap_or(QUEUE_DEADLINE),
         }))
     }
+}
+
+/// A PEM file of CA certificates (capped: it is a few kilobytes).
+fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, RemoteExecOptionsError> {
+    use std::io::Read;
+    let err = |why: String| RemoteExecOptionsError::CaFile {
+        path: path.display().to_string(),
+        why,
+    };
+    let mut data = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(1 << 20).read_to_end(&mut data))
+        .map_err(|e| err(e.to_string()))?;
+    if !data
+        .windows(27)
+        .any(|w| w == b"-----BEGIN CERTIFICATE-----")
+    {
+        return Err(err("holds no PEM certificate".into()));
+    }
+    Ok(data)
 }
 
 /// A header line as an error may show it: the name only (values are secrets).
@@ -120,6 +150,7 @@ mod tests {
             platform: [("OSFamily".to_string(), "linux".to_string())].into(),
             jobs: Some(7),
             queue_timeout: None,
+            ca_file: None,
         };
         let args = RemoteExecArgs {
             remote_execution: Some("grpcs://cli:443".into()),

@@ -100,6 +100,8 @@ pub struct RemoteSettings {
     /// Seconds an action may wait for a worker and its result beyond its own timeout before
     /// the job compiles here instead (default 300).
     pub queue_timeout: Option<u64>,
+    /// A PEM file of CA certificates trusted besides the web roots (a private service).
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -830,6 +832,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
     };
     let out_dir =
         lexical_clean(&root.join(raw.build.out_dir.as_deref().unwrap_or("target/kbuild")));
+    let ca_root = root.clone();
     Ok(Project {
         file: file.to_path_buf(),
         root,
@@ -845,7 +848,11 @@ pub fn parse(file: &Path, text: &str) -> Result<Project, ConfigError> {
         remote_cache_mode: raw.build.remote_cache_mode,
         compat_header: raw.build.compat_header.unwrap_or(true),
         toolchain: raw.toolchain,
-        remote: raw.remote,
+        // A CA file named in Kbuild.toml is the project's, relative to it.
+        remote: RemoteSettings {
+            ca_file: raw.remote.ca_file.as_ref().map(|p| ca_root.join(p)),
+            ..raw.remote
+        },
         kernels,
     })
 }

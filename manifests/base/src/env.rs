@@ -18,6 +18,8 @@ pub mod names {
     pub const KBUILD_REMOTE_CACHE_TIMEOUT: &str = "KBUILD_REMOTE_CACHE_TIMEOUT";
     /// `name=value` lines: headers of every remote execution call (an API key).
     pub const KBUILD_REMOTE_HEADERS: &str = "KBUILD_REMOTE_HEADERS";
+    /// A PEM file of CA certificates for a remote execution service with a private CA.
+    pub const KBUILD_REMOTE_CA_FILE: &str = "KBUILD_REMOTE_CA_FILE";
     pub const KBUILD_REGISTRY_USER: &str = "KBUILD_REGISTRY_USER";
     pub const KBUILD_REGISTRY_PASSWORD: &str = "KBUILD_REGISTRY_PASSWORD";
     pub const KBUILD_REGISTRY_AUTH_FILE: &str = "KBUILD_REGISTRY_AUTH_FILE";
@@ -59,6 +61,7 @@ pub mod names {
         KBUILD_MAX_UNPACKED_BYTES,
         KBUILD_REMOTE_CACHE_TIMEOUT,
         KBUILD_REMOTE_HEADERS,
+        KBUILD_REMOTE_CA_FILE,
         KBUILD_REGISTRY_USER,
         KBUILD_REGISTRY_PASSWORD,
         KBUILD_REGISTRY_AUTH_FILE,
