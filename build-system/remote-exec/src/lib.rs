@@ -83,6 +83,8 @@ pub struct RemoteExecution {
     stats: Mutex<RemoteExecStats>,
     /// Set once the service is found unavailable: later jobs compile locally at once.
     off: AtomicBool,
+    /// The permits `gate` still has in all (lowered by RESOURCE_EXHAUSTED answers).
+    capacity: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for RemoteExecution {
@@ -171,6 +173,7 @@ impl RemoteExecution {
             client,
             caps,
             gate: tokio::sync::Semaphore::new(cfg.max_in_flight.max(1)),
+            capacity: std::sync::atomic::AtomicUsize::new(cfg.max_in_flight.max(1)),
             cfg,
             stats: Mutex::new(RemoteExecStats::default()),
             off: AtomicBool::new(false),
@@ -370,15 +373,15 @@ impl RemoteExecution {
 
 /// Attempts of one action's upload and execution (the first and two retries).
 const RETRIES: u32 = 3;
+/// Times an action is tried again after RESOURCE_EXHAUSTED (waiting 0.25 s more each time).
+const BUSY_RETRIES: u64 = 20;
 
 /// Whether a failed upload or execution is worth another try: the service was busy, dropped
 /// the stream, or lacks an input it had been given.
 fn retryable(s: &Status) -> bool {
-    matches!(
-        s.code(),
-        Code::ResourceExhausted | Code::Aborted | Code::Unavailable
-    ) || (s.code() == Code::FailedPrecondition
-        && s.message().to_ascii_lowercase().contains("missing"))
+    matches!(s.code(), Code::Aborted | Code::Unavailable)
+        || (s.code() == Code::FailedPrecondition
+            && s.message().to_ascii_lowercase().contains("missing"))
 }
 
 /// Inputs are the project's sources and headers: a cap keeps a hostile tree from making a
@@ -412,9 +415,38 @@ impl RemoteExecutor for RemoteExecution {
         }
         self.count(|s| s.actions += 1);
         let result = self.rt.block_on(async {
-            // Back-pressure: at most `max_in_flight` actions between upload and result.
-            let _permit = self.gate.acquire().await;
-            self.run_async(action).await
+            // Back-pressure: at most `capacity` actions between upload and result. A service
+            // that says it is exhausted takes one from the capacity each time (never the last)
+            // and the action waits and tries again, so the build settles at what the service
+            // sustains instead of giving its jobs back to this machine.
+            let mut attempt = 0u64;
+            loop {
+                let Ok(permit) = self.gate.acquire().await else {
+                    return Err(RemoteExecError::Unavailable {
+                        label: action.label.clone(),
+                        why: "the executor was closed".into(),
+                    });
+                };
+                let r = self.run_async(action).await;
+                let busy = matches!(&r, Err(RemoteExecError::Refused { why, .. })
+                    if why.starts_with(code_name(Code::ResourceExhausted)));
+                if !busy || attempt >= BUSY_RETRIES {
+                    return r;
+                }
+                let shrunk = self
+                    .capacity
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                        (c > 1).then(|| c - 1)
+                    })
+                    .is_ok();
+                if shrunk {
+                    permit.forget();
+                } else {
+                    drop(permit);
+                }
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(250 * attempt.min(20))).await;
+            }
         });
         match &result {
             Ok(r) if r.cached => self.count(|s| s.cache_hits += 1),

@@ -53,6 +53,41 @@ impl CompileFailure {
     }
 }
 
+/// How many compiles given back by a remote executor run here at once.
+pub(super) struct LocalSlots {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// One of [`LocalSlots`], given back when dropped.
+pub(super) struct LocalSlot<'a>(&'a LocalSlots);
+
+impl LocalSlots {
+    pub(super) fn new(n: usize) -> LocalSlots {
+        LocalSlots {
+            free: std::sync::Mutex::new(n.max(1)),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> LocalSlot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        LocalSlot(self)
+    }
+}
+
+impl Drop for LocalSlot<'_> {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
+        *free += 1;
+        self.0.freed.notify_one();
+    }
+}
+
 /// Compile a cache miss and store it.
 pub(super) fn compile(
     ctx: &Ctx,
@@ -78,6 +113,9 @@ pub(super) fn compile(
             Remote::Local(why) => {
                 ctx.reporter
                     .note(&format!("note: {why}; compiling locally"));
+                // `-j` is sized for the service: compiles given back run on this machine's
+                // cores, a few at a time.
+                let _slot = ctx.local_slots.as_ref().map(LocalSlots::acquire);
                 run(ctx, cmd, &tmp)
             }
         },

@@ -159,6 +159,8 @@ struct Ctx<'a> {
     strict: bool,
     /// Where cache misses compile when not here.
     remote_exec: Option<&'a dyn crate::remote_exec::RemoteExecutor>,
+    /// With remote execution: how many compiles it gives back run here at once (the cores).
+    local_slots: Option<compile::LocalSlots>,
 }
 
 /// The whole resolved target list and its split into `count` shards (`--print-shards N`);
@@ -273,6 +275,13 @@ pub fn build(
         triton,
         strict: opts.strict,
         remote_exec: opts.remote_exec.as_deref(),
+        local_slots: opts.remote_exec.as_ref().map(|_| {
+            compile::LocalSlots::new(
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1),
+            )
+        }),
     };
     let workers = opts.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -219,6 +219,7 @@ fn the_runner_stops_at_the_first_failure_without_keep_going() {
         triton: None,
         strict: false,
         remote_exec: None,
+        local_slots: None,
     };
     let ran = run_jobs(&ctx, &jobs, 1, false);
     assert_eq!(ran.ran, [true, false]);
