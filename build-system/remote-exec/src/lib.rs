@@ -218,8 +218,8 @@ impl RemoteExecution {
         // Read the input root's files (the caller named each; size-capped).
         let mut files = Vec::with_capacity(a.inputs.len());
         for i in &a.inputs {
-            let data = read_capped(&i.local)
-                .map_err(|e| refused(format!("reading input {}: {e}", i.local.display())))?;
+            let data = kbuild_base::read::read_capped(&i.local, MAX_INPUT, "a remote input")
+                .map_err(|e| refused(format!("reading input: {e}")))?;
             files.push(InputFile {
                 path: i.path.clone(),
                 data,
@@ -387,23 +387,6 @@ fn retryable(s: &Status) -> bool {
 /// Inputs are the project's sources and headers: a cap keeps a hostile tree from making a
 /// build read a huge or endless file.
 const MAX_INPUT: u64 = 256 << 20;
-
-fn read_capped(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = std::fs::File::open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut data = Vec::new();
-    f.take(MAX_INPUT + 1).read_to_end(&mut data)?;
-    if data.len() as u64 > MAX_INPUT {
-        return Err(std::io::Error::other(format!(
-            "larger than {MAX_INPUT} bytes"
-        )));
-    }
-    Ok(data)
-}
 
 impl RemoteExecutor for RemoteExecution {
     fn run(&self, action: &RemoteAction) -> Result<RemoteRun, RemoteExecError> {

@@ -112,14 +112,11 @@ impl RemoteExecArgs {
 
 /// A PEM file of CA certificates (capped: it is a few kilobytes).
 fn read_ca(path: &std::path::Path) -> Result<Vec<u8>, RemoteExecOptionsError> {
-    use std::io::Read;
     let err = |why: String| RemoteExecOptionsError::CaFile {
         path: path.display().to_string(),
         why,
     };
-    let mut data = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(1 << 20).read_to_end(&mut data))
+    let data = kbuild_base::read::read_capped(path, 1 << 20, "a CA file")
         .map_err(|e| err(e.to_string()))?;
     if !data
         .windows(27)

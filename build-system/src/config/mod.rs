@@ -914,6 +914,7 @@ pub use triton::{
     triton_arch, NotForTriton, TritonKernel, LAUNCH_AXES, TRITON_PTXAS, TRITON_PTXAS_BLACKWELL,
     TRITON_VERSION,
 };
+pub(crate) use variants::sanitize as variant_part;
 
 use messages::{line_col, user_message};
 use variants::{is_identifier, variant_matrix};

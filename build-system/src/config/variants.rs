@@ -70,7 +70,8 @@ pub(super) fn variant_matrix(
     Ok(out)
 }
 
-fn sanitize(s: &str) -> String {
+/// A value as a variant name part: letters, digits, `_` and `.` kept, anything else `_`.
+pub(crate) fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '.' {

@@ -267,7 +267,7 @@ fn variant(c: &Config) -> Variant {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        parts.push(format!("{k}{}", sanitize(&text)));
+        parts.push(format!("{k}{}", crate::config::variant_part(&text)));
         defines.insert(k.clone(), text);
     }
     let mut option = |key: &str, tag: &str, value: Option<u32>, shown: bool| {
@@ -287,20 +287,6 @@ fn variant(c: &Config) -> Variant {
         defines,
         vendors: Vec::new(),
     }
-}
-
-/// A value as a name part: letters, digits, `_` and `.` kept, anything else `_` (the variant
-/// matrix's rule, `config::variants`).
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -342,18 +342,23 @@ fn classify(
             _ => true,
         };
     if !on_device {
-        let dev = obj.getattr(intern!(py, "device"))?;
-        let here = match device {
-            Some(d) => format!("cuda:{d}"),
-            None => "a GPU".to_string(),
-        };
-        return Err(err(format!(
-            "is a tensor on {}, the kernel runs on {here}",
-            dev.str()?
-        )));
+        return Err(err(wrong_device(obj, device)));
     }
     let ptr: u64 = obj.call_method0(data_ptr)?.extract()?;
     Ok(LooseArg::Pointer(ptr))
+}
+
+/// What is wrong with a tensor that is not on the kernel's `device`: where it is.
+fn wrong_device(obj: &Bound<'_, PyAny>, device: Option<u32>) -> String {
+    let dev = obj
+        .getattr(intern!(obj.py(), "device"))
+        .and_then(|d| d.str().map(|s| s.to_string()))
+        .unwrap_or_else(|_| "another device".into());
+    let want = match device {
+        Some(d) => format!("cuda:{d}"),
+        None => "a GPU".to_string(),
+    };
+    format!("is a tensor on {dev}, the kernel runs on {want}")
 }
 
 /// torch's tensor classes and two of its methods, looked up once torch is imported (never
@@ -447,15 +452,7 @@ impl TorchTensor {
                 None => false,
             };
         if !on_cuda || elsewhere {
-            let dev = obj
-                .getattr(intern!(py, "device"))
-                .and_then(|d| d.str().map(|s| s.to_string()))
-                .unwrap_or_else(|_| "another device".into());
-            let want = match device {
-                Some(d) => format!("cuda:{d}"),
-                None => "a GPU".to_string(),
-            };
-            return Err(format!("is a tensor on {dev}, the kernel runs on {want}"));
+            return Err(wrong_device(obj, device));
         }
         let ptr: u64 = self
             .data_ptr
