@@ -202,8 +202,8 @@ fn plain_line(e: &Event) -> Option<String> {
                 ))
                 .unwrap_or_default()
         ) + &remote_execution.as_ref().map(|r| format!(
-            "\nkbuild: remote execution: {} actions, {} from the service's cache, {} executed, {} compiled here instead; {} blobs ({} bytes) uploaded",
-            r.actions, r.cache_hits, r.executed, r.fell_back, r.uploaded_blobs, r.uploaded_bytes
+            "\nkbuild: remote execution: {} actions, {} from the service's cache, {} executed ({} polled), {} compiled here instead; {} blobs ({} bytes) uploaded",
+            r.actions, r.cache_hits, r.executed, r.polled, r.fell_back, r.uploaded_blobs, r.uploaded_bytes
         )).unwrap_or_default() + &targets_line(targets),
         ),
     }

@@ -92,6 +92,8 @@ pub struct RemoteExecStats {
     pub executed: usize,
     /// Given back to a local compile (service unavailable or refusing).
     pub fell_back: usize,
+    /// Executions watched (partly) by polling the operation rather than over a stream.
+    pub polled: usize,
     /// Blobs and bytes uploaded.
     pub uploaded_blobs: usize,
     pub uploaded_bytes: u64,

@@ -37,9 +37,7 @@ server:
   - !channel
     address: "127.0.0.1:{port}"
     insecure-mode: true
-authorization:
-  method: none
-monitoring:
+{authorization}monitoring:
   enabled: false
 # Every open Execute stream and every bot long poll holds one server thread. BuildGrid's default (5 per
 # CPU, so 10 here) made workers see RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!".
@@ -147,6 +145,7 @@ class Farm:
         self.procs = {}          # name -> (Popen, logfile)
         self.workers = []        # (name, Popen, logfile)
         self.pg_data = None
+        self.token = None        # a valid bearer token when the server checks them (--auth)
         self.pg_tmp = None       # fallback data dir outside DIR (root + DIR not reachable by user postgres)
         self.pg_user = None      # run PostgreSQL as this user (it refuses to run as root)
         self.bin = pg_bin()
@@ -220,11 +219,30 @@ class Farm:
             if p.poll() is not None:
                 raise Fail(step, f"{name} exited early with {p.returncode}", logfile)
 
+    def authorization(self):
+        """The server's `authorization:` block: none, or JWT bearer tokens signed with a throwaway
+        HS256 secret (--auth); `self.token` is then a valid token for clients and workers."""
+        self.token = None
+        if not self.args.auth:
+            return "authorization:\n  method: none\n"
+        import jwt  # PyJWT, a BuildGrid dependency in the venv
+        secret_file = os.path.join(self.dir, "auth.secret")
+        secret = os.urandom(32).hex()
+        with open(secret_file, "w") as f:
+            f.write(secret)
+        self.token = jwt.encode({"sub": "kbuild-test", "exp": int(time.time()) + 4 * 3600}, secret,
+                                algorithm="HS256")
+        return (f"authorization:\n  method: jwt\n  secret: \"{secret_file}\"\n  algorithm: hs256\n")
+
+    def auth_metadata(self):
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
     def start_server(self, deadline):
         self.port = free_port()
         yml = os.path.join(self.dir, "server.yml")
         with open(yml, "w") as f:
-            f.write(SERVER_YML.format(port=self.port, pg_url=self.pg_url, dir=self.dir, instance=self.args.instance,
+            f.write(SERVER_YML.format(authorization=self.authorization(), port=self.port, pg_url=self.pg_url,
+                                      dir=self.dir, instance=self.args.instance,
                                       keepalive=self.args.keepalive, threads=self.args.threads, match_keys=json.dumps(MATCH_KEYS),
                                       wildcard_keys=json.dumps(WILDCARD_KEYS)))
         if self.args.tls:
@@ -254,7 +272,7 @@ class Farm:
                                self.log("server"))
                 try:
                     caps = stub.GetCapabilities(re_pb2.GetCapabilitiesRequest(instance_name=self.args.instance),
-                                                timeout=2)
+                                                timeout=2, metadata=self.auth_metadata())
                     if caps.execution_capabilities.exec_enabled:
                         return
                 except grpc.RpcError:
@@ -269,7 +287,8 @@ class Farm:
                     "--work-dir", os.path.join(self.dir, f"work-{i}")]
             for prop in self.args.property:
                 argv += ["--property", prop]
-            self.workers.append((name, self.spawn(name, argv, f"worker-{i}", start_new_session=True), logfile))
+            env = dict(os.environ, KBUILD_REAPI_TOKEN=self.token) if self.token else None
+            self.workers.append((name, self.spawn(name, argv, f"worker-{i}", start_new_session=True, env=env), logfile))
         for name, p, logfile in self.workers:  # ready once its bot session exists
             while "bot session" not in open(logfile, errors="replace").read():
                 if p.poll() is not None:
@@ -321,6 +340,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=120, help="time limit for the whole start-up, seconds")
     ap.add_argument("--tls", action="store_true",
                     help="also serve clients over TLS (a throwaway CA in DIR/tls; printed as remote_tls and ca)")
+    ap.add_argument("--auth", action="store_true",
+                    help="require JWT bearer tokens (HS256, a throwaway secret in DIR; a valid one printed as token)")
     args = ap.parse_args()
     if not args.property:
         import platform
@@ -354,6 +375,8 @@ def main():
                 "venv": VENV, "python": VPY,
                 "startup_s": {"postgres": round(t_pg - t0, 2), "server": round(t_srv - t_pg, 2),
                               "workers": round(time.time() - t_srv, 2)}}
+        if farm.token:
+            info["token"] = farm.token
         if args.tls:
             info["remote_tls"] = f"grpcs://127.0.0.1:{farm.tls_port}"
             info["ca"] = farm.ca

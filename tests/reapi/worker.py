@@ -148,11 +148,45 @@ class Job:
                 pass
 
 
+class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                  grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds `authorization: Bearer TOKEN` to every call."""
+
+    def __init__(self, token):
+        self.header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        md = list(details.metadata or []) + [self.header]
+        return details._replace(metadata=md) if hasattr(details, "_replace") else _Details(details, md)
+
+    def intercept_unary_unary(self, cont, details, request):
+        return cont(self._with_token(details), request)
+
+    def intercept_unary_stream(self, cont, details, request):
+        return cont(self._with_token(details), request)
+
+    def intercept_stream_unary(self, cont, details, requests):
+        return cont(self._with_token(details), requests)
+
+    def intercept_stream_stream(self, cont, details, requests):
+        return cont(self._with_token(details), requests)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, d, metadata):
+        self.method, self.timeout, self.metadata = d.method, d.timeout, metadata
+        self.credentials, self.wait_for_ready = d.credentials, d.wait_for_ready
+        self.compression = getattr(d, "compression", None)
+
+
 class Bot:
     def __init__(self, args):
         self.args = args
         target = args.remote.removeprefix("grpc://").removeprefix("http://")
         self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20)])
+        token = os.environ.get("KBUILD_REAPI_TOKEN")
+        if token:  # a server that checks bearer tokens (serve.py --auth)
+            self.channel = grpc.intercept_channel(self.channel, BearerToken(token))
         self.instance = args.instance
         self.cas = Cas(self.channel, self.instance)
         self.bots = bots_pb2_grpc.BotsStub(self.channel)

@@ -6,6 +6,8 @@
 //! build;
 //! actions no worker may run (another toolchain identity) are not run and compile locally
 //! after the queue deadline; the service's refusal is named with its gRPC code and the action.
+//! The first farm checks bearer tokens: every call carries KBUILD_REMOTE_HEADERS' token, and
+//! a build without it is refused by the service and compiles here.
 
 use crate::kbuild_tests;
 
@@ -24,8 +26,9 @@ struct Farm {
 }
 
 impl Farm {
-    /// serve.py in `dir` with `workers` workers advertising `properties`.
-    fn start(dir: &Path, workers: usize, properties: &[String]) -> Farm {
+    /// serve.py in `dir` with `workers` workers advertising `properties`; with `auth`, every
+    /// call must carry a bearer token the service checks (JWT, HS256).
+    fn start(dir: &Path, workers: usize, properties: &[String], auth: bool) -> Farm {
         let install = Command::new(repo_root().join("tests/reapi/install.sh"))
             .output()
             .expect("tests/reapi/install.sh");
@@ -34,6 +37,9 @@ impl Farm {
         cmd.arg(repo_root().join("tests/reapi/serve.py"))
             .arg(dir)
             .args(["--workers", &workers.to_string(), "--tls"]);
+        if auth {
+            cmd.arg("--auth");
+        }
         for p in properties {
             cmd.args(["--property", p]);
         }
@@ -60,6 +66,14 @@ impl Farm {
 
     fn instance(&self) -> &str {
         self.info["instance"].as_str().expect("instance")
+    }
+
+    /// KBUILD_REMOTE_HEADERS with the service's bearer token.
+    fn headers(&self) -> String {
+        let token = self.info["token"]
+            .as_str()
+            .expect("token (serve.py --auth)");
+        format!("authorization=Bearer {token}\n")
     }
 
     fn worker_pids(&self) -> Vec<i32> {
@@ -194,7 +208,8 @@ fn remote_stats(o: &Output) -> Value {
 #[test]
 fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     let s = tempfile::tempdir().unwrap();
-    let proj = project(s.path(), "");
+    // One execution at a time watched over a stream; the others poll their operation.
+    let proj = project(s.path(), "\n[remote]\nstreams = 1\n");
     let caches = s.path().join("caches");
     let local = kbuild(&proj, &caches.join("local"), "out-local", &[]);
     assert!(local.status.success(), "{}", text(&local));
@@ -203,13 +218,36 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         .iter()
         .map(|i| format!("kbuild-toolchain={i}"))
         .collect();
-    let farm = Farm::start(&s.path().join("farm"), 2, &properties);
+    let farm = Farm::start(&s.path().join("farm"), 2, &properties, true);
     let remote = [
         "--remote-execution",
         farm.remote(),
         "--remote-instance",
         farm.instance(),
+        "-j",
+        "4",
     ];
+    let headers = farm.headers();
+    // Every call carries the service's bearer token (KBUILD_REMOTE_HEADERS).
+    let kbuild = |proj: &Path, cache: &Path, out: &str, args: &[&str]| {
+        kbuild_command(proj, cache, out, args)
+            .env("KBUILD_REMOTE_HEADERS", &headers)
+            .output()
+            .expect("kbuild")
+    };
+
+    // Without the token the service refuses the first call: a warning naming the code, and
+    // the build compiles here (from the local cache: the local build above).
+    let o = kbuild_command(&proj, &caches.join("local"), "out-noauth", &remote)
+        .output()
+        .expect("kbuild");
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("UNAUTHENTICATED") && err.contains("compiling locally"),
+        "{err}"
+    );
+    same_build(&proj.join("out-local"), &proj.join("out-noauth"));
 
     // Every compile runs on a worker; the output equals the local build's.
     let o = kbuild(&proj, &caches.join("r1"), "out-r1", &remote);
@@ -226,6 +264,8 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         text(&o)
     );
     assert!(st["uploaded_blobs"].as_u64().unwrap_or(0) > 0);
+    // Four at once, one stream: the others were watched by GetOperation.
+    assert!(st["polled"].as_u64().unwrap_or(0) >= 1, "{}", text(&o));
     same_build(&proj.join("out-local"), &proj.join("out-r1"));
 
     // An empty local cache: every action answered from the service's action cache.
@@ -259,6 +299,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     let before = [running(0), running(1)];
     let started = Instant::now();
     let child = kbuild_command(&proj, &caches.join("r1"), "out-r3", &remote)
+        .env("KBUILD_REMOTE_HEADERS", &headers)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -304,6 +345,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     ];
     let o = kbuild_command(&proj, &caches.join("tls1"), "out-tls1", &over_tls)
         .env("KBUILD_REMOTE_CA_FILE", &ca)
+        .env("KBUILD_REMOTE_HEADERS", &headers)
         .output()
         .expect("kbuild");
     assert!(o.status.success(), "{}", text(&o));
@@ -403,6 +445,7 @@ fn an_action_for_another_toolchain_is_not_run_and_compiles_here_after_the_deadli
         &s.path().join("farm"),
         1,
         &["kbuild-toolchain=0123456789abcdef0123456789abcdef".to_string()],
+        false,
     );
     let started = Instant::now();
     let o = kbuild(

@@ -48,6 +48,9 @@ pub struct Client {
     operations: lr::operations_client::OperationsClient<Svc>,
     /// Blobs of up to this many bytes go in batches (the server's limit less framing).
     pub max_batch: usize,
+    /// Cleared when the service answers `GetOperation` with UNIMPLEMENTED (no Operations
+    /// API): executions then wait for a stream permit before they start.
+    can_poll: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the server says it does.
@@ -83,6 +86,7 @@ impl Client {
             bytestream: client!(byte_stream_client::ByteStreamClient),
             operations: client!(operations_client::OperationsClient),
             max_batch: 4 << 20,
+            can_poll: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
         }
     }
 
@@ -316,92 +320,162 @@ impl Client {
         }
     }
 
-    /// `Execute`, followed to its end; `WaitExecution` on the operation when the stream ends
-    /// early (a dropped connection). Two deadlines, by the operation's stage: `queued` while
-    /// it waits for a worker (an action no worker can take waits forever otherwise; a lost
-    /// worker's action goes back to the queue), `executing` once a worker runs it. Past
+    /// `Execute`, followed to its end. Two deadlines, by the operation's stage: `queued`
+    /// while it waits for a worker (an action no worker can take waits forever otherwise; a
+    /// lost worker's action goes back to the queue), `executing` once a worker runs it. Past
     /// either, the operation is cancelled (best effort) and DEADLINE_EXCEEDED returned.
+    ///
+    /// Watching an operation over a stream (Execute's, then WaitExecution's after a drop)
+    /// holds a call open on the service for the whole wait, and a service that serves each
+    /// call on a thread of a fixed pool (BuildGrid) stops answering its own workers once a
+    /// client holds the pool. So streams are held only with a permit of `streams`; an
+    /// operation without one drops its stream once it is named and polls `GetOperation`
+    /// (one short call now and then) until it ends or a permit frees up.
     pub async fn execute(
         &mut self,
         action: &re::Digest,
         outputs: &[String],
         queued: Duration,
         executing: Duration,
-    ) -> Result<re::ExecuteResponse, Status> {
-        let executing_stage = re::execution_stage::Value::Executing as i32;
-        let mut stream = self
-            .exec
-            .execute(re::ExecuteRequest {
-                instance_name: self.instance.clone(),
-                skip_cache_lookup: false,
-                action_digest: Some(action.clone()),
-                execution_policy: None,
-                results_cache_policy: None,
-                digest_function: 0,
-                inline_stdout: true,
-                inline_stderr: true,
-                inline_output_files: outputs.to_vec(),
-            })
-            .await?
-            .into_inner();
-        let mut name = String::new();
-        let mut stage = 0;
-        let mut deadline = tokio::time::Instant::now() + queued;
-        // Each stream (Execute's, then WaitExecution's after a drop) is read to its end.
-        for _ in 0..8 {
-            loop {
-                let next = tokio::time::timeout_at(deadline, stream.message()).await;
-                let Ok(next) = next else {
-                    return Err(self.give_up(&name, stage == executing_stage).await);
-                };
-                match next {
-                    Ok(Some(op)) => {
-                        name.clone_from(&op.name);
-                        if op.done {
-                            return finished(op);
+        streams: &tokio::sync::Semaphore,
+    ) -> Result<Executed, Status> {
+        let mut watch = Watch {
+            name: String::new(),
+            stage: 0,
+            deadline: tokio::time::Instant::now() + queued,
+            queued,
+            executing,
+            polls: 0,
+        };
+        use std::sync::atomic::Ordering;
+        let mut permit = if self.can_poll.load(Ordering::Relaxed) {
+            streams.try_acquire().ok()
+        } else {
+            // An operation nobody watches may be cancelled by such a service: wait for a
+            // stream first.
+            let p = streams.acquire().await;
+            Some(p.map_err(|_| Status::cancelled("the executor was closed"))?)
+        };
+        let mut stream = Some(
+            self.exec
+                .execute(re::ExecuteRequest {
+                    instance_name: self.instance.clone(),
+                    skip_cache_lookup: false,
+                    action_digest: Some(action.clone()),
+                    execution_policy: None,
+                    results_cache_policy: None,
+                    digest_function: 0,
+                    inline_stdout: true,
+                    inline_stderr: true,
+                    inline_output_files: outputs.to_vec(),
+                })
+                .await?
+                .into_inner(),
+        );
+        let mut reopened = 0;
+        let mut poll_wait = POLL_FIRST;
+        loop {
+            if let Some(s) = stream.as_mut() {
+                // Read the stream to its end, or, without a permit, until it names the
+                // operation.
+                loop {
+                    let next = tokio::time::timeout_at(watch.deadline, s.message()).await;
+                    let Ok(next) = next else {
+                        return Err(self.give_up(&watch).await);
+                    };
+                    match next {
+                        Ok(Some(op)) => {
+                            if let Some(done) = watch.update(op) {
+                                return done.map(|r| watch.executed(r));
+                            }
+                            if permit.is_none() {
+                                break;
+                            }
                         }
-                        let now = op
-                            .metadata
-                            .as_ref()
-                            .and_then(|m| {
-                                re::ExecuteOperationMetadata::decode(m.value.as_slice()).ok()
-                            })
-                            .map_or(stage, |m| m.stage);
-                        if now != stage {
-                            // A new stage starts its own clock (a requeued action waits
-                            // for a worker again).
-                            let limit = if now == executing_stage {
-                                executing
-                            } else {
-                                queued
-                            };
-                            deadline = tokio::time::Instant::now() + limit;
-                            stage = now;
-                        }
+                        Ok(None) => break,
+                        Err(s) if s.code() == Code::Unavailable && !watch.name.is_empty() => break,
+                        Err(s) => return Err(s),
                     }
-                    Ok(None) => break,
-                    Err(s) if s.code() == Code::Unavailable && !name.is_empty() => break,
-                    Err(s) => return Err(s),
+                }
+                stream = None;
+                if watch.name.is_empty() {
+                    return Err(Status::unavailable(
+                        "Execute ended before naming its operation",
+                    ));
+                }
+                if permit.is_some() {
+                    // The stream ended early (a dropped connection): watch again.
+                    reopened += 1;
+                    if reopened > 8 {
+                        return Err(Status::unavailable(format!(
+                            "operation {}: the stream kept ending before the operation did",
+                            watch.name
+                        )));
+                    }
+                    stream = Some(self.wait_execution(&watch.name).await?);
+                }
+                continue;
+            }
+            // Polling: wait a little (longer each time, up to a cap), then ask once.
+            if permit.is_none() {
+                permit = streams.try_acquire().ok();
+                if permit.is_some() {
+                    stream = Some(self.wait_execution(&watch.name).await?);
+                    continue;
                 }
             }
-            if name.is_empty() {
-                return Err(Status::unavailable(
-                    "Execute ended before naming its operation",
-                ));
+            let wake = (tokio::time::Instant::now() + poll_wait).min(watch.deadline);
+            tokio::time::sleep_until(wake).await;
+            poll_wait = (poll_wait * 3 / 2).min(POLL_MAX);
+            if tokio::time::Instant::now() >= watch.deadline {
+                return Err(self.give_up(&watch).await);
             }
-            stream = self
-                .exec
-                .wait_execution(re::WaitExecutionRequest { name: name.clone() })
-                .await?
-                .into_inner();
+            watch.polls += 1;
+            let got = self
+                .operations
+                .get_operation(lr::GetOperationRequest {
+                    name: watch.name.clone(),
+                })
+                .await;
+            match got {
+                Ok(op) => {
+                    if let Some(done) = watch.update(op.into_inner()) {
+                        return done.map(|r| watch.executed(r));
+                    }
+                }
+                // A service without the Operations API: wait for a stream instead.
+                Err(s) if s.code() == Code::Unimplemented => {
+                    self.can_poll.store(false, Ordering::Relaxed);
+                    let acquired = tokio::time::timeout_at(watch.deadline, streams.acquire()).await;
+                    match acquired {
+                        Ok(Ok(p)) => permit = Some(p),
+                        Ok(Err(_)) => return Err(Status::cancelled("the executor was closed")),
+                        Err(_) => return Err(self.give_up(&watch).await),
+                    }
+                    stream = Some(self.wait_execution(&watch.name).await?);
+                }
+                Err(s) if s.code() == Code::Unavailable => {}
+                Err(s) => return Err(s),
+            }
         }
-        Err(Status::unavailable(format!(
-            "operation {name}: the stream kept ending before the operation did"
-        )))
     }
 
-    /// Cancel `name` (nobody waits for it any more; best effort) and say why.
-    async fn give_up(&mut self, name: &str, executing: bool) -> Status {
+    async fn wait_execution(&mut self, name: &str) -> Result<tonic::Streaming<Operation>, Status> {
+        Ok(self
+            .exec
+            .wait_execution(re::WaitExecutionRequest {
+                name: name.to_string(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Cancel the operation (nobody waits for it any more; best effort) and say why.
+    async fn give_up(&mut self, watch: &Watch) -> Status {
+        let (name, executing) = (
+            watch.name.as_str(),
+            watch.stage == re::execution_stage::Value::Executing as i32,
+        );
         if !name.is_empty() {
             let cancel = self
                 .operations
@@ -419,6 +493,62 @@ impl Client {
                 "operation {name}: no worker took it in time (none matches its platform, or all are busy); cancelled"
             )
         })
+    }
+}
+
+/// The first wait between two polls of an operation, and the longest.
+const POLL_FIRST: Duration = Duration::from_millis(200);
+const POLL_MAX: Duration = Duration::from_secs(2);
+
+/// A finished execution, and how it was watched.
+#[derive(Debug)]
+pub struct Executed {
+    pub response: re::ExecuteResponse,
+    /// `GetOperation` calls made (0: watched over a stream throughout).
+    pub polls: u32,
+}
+
+/// One operation being watched: its name, stage and the stage's deadline.
+struct Watch {
+    name: String,
+    stage: i32,
+    deadline: tokio::time::Instant,
+    queued: Duration,
+    executing: Duration,
+    polls: u32,
+}
+
+impl Watch {
+    /// Take in an update: `Some` once the operation is done.
+    fn update(&mut self, op: Operation) -> Option<Result<re::ExecuteResponse, Status>> {
+        self.name.clone_from(&op.name);
+        if op.done {
+            return Some(finished(op));
+        }
+        let executing_stage = re::execution_stage::Value::Executing as i32;
+        let now = op
+            .metadata
+            .as_ref()
+            .and_then(|m| re::ExecuteOperationMetadata::decode(m.value.as_slice()).ok())
+            .map_or(self.stage, |m| m.stage);
+        if now != self.stage {
+            // A new stage starts its own clock (a requeued action waits for a worker again).
+            let limit = if now == executing_stage {
+                self.executing
+            } else {
+                self.queued
+            };
+            self.deadline = tokio::time::Instant::now() + limit;
+            self.stage = now;
+        }
+        None
+    }
+
+    fn executed(&self, response: re::ExecuteResponse) -> Executed {
+        Executed {
+            response,
+            polls: self.polls,
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub struct RemoteConfig {
     pub platform: Vec<(String, String)>,
     /// Actions in flight at once (uploads and executions); more jobs wait.
     pub max_in_flight: usize,
+    /// Executions watched over an open stream at once; the others poll `GetOperation`.
+    pub max_streams: usize,
     /// A CA certificate (PEM) trusted besides the web roots, for a service with a private CA.
     pub ca_pem: Option<Vec<u8>>,
     /// How long an action may wait for a worker (queued, or requeued after losing one)
@@ -80,6 +82,8 @@ pub struct RemoteExecution {
     caps: Capabilities,
     cfg: RemoteConfig,
     gate: tokio::sync::Semaphore,
+    /// Permits to hold an Execute/WaitExecution stream open.
+    streams: tokio::sync::Semaphore,
     stats: Mutex<RemoteExecStats>,
     /// Set once the service is found unavailable: later jobs compile locally at once.
     off: AtomicBool,
@@ -173,6 +177,7 @@ impl RemoteExecution {
             client,
             caps,
             gate: tokio::sync::Semaphore::new(cfg.max_in_flight.max(1)),
+            streams: tokio::sync::Semaphore::new(cfg.max_streams.max(1)),
             capacity: std::sync::atomic::AtomicUsize::new(cfg.max_in_flight.max(1)),
             cfg,
             stats: Mutex::new(RemoteExecStats::default()),
@@ -265,14 +270,19 @@ impl RemoteExecution {
                             st.uploaded_blobs += n;
                             st.uploaded_bytes += bytes;
                         });
-                        let response = client
+                        let executed = client
                             .execute(
                                 &action_digest,
                                 &a.outputs,
                                 self.cfg.queue_deadline,
                                 executing,
+                                &self.streams,
                             )
                             .await?;
+                        if executed.polls > 0 {
+                            self.count(|st| st.polled += 1);
+                        }
+                        let response = executed.response;
                         match response.status.as_ref().filter(|s| s.code != 0) {
                             Some(s) => Err(Status::new(Code::from_i32(s.code), s.message.clone())),
                             None => Ok(response),

@@ -11,6 +11,8 @@ use crate::RemoteConfig;
 /// Actions in flight at once by default: far more than a machine's cores, as a service runs
 /// them on its workers; uploads and waits are cheap here.
 const DEFAULT_IN_FLIGHT: usize = 200;
+/// Executions watched over open streams at once (the rest poll).
+const DEFAULT_STREAMS: usize = 16;
 /// How long past its own timeout an action may take (queueing, a lost worker's lease).
 const QUEUE_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -102,6 +104,7 @@ impl RemoteExecArgs {
             headers,
             platform,
             max_in_flight: project.jobs.unwrap_or(DEFAULT_IN_FLIGHT),
+            max_streams: project.streams.unwrap_or(DEFAULT_STREAMS).max(1),
             queue_deadline: project
                 .queue_timeout
                 .map(Duration::from_secs)
@@ -146,6 +149,7 @@ mod tests {
             instance: Some("toml".into()),
             platform: [("OSFamily".to_string(), "linux".to_string())].into(),
             jobs: Some(7),
+            streams: Some(0),
             queue_timeout: None,
             ca_file: None,
         };
@@ -159,6 +163,7 @@ mod tests {
         assert_eq!(c.endpoint, "grpcs://cli:443");
         assert_eq!(c.instance, "toml");
         assert_eq!(c.max_in_flight, 7);
+        assert_eq!(c.max_streams, 1, "at least one stream");
         assert_eq!(
             c.platform,
             [

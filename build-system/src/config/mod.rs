@@ -97,6 +97,9 @@ pub struct RemoteSettings {
     pub platform: BTreeMap<String, String>,
     /// Actions in flight at once.
     pub jobs: Option<usize>,
+    /// Of those, how many are watched over an open stream; the others poll the operation
+    /// (default 16: a service with a thread per call keeps threads for its workers).
+    pub streams: Option<usize>,
     /// Seconds an action may wait for a worker and its result beyond its own timeout before
     /// the job compiles here instead (default 300).
     pub queue_timeout: Option<u64>,
