@@ -78,6 +78,38 @@ impl CompileCommand {
         blake3::hash(self.identity.as_bytes()).to_hex()[..32].to_string()
     }
 
+    /// The directories of the compiler's own installation, which a hermetic remote action
+    /// carries: the prefix the program is in (`<prefix>/bin/<program>`: nvcc's tree with
+    /// its `nvvm`, `include` and `lib`; clang's with its resource directory and libraries) and
+    /// the device libraries a HIP compile names. The host's C library, headers and host
+    /// compiler stay the worker's. Empty when the program is not in a prefix of its own
+    /// (`/usr/bin/nvcc`: a system directory cannot travel).
+    pub fn toolchain_dirs(&self) -> Vec<PathBuf> {
+        let Some(prefix) = self
+            .program
+            .parent()
+            .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
+            .and_then(Path::parent)
+            .filter(|p| {
+                !["/", "/usr", "/usr/local", "/opt"]
+                    .iter()
+                    .any(|s| *p == Path::new(s))
+            })
+        else {
+            return Vec::new();
+        };
+        let mut dirs = vec![prefix.to_path_buf()];
+        for a in &self.key_args {
+            if let Some(d) = a.strip_prefix("--rocm-device-lib-path=") {
+                let d = PathBuf::from(d);
+                if d.is_absolute() && !dirs.iter().any(|p| d.starts_with(p)) {
+                    dirs.push(d);
+                }
+            }
+        }
+        dirs
+    }
+
     /// The arguments as the manifest records them (`compile_args`): `key_args` with the
     /// machine's ROCm and device-library paths replaced by `$ROCM` and `$ROCM_DEVICE_LIBS`, so
     /// the same build on another machine records the same bytes.

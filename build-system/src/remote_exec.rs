@@ -24,6 +24,18 @@ pub const OUT_ROOT: &str = "_kbuild/out";
 /// The platform property that carries the compiler's identity: a worker must advertise the
 /// same value (it has that toolchain at the same absolute path).
 pub const TOOLCHAIN_PROPERTY: &str = "kbuild-toolchain";
+/// Where a hermetic action's toolchain directories are placed in the input root
+/// (`_kbuild/toolchain/0`, `/1`, …).
+pub const TOOLCHAIN_ROOT: &str = "_kbuild/toolchain";
+
+/// A local directory placed whole in the input root (a toolchain a hermetic action carries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteTree {
+    /// Its path in the input root.
+    pub path: String,
+    /// The local directory.
+    pub local: PathBuf,
+}
 
 /// One file of the input root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +59,8 @@ pub struct RemoteAction {
     pub working_directory: String,
     /// The input root's files.
     pub inputs: Vec<RemoteInput>,
+    /// Whole directories of the input root (a hermetic action's toolchain).
+    pub trees: Vec<RemoteTree>,
     /// The files the compile writes, relative to the working directory.
     pub outputs: Vec<String>,
     /// Platform properties, sorted by name (REAPI wants them so).
@@ -108,4 +122,9 @@ pub trait RemoteExecutor: Send + Sync + std::fmt::Debug {
     fn stats(&self) -> RemoteExecStats;
     /// Where it sends actions, for messages (`grpc://host:port`, instance).
     fn describe(&self) -> String;
+    /// Whether actions carry their toolchain (the compiler's installation as input
+    /// directories, run from the input root) rather than name it for a worker that has it.
+    fn hermetic(&self) -> bool {
+        false
+    }
 }

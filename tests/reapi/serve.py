@@ -285,6 +285,8 @@ class Farm:
             argv = [VPY, os.path.join(HERE, "worker.py"), "--remote", f"grpc://127.0.0.1:{self.port}",
                     "--instance", self.args.instance, "--name", name, "--cpus", str(self.args.worker_cpus),
                     "--work-dir", os.path.join(self.dir, f"work-{i}")]
+            if self.args.worker_cache:
+                argv += ["--cas-cache", os.path.join(self.dir, f"cas-cache-{i}")]
             for prop in self.args.property:
                 argv += ["--property", prop]
             env = dict(os.environ, KBUILD_REAPI_TOKEN=self.token) if self.token else None
@@ -340,6 +342,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=120, help="time limit for the whole start-up, seconds")
     ap.add_argument("--tls", action="store_true",
                     help="also serve clients over TLS (a throwaway CA in DIR/tls; printed as remote_tls and ca)")
+    ap.add_argument("--worker-cache", action="store_true",
+                    help="give each worker a local CAS cache (DIR/cas-cache-<i>, hard links into input roots)")
     ap.add_argument("--auth", action="store_true",
                     help="require JWT bearer tokens (HS256, a throwaway secret in DIR; a valid one printed as token)")
     args = ap.parse_args()

@@ -428,12 +428,28 @@ class Bot:
                 nxt += [(sub.digest, os.path.join(p, sub.name)) for sub in directory.directories]
             level = nxt
         files = [(f, p) for directory, p in dirs for f in directory.files]
-        data = self.cas.read_many([f.digest for f, _ in files])
-        for f, p in files:
-            target = os.path.join(p, f.name)
-            with open(target, "wb") as fh:
-                fh.write(data[f.digest.hash])
-            os.chmod(target, 0o755 if f.is_executable else 0o644)
+        cache = self.args.cas_cache
+        if cache:
+            # A local CAS cache, as real workers keep one (buildbox-casd, Buildbarn): a file
+            # fetched once is hard-linked into every later input root (read-only).
+            cached = lambda f: os.path.join(cache, f.digest.hash + (".x" if f.is_executable else ""))
+            fetch = [f for f, _ in files if not os.path.exists(cached(f))]
+            data = self.cas.read_many([f.digest for f in fetch]) if fetch else {}
+            for f in fetch:
+                tmp = f"{cached(f)}.{os.getpid()}.{threading.get_ident()}.tmp"
+                with open(tmp, "wb") as fh:
+                    fh.write(data[f.digest.hash])
+                os.chmod(tmp, 0o555 if f.is_executable else 0o444)
+                os.replace(tmp, cached(f))
+            for f, p in files:
+                os.link(cached(f), os.path.join(p, f.name))
+        else:
+            data = self.cas.read_many([f.digest for f, _ in files])
+            for f, p in files:
+                target = os.path.join(p, f.name)
+                with open(target, "wb") as fh:
+                    fh.write(data[f.digest.hash])
+                os.chmod(target, 0o755 if f.is_executable else 0o644)
         for directory, p in dirs:
             for s in directory.symlinks:
                 os.symlink(s.target, os.path.join(p, s.name))
@@ -449,9 +465,14 @@ def main():
     ap.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                     type=lambda s: tuple(s.split("=", 1)) if "=" in s else ap.error(f"--property {s}: need KEY=VALUE"),
                     help="platform property this bot satisfies (repeatable)")
+    ap.add_argument("--cas-cache", default=None,
+                    help="a local CAS cache: fetched files kept here and hard-linked into input roots "
+                         "(same file system as --work-dir)")
     args = ap.parse_args()
     if args.work_dir:
         os.makedirs(args.work_dir, exist_ok=True)
+    if args.cas_cache:
+        os.makedirs(args.cas_cache, exist_ok=True)
     bot = Bot(args)
 
     def on_signal(signum, _frame):

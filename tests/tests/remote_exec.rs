@@ -6,6 +6,7 @@
 //! build;
 //! actions no worker may run (another toolchain identity) are not run and compile locally
 //! after the queue deadline; the service's refusal is named with its gRPC code and the action.
+//! A hermetic build (the toolchain carried as input directories) equals a local one too.
 //! The first farm checks bearer tokens: every call carries KBUILD_REMOTE_HEADERS' token, and
 //! a build without it is refused by the service and compiles here.
 
@@ -400,6 +401,36 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     );
     assert_eq!(remote_stats(&o)["executed"].as_u64(), Some(0));
     same_build(&proj.join("out-local3"), &proj.join("out-r4"));
+
+    // Hermetic: the actions carry the compiler's installation (clang's prefix and the device
+    // libraries, hashed and uploaded once for the build) and run it from the input root, so
+    // they name no toolchain a worker must have. Same objects as a local build.
+    let o = kbuild(
+        &proj,
+        &caches.join("h1"),
+        "out-h1",
+        &[&remote[..], &["--remote-hermetic", "--targets", "gfx1100"]].concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(
+        (st["executed"].as_u64(), st["fell_back"].as_u64()),
+        (Some(2), Some(0)),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        st["uploaded_bytes"].as_u64().unwrap_or(0) > 50 << 20,
+        "the toolchain was uploaded: {st}"
+    );
+    let local = kbuild(
+        &proj,
+        &caches.join("local"),
+        "out-localh",
+        &["--targets", "gfx1100"],
+    );
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join("out-localh"), &proj.join("out-h1"));
 
     // A compile that reads a file outside its input root (an absolute include the worker
     // happens to see) is refused, naming the file, rather than cached as hermetic.

@@ -14,7 +14,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-use crate::tree::Blob;
+use crate::tree::{Blob, DirTree};
 
 /// Adds the configured headers (an API key, BuildBuddy/EngFlow style) to every call.
 #[derive(Clone)]
@@ -122,27 +122,101 @@ impl Client {
     /// Upload what the server lacks of `blobs`: small ones in batches, large ones over
     /// ByteStream. Returns (blobs, bytes) uploaded.
     pub async fn upload_missing(&mut self, blobs: &[&Blob]) -> Result<(usize, u64), Status> {
-        let missing = self
-            .cas
-            .find_missing_blobs(re::FindMissingBlobsRequest {
-                instance_name: self.instance.clone(),
-                blob_digests: blobs.iter().map(|b| b.digest.clone()).collect(),
-                digest_function: 0,
-            })
-            .await?
-            .into_inner()
-            .missing_blob_digests;
-        let missing: std::collections::HashSet<&str> =
-            missing.iter().map(|d| d.hash.as_str()).collect();
+        let digests: Vec<&re::Digest> = blobs.iter().map(|b| &b.digest).collect();
+        let missing = self.find_missing(&digests).await?;
         let todo: Vec<&Blob> = blobs
             .iter()
             .copied()
             .filter(|b| missing.contains(b.digest.hash.as_str()))
             .collect();
-        let bytes = todo.iter().map(|b| b.data.len() as u64).sum();
+        self.upload(&todo).await?;
+        Ok((todo.len(), todo.iter().map(|b| b.data.len() as u64).sum()))
+    }
+
+    /// The hashes of `digests` the server lacks (asked in pieces: a toolchain is thousands).
+    async fn find_missing(
+        &mut self,
+        digests: &[&re::Digest],
+    ) -> Result<std::collections::HashSet<String>, Status> {
+        let mut missing = std::collections::HashSet::new();
+        for piece in digests.chunks(10_000) {
+            let answer = self
+                .cas
+                .find_missing_blobs(re::FindMissingBlobsRequest {
+                    instance_name: self.instance.clone(),
+                    blob_digests: piece.iter().map(|d| (*d).clone()).collect(),
+                    digest_function: 0,
+                })
+                .await?
+                .into_inner();
+            missing.extend(answer.missing_blob_digests.into_iter().map(|d| d.hash));
+        }
+        Ok(missing)
+    }
+
+    /// Upload what the server lacks of a local directory tree: its `Directory` blobs, and its
+    /// files read again from disk (each checked against the digest it was listed with).
+    /// Returns (blobs, bytes) uploaded.
+    pub async fn upload_tree(&mut self, tree: &DirTree) -> Result<(usize, u64), Status> {
+        let digests: Vec<&re::Digest> = tree
+            .dirs
+            .iter()
+            .map(|b| &b.digest)
+            .chain(tree.files.iter().map(|(d, _)| d))
+            .collect();
+        let mut missing = self.find_missing(&digests).await?;
+        let dirs: Vec<&Blob> = tree
+            .dirs
+            .iter()
+            .filter(|b| missing.remove(&b.digest.hash))
+            .collect();
+        self.upload(&dirs).await?;
+        let (mut count, mut bytes) = (dirs.len(), dirs.iter().map(|b| b.data.len() as u64).sum());
+        let mut pending: Vec<Blob> = Vec::new();
+        let mut pending_bytes = 0;
+        for (digest, path) in &tree.files {
+            // Each file once, however many paths share its bytes.
+            if !missing.remove(&digest.hash) {
+                continue;
+            }
+            let size = u64::try_from(digest.size_bytes).unwrap_or(0);
+            let data = kbuild_base::read::read_capped(path, size, "a toolchain file")
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let blob = Blob::new(data);
+            if blob.digest != *digest {
+                return Err(Status::failed_precondition(format!(
+                    "{} changed while the build ran",
+                    path.display()
+                )));
+            }
+            count += 1;
+            bytes += size;
+            if blob.data.len() > self.max_batch {
+                self.write_stream(&blob).await?;
+                continue;
+            }
+            if pending_bytes + blob.data.len() > self.max_batch {
+                self.write_batch(&pending.iter().collect::<Vec<_>>())
+                    .await?;
+                pending.clear();
+                pending_bytes = 0;
+            }
+            pending_bytes += blob.data.len();
+            pending.push(blob);
+        }
+        if !pending.is_empty() {
+            self.write_batch(&pending.iter().collect::<Vec<_>>())
+                .await?;
+        }
+        Ok((count, bytes))
+    }
+
+    /// Upload `todo`: small blobs in batches under the server's limit, large ones over
+    /// ByteStream.
+    async fn upload(&mut self, todo: &[&Blob]) -> Result<(), Status> {
         let mut batch: Vec<&Blob> = Vec::new();
         let mut batch_bytes = 0;
-        for b in &todo {
+        for b in todo {
             if b.data.len() > self.max_batch {
                 self.write_stream(b).await?;
                 continue;
@@ -158,7 +232,7 @@ impl Client {
         if !batch.is_empty() {
             self.write_batch(&batch).await?;
         }
-        Ok((todo.len(), bytes))
+        Ok(())
     }
 
     async fn write_batch(&mut self, blobs: &[&Blob]) -> Result<(), Status> {

@@ -20,7 +20,7 @@ mod tree;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kbuild_build::remote_exec::{
@@ -54,6 +54,8 @@ pub struct RemoteConfig {
     /// How long an action may wait for a worker (queued, or requeued after losing one)
     /// before the job is given back to a local compile; on a worker it has its own timeout.
     pub queue_deadline: Duration,
+    /// Actions carry their toolchain (input directories) instead of naming it.
+    pub hermetic: bool,
 }
 
 /// Why the service cannot be used at all.
@@ -89,6 +91,15 @@ pub struct RemoteExecution {
     off: AtomicBool,
     /// The permits `gate` still has in all (lowered by RESOURCE_EXHAUSTED answers).
     capacity: std::sync::atomic::AtomicUsize,
+    /// The toolchain directories hermetic actions carry, hashed and uploaded once a build.
+    trees: Mutex<BTreeMap<std::path::PathBuf, Arc<TreeSlot>>>,
+}
+
+/// One carried directory: its tree (hashed on first use) and whether the service has it.
+#[derive(Default)]
+struct TreeSlot {
+    tree: std::sync::OnceLock<Result<Arc<tree::DirTree>, String>>,
+    uploaded: tokio::sync::OnceCell<()>,
 }
 
 impl std::fmt::Debug for RemoteExecution {
@@ -182,6 +193,7 @@ impl RemoteExecution {
             cfg,
             stats: Mutex::new(RemoteExecStats::default()),
             off: AtomicBool::new(false),
+            trees: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -231,7 +243,37 @@ impl RemoteExecution {
                 executable: false,
             });
         }
-        let (root, mut blobs) = tree::input_root(files).map_err(|e| refused(e.to_string()))?;
+        // Carried directories: hashed once a build (a toolchain is hundreds of megabytes).
+        let mut trees = Vec::with_capacity(a.trees.len());
+        for t in &a.trees {
+            let slot = match self.trees.lock() {
+                Ok(mut m) => m.entry(t.local.clone()).or_default().clone(),
+                Err(_) => return Err(refused("the tree table was poisoned".into())),
+            };
+            let tree = slot
+                .tree
+                .get_or_init(|| {
+                    let started = std::time::Instant::now();
+                    let tree = tree::dir_tree(&t.local).map_err(|e| e.to_string())?;
+                    tracing::info!(
+                        "toolchain directory {}: {} files, {} bytes, hashed in {:.1} s",
+                        t.local.display(),
+                        tree.files.len(),
+                        tree.bytes,
+                        started.elapsed().as_secs_f64()
+                    );
+                    Ok(Arc::new(tree))
+                })
+                .clone()
+                .map_err(|e| refused(format!("toolchain directory {e}")))?;
+            trees.push((t.path.clone(), slot, tree));
+        }
+        let mounts: Vec<(String, _)> = trees
+            .iter()
+            .map(|(path, _, tree)| (path.clone(), tree.digest.clone()))
+            .collect();
+        let (root, mut blobs) =
+            tree::input_root(files, &mounts).map_err(|e| refused(e.to_string()))?;
         // The action's own properties (its toolchain) and the configured ones.
         let mut properties = a.platform.clone();
         properties.extend(self.cfg.platform.iter().cloned());
@@ -265,6 +307,23 @@ impl RemoteExecution {
                 let response = loop {
                     attempt += 1;
                     let tried = async {
+                        // A carried tree is uploaded by the first action that needs it (the
+                        // others wait for it); a retry checks it again.
+                        for (_, slot, tree) in &trees {
+                            let upload = async {
+                                let (n, bytes) = client.clone().upload_tree(tree).await?;
+                                self.count(|st| {
+                                    st.uploaded_blobs += n;
+                                    st.uploaded_bytes += bytes;
+                                });
+                                Ok::<(), Status>(())
+                            };
+                            if attempt > 1 {
+                                upload.await?;
+                            } else {
+                                slot.uploaded.get_or_try_init(|| upload).await?;
+                            }
+                        }
                         let (n, bytes) = client.upload_missing(&refs).await?;
                         self.count(|st| {
                             st.uploaded_blobs += n;
@@ -455,6 +514,10 @@ impl RemoteExecutor for RemoteExecution {
 
     fn stats(&self) -> RemoteExecStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn hermetic(&self) -> bool {
+        self.cfg.hermetic
     }
 
     fn describe(&self) -> String {

@@ -31,6 +31,10 @@ pub struct RemoteExecArgs {
     /// platform): OSFamily, container-image, a pool name.
     #[arg(long = "remote-platform", value_name = "KEY=VALUE")]
     pub remote_platform: Vec<String>,
+    /// Actions carry the compiler's installation as input directories (hashed and uploaded
+    /// once) instead of needing a worker that has it; also [remote] hermetic.
+    #[arg(long)]
+    pub remote_hermetic: bool,
 }
 
 /// A malformed remote execution setting.
@@ -109,6 +113,7 @@ impl RemoteExecArgs {
                 .queue_timeout
                 .map(Duration::from_secs)
                 .unwrap_or(QUEUE_DEADLINE),
+            hermetic: self.remote_hermetic || project.hermetic,
         }))
     }
 }
@@ -150,6 +155,7 @@ mod tests {
             platform: [("OSFamily".to_string(), "linux".to_string())].into(),
             jobs: Some(7),
             streams: Some(0),
+            hermetic: false,
             queue_timeout: None,
             ca_file: None,
         };
@@ -157,6 +163,7 @@ mod tests {
             remote_execution: Some("grpcs://cli:443".into()),
             remote_instance: None,
             remote_platform: vec!["pool=gpu".into(), "OSFamily=Linux".into()],
+            remote_hermetic: true,
         };
         let env = Env::empty().with(names::KBUILD_REMOTE_HEADERS, "x-api-key=abc\n\n");
         let c = args.config(&project, &env).unwrap().unwrap();
@@ -164,6 +171,7 @@ mod tests {
         assert_eq!(c.instance, "toml");
         assert_eq!(c.max_in_flight, 7);
         assert_eq!(c.max_streams, 1, "at least one stream");
+        assert!(c.hermetic);
         assert_eq!(
             c.platform,
             [

@@ -1,7 +1,9 @@
 //! An action's blobs: the input root as REAPI `Directory` messages, the `Command` and the
-//! `Action`, each with its SHA-256 digest. Pure functions over bytes already read.
+//! `Action`, each with its SHA-256 digest. Pure functions over bytes already read, except
+//! [`dir_tree`], which hashes a local directory (a toolchain a hermetic action carries).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use prost::Message;
@@ -52,21 +54,19 @@ pub struct InputFile {
 struct Node {
     files: BTreeMap<String, (re::Digest, bool)>,
     dirs: BTreeMap<String, Node>,
+    /// Subdirectories whose `Directory` blobs exist already (a mounted [`DirTree`]).
+    mounted: BTreeMap<String, re::Digest>,
 }
 
-/// The input root of `files`: its digest and every blob it needs (the files' bytes and each
-/// `Directory`), duplicates removed. Paths are relative, `/`-separated, without `.`/`..` or
-/// empty parts; a path that is both a file and a directory is refused.
-pub fn input_root(files: Vec<InputFile>) -> Result<(re::Digest, Vec<Blob>), BadInputPath> {
-    let mut root = Node::default();
-    let mut blobs: BTreeMap<String, Blob> = BTreeMap::new();
-    for f in files {
+impl Node {
+    /// The node of `path`'s parent directory and `path`'s last part, made as needed.
+    fn parent_of<'a>(&mut self, path: &'a str) -> Result<(&mut Node, &'a str), BadInputPath> {
         let bad = |why| BadInputPath {
-            path: f.path.clone(),
+            path: path.to_string(),
             why,
         };
-        let parts: Vec<&str> = f.path.split('/').collect();
-        if f.path.starts_with('/') {
+        let parts: Vec<&str> = path.split('/').collect();
+        if path.starts_with('/') {
             return Err(bad("absolute"));
         }
         if parts
@@ -76,19 +76,46 @@ pub fn input_root(files: Vec<InputFile>) -> Result<(re::Digest, Vec<Blob>), BadI
             return Err(bad("has an empty, `.` or `..` component"));
         }
         let (name, dirs) = parts.split_last().ok_or_else(|| bad("empty"))?;
-        let mut node = &mut root;
+        let mut node = self;
         for d in dirs {
             if node.files.contains_key(*d) {
                 return Err(bad("a parent is also a file"));
             }
+            if node.mounted.contains_key(*d) {
+                return Err(bad("a parent is a mounted directory"));
+            }
             node = node.dirs.entry((*d).to_string()).or_default();
         }
-        if node.dirs.contains_key(*name) {
+        if node.dirs.contains_key(*name) || node.mounted.contains_key(*name) {
             return Err(bad("is also a directory"));
         }
+        if node.files.contains_key(*name) {
+            return Err(bad("is also a file"));
+        }
+        Ok((node, name))
+    }
+}
+
+/// The input root of `files` and of directories whose trees exist already (`mounts`: a path
+/// and the digest of its root `Directory`): its digest and every blob it needs besides the
+/// mounted trees' (the files' bytes and each `Directory`), duplicates removed. Paths are
+/// relative, `/`-separated, without `.`/`..` or empty parts; a path that is both a file and a
+/// directory is refused.
+pub fn input_root(
+    files: Vec<InputFile>,
+    mounts: &[(String, re::Digest)],
+) -> Result<(re::Digest, Vec<Blob>), BadInputPath> {
+    let mut root = Node::default();
+    let mut blobs: BTreeMap<String, Blob> = BTreeMap::new();
+    for (path, digest) in mounts {
+        let (node, name) = root.parent_of(path)?;
+        node.mounted.insert(name.to_string(), digest.clone());
+    }
+    for f in files {
+        let (node, name) = root.parent_of(&f.path)?;
         let blob = Blob::new(f.data);
         node.files
-            .insert((*name).to_string(), (blob.digest.clone(), f.executable));
+            .insert(name.to_string(), (blob.digest.clone(), f.executable));
         blobs.insert(blob.digest.hash.clone(), blob);
     }
     let digest = directory(&root, &mut blobs);
@@ -97,15 +124,20 @@ pub fn input_root(files: Vec<InputFile>) -> Result<(re::Digest, Vec<Blob>), BadI
 
 /// `node` as a `Directory` message (children first), its digest.
 fn directory(node: &Node, blobs: &mut BTreeMap<String, Blob>) -> re::Digest {
-    // REAPI wants both lists sorted by name (BTreeMap order is byte order).
-    let directories = node
+    // REAPI wants both lists sorted by name (byte order).
+    let mut directories: Vec<re::DirectoryNode> = node
         .dirs
         .iter()
         .map(|(name, child)| re::DirectoryNode {
             name: name.clone(),
             digest: Some(directory(child, blobs)),
         })
+        .chain(node.mounted.iter().map(|(name, d)| re::DirectoryNode {
+            name: name.clone(),
+            digest: Some(d.clone()),
+        }))
         .collect();
+    directories.sort_by(|a, b| a.name.cmp(&b.name));
     let files = node
         .files
         .iter()
@@ -126,6 +158,145 @@ fn directory(node: &Node, blobs: &mut BTreeMap<String, Blob>) -> re::Digest {
     let digest = blob.digest.clone();
     blobs.insert(digest.hash.clone(), blob);
     digest
+}
+
+/// A local directory as a REAPI tree: its root `Directory` digest, every `Directory` blob,
+/// and its files by digest and local path (read again only to upload those a service lacks).
+#[derive(Debug, Clone)]
+pub struct DirTree {
+    pub digest: re::Digest,
+    pub dirs: Vec<Blob>,
+    pub files: Vec<(re::Digest, PathBuf)>,
+    /// The files' bytes in all (each counted once per path).
+    pub bytes: u64,
+}
+
+/// Why a local directory cannot become a tree.
+#[derive(Debug, thiserror::Error)]
+pub enum DirTreeError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{root}: more than {limit} {what}")]
+    TooBig {
+        root: String,
+        limit: u64,
+        what: &'static str,
+    },
+}
+
+/// Files and bytes a directory tree may hold, and how deep it may go: a toolchain is a few
+/// thousand files and under a gigabyte; a path naming `/` by mistake is stopped, not walked.
+const TREE_MAX_FILES: u64 = 100_000;
+const TREE_MAX_BYTES: u64 = 8 << 30;
+const TREE_MAX_DEPTH: usize = 64;
+
+/// `root` as a tree. Symbolic links are followed (a worker gets their targets' bytes; a link
+/// leading nowhere is left out); sockets, FIFOs and devices are left out. A file is
+/// executable when any execute bit is set.
+pub fn dir_tree(root: &Path) -> Result<DirTree, DirTreeError> {
+    let mut w = Walker {
+        root,
+        files: Vec::new(),
+        bytes: 0,
+    };
+    let node = w.walk(root, 0)?;
+    let mut blobs = BTreeMap::new();
+    let digest = directory(&node, &mut blobs);
+    Ok(DirTree {
+        digest,
+        dirs: blobs.into_values().collect(),
+        files: w.files,
+        bytes: w.bytes,
+    })
+}
+
+struct Walker<'a> {
+    root: &'a Path,
+    files: Vec<(re::Digest, PathBuf)>,
+    bytes: u64,
+}
+
+impl Walker<'_> {
+    fn too_big(&self, limit: u64, what: &'static str) -> DirTreeError {
+        DirTreeError::TooBig {
+            root: self.root.display().to_string(),
+            limit,
+            what,
+        }
+    }
+
+    /// `dir`'s node, its subdirectories first.
+    fn walk(&mut self, dir: &Path, depth: usize) -> Result<Node, DirTreeError> {
+        use std::os::unix::fs::PermissionsExt;
+        if depth > TREE_MAX_DEPTH {
+            return Err(self.too_big(
+                TREE_MAX_DEPTH as u64,
+                "directory levels (a symbolic link loop?)",
+            ));
+        }
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+            .and_then(|rd| rd.collect::<Result<_, _>>())
+            .map_err(|e| io_error(dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        let mut node = Node::default();
+        for e in entries {
+            let path = e.path();
+            let Some(name) = e.file_name().to_str().map(String::from) else {
+                continue; // not UTF-8: REAPI names are strings
+            };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue; // a dangling symbolic link
+            };
+            if meta.is_dir() {
+                let child = self.walk(&path, depth + 1)?;
+                node.dirs.insert(name, child);
+            } else if meta.is_file() {
+                let digest = file_digest(&path).map_err(|e| io_error(&path, e))?;
+                self.bytes += digest.size_bytes as u64;
+                if self.bytes > TREE_MAX_BYTES {
+                    return Err(self.too_big(TREE_MAX_BYTES, "bytes"));
+                }
+                if self.files.len() as u64 >= TREE_MAX_FILES {
+                    return Err(self.too_big(TREE_MAX_FILES, "files"));
+                }
+                let executable = meta.permissions().mode() & 0o111 != 0;
+                self.files.push((digest.clone(), path));
+                node.files.insert(name, (digest, executable));
+            }
+        }
+        Ok(node)
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> DirTreeError {
+    DirTreeError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The SHA-256 digest of a file's bytes, read in pieces.
+fn file_digest(path: &Path) -> std::io::Result<re::Digest> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        h.update(&buf[..n]);
+    }
+    Ok(re::Digest {
+        hash: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        size_bytes: size as i64,
+    })
 }
 
 /// The `Command` blob: arguments, environment and platform sorted by name, the outputs as
@@ -229,8 +400,8 @@ mod tests {
         ];
         let mut b = a.clone();
         b.reverse();
-        let (da, blobs) = input_root(a).unwrap();
-        let (db, _) = input_root(b).unwrap();
+        let (da, blobs) = input_root(a, &[]).unwrap();
+        let (db, _) = input_root(b, &[]).unwrap();
         assert_eq!(da, db);
         // 3 files + root, k, k/sub, _kbuild, _kbuild/include.
         assert_eq!(blobs.len(), 8);
@@ -241,16 +412,72 @@ mod tests {
     }
 
     #[test]
+    fn a_mounted_directory_equals_its_files_given_one_by_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let tc = d.path().join("tc");
+        std::fs::create_dir_all(tc.join("bin")).unwrap();
+        std::fs::create_dir_all(tc.join("include/sub")).unwrap();
+        std::fs::write(tc.join("bin/cc"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(tc.join("bin/cc"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(tc.join("include/sub/a.h"), b"int a;\n").unwrap();
+        // A link inside the tree is followed; one leading nowhere is left out.
+        std::os::unix::fs::symlink("cc", tc.join("bin/c++")).unwrap();
+        std::os::unix::fs::symlink("/no/such/file", tc.join("bin/dangling")).unwrap();
+        let t = dir_tree(&tc).unwrap();
+        assert_eq!(t.files.len(), 3);
+        assert_eq!(t.bytes, 10 + 10 + 7);
+        let project = file("k/a.cu", b"a");
+        let (mounted, blobs) = input_root(
+            vec![project.clone()],
+            &[("_kbuild/toolchain/0".to_string(), t.digest.clone())],
+        )
+        .unwrap();
+        // The mounted tree's blobs are not the action's own.
+        assert!(blobs.iter().all(|b| !t.dirs.contains(b)));
+        let given = |p: &str, data: &[u8], executable| InputFile {
+            path: format!("_kbuild/toolchain/0/{p}"),
+            data: data.to_vec(),
+            executable,
+        };
+        let (direct, _) = input_root(
+            vec![
+                project,
+                given("bin/cc", b"#!/bin/sh\n", true),
+                given("bin/c++", b"#!/bin/sh\n", true),
+                given("include/sub/a.h", b"int a;\n", false),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(mounted, direct);
+        // A mount over a file or another mount is refused.
+        let e = input_root(
+            vec![file("_kbuild/toolchain/0", b"x")],
+            &[("_kbuild/toolchain/0".to_string(), t.digest.clone())],
+        )
+        .unwrap_err();
+        assert_eq!(e.why, "is also a directory");
+        let e = input_root(
+            vec![file("_kbuild/toolchain/0/x", b"x")],
+            &[("_kbuild/toolchain/0".to_string(), t.digest.clone())],
+        )
+        .unwrap_err();
+        assert_eq!(e.why, "a parent is a mounted directory");
+    }
+
+    #[test]
     fn bad_paths_are_refused_by_name() {
         for (p, why) in [
             ("/etc/passwd", "absolute"),
             ("a/../b", "has an empty, `.` or `..` component"),
             ("a//b", "has an empty, `.` or `..` component"),
         ] {
-            let e = input_root(vec![file(p, b"x")]).unwrap_err();
+            let e = input_root(vec![file(p, b"x")], &[]).unwrap_err();
             assert_eq!((e.path.as_str(), e.why), (p, why));
         }
-        let e = input_root(vec![file("a", b"x"), file("a/b", b"y")]).unwrap_err();
+        let e = input_root(vec![file("a", b"x"), file("a/b", b"y")], &[]).unwrap_err();
         assert_eq!(e.why, "a parent is also a file");
     }
 

@@ -12,7 +12,8 @@ use kbuild_manifest::target::Target;
 use crate::driver::{self, CompileCommand, CompileError, CompileOutput};
 use crate::remote_cache::DepCheck;
 use crate::remote_exec::{
-    RemoteAction, RemoteExecutor, RemoteInput, COMPAT_ROOT, OUT_ROOT, TOOLCHAIN_PROPERTY,
+    RemoteAction, RemoteExecutor, RemoteInput, RemoteTree, COMPAT_ROOT, OUT_ROOT,
+    TOOLCHAIN_PROPERTY, TOOLCHAIN_ROOT,
 };
 
 use super::Ctx;
@@ -44,6 +45,22 @@ pub(super) fn compile(
     if cmd.launcher.is_some() {
         return Remote::Local("a launcher wraps the compiler".into());
     }
+    // A hermetic action carries the compiler's installation and runs it from the input
+    // root; otherwise the platform names the toolchain a worker must have.
+    let mounts: Vec<(PathBuf, String)> = if rx.hermetic() {
+        cmd.toolchain_dirs()
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| (d, format!("{TOOLCHAIN_ROOT}/{i}")))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let platform = if mounts.is_empty() {
+        vec![(TOOLCHAIN_PROPERTY.to_string(), cmd.toolchain_id())]
+    } else {
+        Vec::new()
+    };
     // The recorded dependency set first (no scan); when the compile fails with it, the
     // sources may include a file the set does not know yet: scan and run once more.
     let start = std::time::Instant::now();
@@ -55,12 +72,22 @@ pub(super) fn compile(
         };
         let action = RemoteAction {
             label: label.to_string(),
-            argv: argv(cmd),
+            argv: argv(cmd)
+                .iter()
+                .map(|a| in_input_root(a, &mounts))
+                .collect(),
             env: vec![("PATH".into(), REMOTE_PATH.into())],
             working_directory: String::new(),
             inputs,
+            trees: mounts
+                .iter()
+                .map(|(local, path)| RemoteTree {
+                    path: path.clone(),
+                    local: local.clone(),
+                })
+                .collect(),
             outputs: vec![format!("{OUT_ROOT}/object"), format!("{OUT_ROOT}/deps.d")],
-            platform: vec![(TOOLCHAIN_PROPERTY.to_string(), cmd.toolchain_id())],
+            platform: platform.clone(),
             timeout: ctx.timeout,
         };
         match rx.run(&action) {
@@ -91,7 +118,7 @@ pub(super) fn compile(
     };
     let mut deps = Vec::new();
     for p in crate::depfile::parse(&String::from_utf8_lossy(depfile)) {
-        match local_dep(ctx, &p) {
+        match local_dep(ctx, &p, &mounts) {
             Ok(d) => deps.push(d),
             Err(why) => {
                 return Remote::Failed(CompileError::Remote {
@@ -119,6 +146,34 @@ fn argv(cmd: &CompileCommand) -> Vec<String> {
     }));
     argv.extend(driver::output_args(Path::new(OUT_ROOT), cmd.depfile));
     argv
+}
+
+/// `arg` with each toolchain directory of `mounts` (where a path continues or ends) replaced
+/// by its place in the input root.
+fn in_input_root(arg: &str, mounts: &[(PathBuf, String)]) -> String {
+    let mut by_length: Vec<(String, &str)> = mounts
+        .iter()
+        .map(|(d, m)| (d.display().to_string(), m.as_str()))
+        .collect();
+    by_length.sort_by_key(|(d, _)| std::cmp::Reverse(d.len()));
+    let mut out = arg.to_string();
+    for (dir, mount) in by_length {
+        let mut rest = out.as_str();
+        let mut done = String::new();
+        while let Some(i) = rest.find(&dir) {
+            let after = &rest[i + dir.len()..];
+            done.push_str(&rest[..i]);
+            if after.is_empty() || after.starts_with('/') {
+                done.push_str(mount);
+            } else {
+                done.push_str(&dir);
+            }
+            rest = after;
+        }
+        done.push_str(rest);
+        out = done;
+    }
+    out
 }
 
 /// The input root: the project files the compile reads (from the dependency set an earlier
@@ -229,12 +284,24 @@ fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// A dependency the remote compile reports, as a local compile would have reported it: the
-/// compat header's files at their local place, project files relative, toolchain and system
+/// compat header's and a carried toolchain's files at their local place, project files relative, toolchain and system
 /// headers as they are; anything else (a file outside the input root and the toolchain
 /// roots) is refused, naming it.
-fn local_dep(ctx: &Ctx, p: &Path) -> Result<PathBuf, String> {
+fn local_dep(ctx: &Ctx, p: &Path, mounts: &[(PathBuf, String)]) -> Result<PathBuf, String> {
     if let (Ok(rest), Some(dir)) = (p.strip_prefix(COMPAT_ROOT), ctx.compat_dir.as_ref()) {
         return Ok(dir.join(rest));
+    }
+    // A carried toolchain finds its own headers from where it runs, so they come back as
+    // absolute paths inside the worker's input root (`/…/lease-x/_kbuild/toolchain/0/…`).
+    let text = p.display().to_string();
+    let in_root = match text.find(&format!("/{TOOLCHAIN_ROOT}/")) {
+        Some(i) if !mounts.is_empty() && p.is_absolute() => Path::new(&text[i + 1..]),
+        _ => p,
+    };
+    for (local, mount) in mounts {
+        if let Ok(rest) = in_root.strip_prefix(mount) {
+            return Ok(local.join(rest));
+        }
     }
     match ctx.dep_roots.check(&p.display().to_string()) {
         DepCheck::Ok => Ok(p.to_path_buf()),
@@ -303,6 +370,51 @@ mod tests {
 
     fn argv_tail(cmd: &CompileCommand) -> Vec<String> {
         argv(cmd).split_off(6)
+    }
+
+    #[test]
+    fn a_hermetic_command_runs_its_carried_toolchain_from_the_input_root() {
+        let nvcc = command(DepfileFrom::Compiler);
+        assert_eq!(nvcc.toolchain_dirs(), [PathBuf::from("/opt/cuda")]);
+        let mut clang = nvcc.clone();
+        clang.program = PathBuf::from("/usr/lib/llvm-19/bin/clang++");
+        clang.key_args = vec![
+            "--rocm-path=/usr".into(),
+            "--rocm-device-lib-path=/home/u/.local/share/kbuild/toolchains/dl".into(),
+            "k/a.cu".into(),
+        ];
+        let dirs = clang.toolchain_dirs();
+        assert_eq!(
+            dirs,
+            [
+                PathBuf::from("/usr/lib/llvm-19"),
+                PathBuf::from("/home/u/.local/share/kbuild/toolchains/dl")
+            ]
+        );
+        let mounts: Vec<(PathBuf, String)> = dirs
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| (d, format!("{TOOLCHAIN_ROOT}/{i}")))
+            .collect();
+        let argv: Vec<String> = argv(&clang)
+            .iter()
+            .map(|a| in_input_root(a, &mounts))
+            .collect();
+        assert_eq!(argv[0], "_kbuild/toolchain/0/bin/clang++");
+        assert_eq!(
+            argv[1], "--rocm-path=/usr",
+            "the host's ROCm stays the worker's"
+        );
+        assert_eq!(argv[2], "--rocm-device-lib-path=_kbuild/toolchain/1");
+        // Only whole path parts are replaced.
+        assert_eq!(
+            in_input_root("-I/usr/lib/llvm-19x/include", &mounts),
+            "-I/usr/lib/llvm-19x/include"
+        );
+        // A compiler in a system directory has no prefix of its own to carry.
+        clang.program = PathBuf::from("/usr/bin/clang++");
+        clang.key_args.clear();
+        assert!(clang.toolchain_dirs().is_empty());
     }
 
     #[test]

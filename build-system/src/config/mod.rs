@@ -105,6 +105,10 @@ pub struct RemoteSettings {
     pub queue_timeout: Option<u64>,
     /// A PEM file of CA certificates trusted besides the web roots (a private service).
     pub ca_file: Option<PathBuf>,
+    /// Actions carry the compiler's installation (input directories) instead of naming it
+    /// for a worker that has it (docs/scale.md: what that costs).
+    #[serde(default)]
+    pub hermetic: bool,
 }
 
 #[derive(Debug, Deserialize)]
