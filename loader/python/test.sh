@@ -5,7 +5,14 @@
 # the venv, then pytest from outside the source tree against a real build of
 # kernels/rmsnorm.cu for sm_90 and gfx1100 made with the repository's kbuild ($KBUILD_BIN).
 #   KBUILD_PY_PROFILE=release loader/python/test.sh   # the wheel as pip builds it
+#   loader/python/test.sh --build | --test             # one half: build and install the wheel,
+#                                                      # or test the one installed
 set -euo pipefail
+phase=${1:-all}
+case $phase in
+  all|--build|--test) ;;
+  *) echo "usage: loader/python/test.sh [--build|--test]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../.."
 root=$PWD
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
@@ -18,6 +25,7 @@ kbuild_bin=${KBUILD_BIN:-$CARGO_TARGET_DIR/debug/kbuild}
 [ -x "$kbuild_bin" ] || cargo build -q -p kbuild --bin kbuild
 # Absolute before the cd below: the tests run from a temp dir.
 kbuild_bin=$(realpath "$kbuild_bin")
+if [ "$phase" != --test ]; then
 wheels=$CARGO_TARGET_DIR/python-wheels
 rm -rf "$wheels"
 start=$(date +%s)
@@ -32,6 +40,8 @@ echo "wheel: $(ls "$wheels") ($(du -h "$wheels"/*.whl | cut -f1), built in $(( $
 # Cargo.toml keeps the features equal); anything else is compile time spent twice.
 echo "compiled: $(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$log" | tr '\n' ' ')"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/kbuild-*.whl
+fi
+[ "$phase" = --build ] && exit 0
 # Outside the source tree, so that `import kbuild` is the installed wheel.
 cd "$(mktemp -d)"
 KBUILD_BIN=$kbuild_bin KBUILD_REPO=$root "$py" -m pytest -q -p no:cacheprovider "$root/loader/python/tests"
