@@ -320,42 +320,48 @@ fn builds_killed_at_random_points_leave_no_torn_entry_and_the_next_build_succeed
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    // Kill points spread over a cold build's length as this machine runs it now (measured
-    // once, so the kills land mid-build on an idle machine and a loaded one alike).
-    let cold = {
-        let started = std::time::Instant::now();
-        let o = kbuild(
-            &k,
-            &s.path().join("timing-cache"),
-            None,
-            &["--targets", targets, "--out", "timing"],
-        );
-        assert!(o.status.success(), "{}", text(&o));
-        started.elapsed().max(Duration::from_millis(300))
-    };
-    let span = u64::try_from(cold.as_millis()).unwrap_or(2500);
-    // A deterministic spread (xorshift). Even trials start cold; odd ones resume from the
-    // torn cache the kill before left.
+    // Kill points by progress, not by the clock (a loaded machine and an idle one differ
+    // tenfold): after 0 to 3 finished jobs of the build's `--json` events, then 0–199 ms
+    // into the compiles that follow (xorshift, deterministic). Even trials start cold; odd
+    // ones resume from the torn cache the kill before left.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut killed_mid_build = 0;
     for trial in 0..trials {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let delay = Duration::from_millis(20 + x % span);
         if trial % 2 == 0 {
             let _ = std::fs::remove_dir_all(&cache);
         }
         let mut child = Command::new(kbuild_tests::kbuild_bin())
-            .args(["--targets", targets, "--out", "killed"])
+            .args(["--targets", targets, "--out", "killed", "--json"])
             .current_dir(&k)
             .env("KBUILD_CACHE_DIR", &cache)
             .env_remove("KBUILD_LAUNCHER")
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(delay);
+        let stdout = child.stdout.take().unwrap();
+        let (jobs, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains(r#""event":"job""#) && jobs.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        for _ in 0..x % 4 {
+            // Ends early when the build does (the channel closes) or hangs.
+            if finished.recv_timeout(Duration::from_secs(120)).is_err() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis((x >> 8) % 200));
         if child.try_wait().unwrap().is_none() {
             killed_mid_build += 1;
         }
@@ -365,7 +371,7 @@ fn builds_killed_at_random_points_leave_no_torn_entry_and_the_next_build_succeed
     }
     assert!(
         killed_mid_build >= trials / 3,
-        "only {killed_mid_build} of {trials} kills hit a running build (a cold build takes {cold:?})"
+        "only {killed_mid_build} of {trials} kills hit a running build"
     );
     // Let orphaned compilers of the last kill finish (they write only to private scratch dirs).
     std::thread::sleep(Duration::from_secs(2));

@@ -595,7 +595,9 @@ struct Watch {
 impl Watch {
     /// Take in an update: `Some` once the operation is done.
     fn update(&mut self, op: Operation) -> Option<Result<re::ExecuteResponse, Status>> {
-        self.name.clone_from(&op.name);
+        if !op.name.is_empty() {
+            self.name.clone_from(&op.name);
+        }
         if op.done {
             return Some(finished(op));
         }
