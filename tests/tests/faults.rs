@@ -319,7 +319,7 @@ fn builds_killed_at_random_points_leave_no_torn_entry_and_the_next_build_succeed
     let trials: u64 = std::env::var("KBUILD_KILL_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+        .unwrap_or(16);
     // Kill points by progress, not by the clock (a loaded machine and an idle one differ
     // tenfold): after 0 to 3 finished jobs of the build's `--json` events, then 0–199 ms
     // into the compiles that follow (xorshift, deterministic). Even trials start cold; odd
