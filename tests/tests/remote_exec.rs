@@ -6,7 +6,8 @@
 //! build;
 //! actions no worker may run (another toolchain identity) are not run and compile locally
 //! after the queue deadline; the service's refusal is named with its gRPC code and the action.
-//! A hermetic build (the toolchain carried as input directories) equals a local one too.
+//! So do the default targets (all 18, one kernel of the project's). A hermetic build (the
+//! toolchain carried as input directories) equals a local one too.
 //! The first farm checks bearer tokens: every call carries KBUILD_REMOTE_HEADERS' token, and
 //! a build without it is refused by the service and compiles here.
 
@@ -280,6 +281,32 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         text(&o)
     );
     same_build(&proj.join("out-local"), &proj.join("out-r2"));
+
+    // Every default target of the project's kernels (18 of them, both vendors, PTX and a
+    // generic target among them), one kernel's worth: built remotely, equal to the run's
+    // local build of them (the shared cache the default build warmed).
+    let repo = kbuild_tests::Scratch::with_repo_kernels_shared_cache("default");
+    let kernels = repo.path().join("default/kernels");
+    let mut doc: toml::Table = std::fs::read_to_string(kernels.join("Kbuild.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let all = doc["kernels"].as_table_mut().unwrap();
+    all.retain(|name, _| name == "rmsnorm");
+    std::fs::write(kernels.join("Kbuild.toml"), toml::to_string(&doc).unwrap()).unwrap();
+    let shared = kbuild_tests::shared_cache();
+    let o = kbuild(&kernels, &shared, "out-local", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = kbuild(&kernels, &caches.join("default"), "out-remote", &remote);
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(
+        (st["executed"].as_u64(), st["fell_back"].as_u64()),
+        (Some(18), Some(0)),
+        "{}",
+        text(&o)
+    );
+    same_build(&kernels.join("out-local"), &kernels.join("out-remote"));
 
     // A header edited, and the worker that starts one of the two compiles that include it is
     // SIGKILLed while the compiler runs (its lease stays with it until the service gives up on
