@@ -82,7 +82,7 @@ instances:
       - !execution
         scheduler: *scheduler
         operation-stream-keepalive-timeout: 10
-        endpoints: [execution, operations, bots]
+        endpoints: {endpoints}
       - !cas
         storage: *cas
       - !bytestream
@@ -241,7 +241,9 @@ class Farm:
         self.port = free_port()
         yml = os.path.join(self.dir, "server.yml")
         with open(yml, "w") as f:
-            f.write(SERVER_YML.format(authorization=self.authorization(), port=self.port, pg_url=self.pg_url,
+            endpoints = "[execution, bots]" if self.args.no_operations else "[execution, operations, bots]"
+            f.write(SERVER_YML.format(authorization=self.authorization(), endpoints=endpoints,
+                                      port=self.port, pg_url=self.pg_url,
                                       dir=self.dir, instance=self.args.instance,
                                       keepalive=self.args.keepalive, threads=self.args.threads, match_keys=json.dumps(MATCH_KEYS),
                                       wildcard_keys=json.dumps(WILDCARD_KEYS)))
@@ -344,6 +346,8 @@ def main():
                     help="also serve clients over TLS (a throwaway CA in DIR/tls; printed as remote_tls and ca)")
     ap.add_argument("--worker-cache", action="store_true",
                     help="give each worker a local CAS cache (DIR/cas-cache-<i>, hard links into input roots)")
+    ap.add_argument("--no-operations", action="store_true",
+                    help="serve no google.longrunning Operations API (GetOperation answers UNIMPLEMENTED)")
     ap.add_argument("--auth", action="store_true",
                     help="require JWT bearer tokens (HS256, a throwaway secret in DIR; a valid one printed as token)")
     args = ap.parse_args()

@@ -28,9 +28,10 @@ struct Farm {
 }
 
 impl Farm {
-    /// serve.py in `dir` with `workers` workers advertising `properties`; with `auth`, every
-    /// call must carry a bearer token the service checks (JWT, HS256).
-    fn start(dir: &Path, workers: usize, properties: &[String], auth: bool) -> Farm {
+    /// serve.py in `dir` with `workers` workers advertising `properties`, and `flags`
+    /// (`--auth`: every call must carry a bearer token the service checks, JWT HS256;
+    /// `--no-operations`: no Operations API).
+    fn start(dir: &Path, workers: usize, properties: &[String], flags: &[&str]) -> Farm {
         let install = Command::new(repo_root().join("tests/reapi/install.sh"))
             .output()
             .expect("tests/reapi/install.sh");
@@ -39,9 +40,7 @@ impl Farm {
         cmd.arg(repo_root().join("tests/reapi/serve.py"))
             .arg(dir)
             .args(["--workers", &workers.to_string(), "--tls"]);
-        if auth {
-            cmd.arg("--auth");
-        }
+        cmd.args(flags);
         for p in properties {
             cmd.args(["--property", p]);
         }
@@ -220,7 +219,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         .iter()
         .map(|i| format!("kbuild-toolchain={i}"))
         .collect();
-    let farm = Farm::start(&s.path().join("farm"), 2, &properties, true);
+    let farm = Farm::start(&s.path().join("farm"), 2, &properties, &["--auth"]);
     let remote = [
         "--remote-execution",
         farm.remote(),
@@ -494,7 +493,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
 }
 
 #[test]
-fn an_action_for_another_toolchain_is_not_run_and_compiles_here_after_the_deadline() {
+fn an_action_for_another_toolchain_is_not_run_and_a_hermetic_one_is() {
     let s = tempfile::tempdir().unwrap();
     let proj = project(s.path(), "\n[remote]\nqueue-timeout = 5\n");
     let caches = s.path().join("caches");
@@ -503,7 +502,7 @@ fn an_action_for_another_toolchain_is_not_run_and_compiles_here_after_the_deadli
         &s.path().join("farm"),
         1,
         &["kbuild-toolchain=0123456789abcdef0123456789abcdef".to_string()],
-        false,
+        &["--no-operations"],
     );
     let started = Instant::now();
     let o = kbuild(
@@ -533,4 +532,47 @@ fn an_action_for_another_toolchain_is_not_run_and_compiles_here_after_the_deadli
     // The worker never ran a command.
     let log = std::fs::read_to_string(s.path().join("farm/worker-0.log")).unwrap_or_default();
     assert!(!log.contains("clang") && !log.contains("nvcc"), "{log}");
+
+    // Hermetic actions carry their compiler, so that same worker runs them. And this service
+    // has no Operations API: an execution without a stream cannot poll, so it waits for one.
+    let toml = std::fs::read_to_string(proj.join("Kbuild.toml")).unwrap();
+    std::fs::write(
+        proj.join("Kbuild.toml"),
+        toml.replace("queue-timeout = 5", "queue-timeout = 120\nstreams = 1"),
+    )
+    .unwrap();
+    let o = kbuild(
+        &proj,
+        &caches.join("h"),
+        "out-h",
+        &[
+            "--remote-execution",
+            farm.remote(),
+            "--remote-instance",
+            farm.instance(),
+            "--remote-hermetic",
+            "--targets",
+            "gfx1100",
+            "-j",
+            "4",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let st = remote_stats(&o);
+    assert_eq!(
+        (st["executed"].as_u64(), st["fell_back"].as_u64()),
+        (Some(2), Some(0)),
+        "{}",
+        text(&o)
+    );
+    // One of the two asked GetOperation once (UNIMPLEMENTED), then waited for the stream.
+    assert_eq!(st["polled"].as_u64(), Some(1), "{}", text(&o));
+    let local = kbuild(
+        &proj,
+        &caches.join("local"),
+        "out-local-h",
+        &["--targets", "gfx1100"],
+    );
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join("out-local-h"), &proj.join("out-h"));
 }
