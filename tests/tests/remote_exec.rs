@@ -206,6 +206,26 @@ fn remote_stats(o: &Output) -> Value {
     summary(o)["remote_execution"].clone()
 }
 
+/// `o` succeeded, its `n` actions all executed remotely (none given back); its stats.
+fn all_executed(o: &Output, n: u64) -> Value {
+    assert!(o.status.success(), "{}", text(o));
+    let st = remote_stats(o);
+    assert_eq!(
+        (st["executed"].as_u64(), st["fell_back"].as_u64()),
+        (Some(n), Some(0)),
+        "{}",
+        text(o)
+    );
+    st
+}
+
+/// A local build of `proj` (`args`, `cache`) into `local_out` equals the build in `remote_out`.
+fn equals_local(proj: &Path, cache: &Path, local_out: &str, remote_out: &str, args: &[&str]) {
+    let local = kbuild(proj, cache, local_out, args);
+    assert!(local.status.success(), "{}", text(&local));
+    same_build(&proj.join(local_out), &proj.join(remote_out));
+}
+
 #[test]
 fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     let s = tempfile::tempdir().unwrap();
@@ -297,14 +317,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
     let o = kbuild(&kernels, &shared, "out-local", &[]);
     assert!(o.status.success(), "{}", text(&o));
     let o = kbuild(&kernels, &caches.join("default"), "out-remote", &remote);
-    assert!(o.status.success(), "{}", text(&o));
-    let st = remote_stats(&o);
-    assert_eq!(
-        (st["executed"].as_u64(), st["fell_back"].as_u64()),
-        (Some(18), Some(0)),
-        "{}",
-        text(&o)
-    );
+    all_executed(&o, 18);
     same_build(&kernels.join("out-local"), &kernels.join("out-remote"));
 
     // A header edited, and the worker that starts one of the two compiles that include it is
@@ -352,9 +365,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         "{:?}",
         started.elapsed()
     );
-    let local = kbuild(&proj, &caches.join("local"), "out-local3", &[]);
-    assert!(local.status.success(), "{}", text(&local));
-    same_build(&proj.join("out-local3"), &proj.join("out-r3"));
+    equals_local(&proj, &caches.join("local"), "out-local3", "out-r3", &[]);
 
     // Over TLS, the service's certificate from a private CA: trusted through
     // KBUILD_REMOTE_CA_FILE (every action from the service's cache), else refused with a
@@ -409,9 +420,7 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         "{}",
         text(&o)
     );
-    let local = kbuild(&proj, &caches.join("local"), "out-local3", &[]);
-    assert!(local.status.success(), "{}", text(&local));
-    same_build(&proj.join("out-local3"), &proj.join("out-r3b"));
+    equals_local(&proj, &caches.join("local"), "out-local3", "out-r3b", &[]);
 
     // A platform key the service does not know: refused with its code, the job named, and
     // compiled here.
@@ -437,26 +446,18 @@ fn builds_run_on_a_real_reapi_service_equal_a_local_build() {
         "out-h1",
         &[&remote[..], &["--remote-hermetic", "--targets", "gfx1100"]].concat(),
     );
-    assert!(o.status.success(), "{}", text(&o));
-    let st = remote_stats(&o);
-    assert_eq!(
-        (st["executed"].as_u64(), st["fell_back"].as_u64()),
-        (Some(2), Some(0)),
-        "{}",
-        text(&o)
-    );
+    let st = all_executed(&o, 2);
     assert!(
         st["uploaded_bytes"].as_u64().unwrap_or(0) > 50 << 20,
         "the toolchain was uploaded: {st}"
     );
-    let local = kbuild(
+    equals_local(
         &proj,
         &caches.join("local"),
         "out-localh",
+        "out-h1",
         &["--targets", "gfx1100"],
     );
-    assert!(local.status.success(), "{}", text(&local));
-    same_build(&proj.join("out-localh"), &proj.join("out-h1"));
 
     // A compile that reads a file outside its input root (an absolute include the worker
     // happens to see) is refused, naming the file, rather than cached as hermetic.
@@ -526,9 +527,7 @@ fn an_action_for_another_toolchain_is_not_run_and_a_hermetic_one_is() {
         "the deadline is named: {err}"
     );
     assert!(started.elapsed() < Duration::from_secs(90));
-    let local = kbuild(&proj, &caches.join("local"), "out-local", &[]);
-    assert!(local.status.success(), "{}", text(&local));
-    same_build(&proj.join("out-local"), &proj.join("out-r"));
+    equals_local(&proj, &caches.join("local"), "out-local", "out-r", &[]);
     // The worker never ran a command.
     let log = std::fs::read_to_string(s.path().join("farm/worker-0.log")).unwrap_or_default();
     assert!(!log.contains("clang") && !log.contains("nvcc"), "{log}");
@@ -557,22 +556,14 @@ fn an_action_for_another_toolchain_is_not_run_and_a_hermetic_one_is() {
             "4",
         ],
     );
-    assert!(o.status.success(), "{}", text(&o));
-    let st = remote_stats(&o);
-    assert_eq!(
-        (st["executed"].as_u64(), st["fell_back"].as_u64()),
-        (Some(2), Some(0)),
-        "{}",
-        text(&o)
-    );
+    let st = all_executed(&o, 2);
     // One of the two asked GetOperation once (UNIMPLEMENTED), then waited for the stream.
     assert_eq!(st["polled"].as_u64(), Some(1), "{}", text(&o));
-    let local = kbuild(
+    equals_local(
         &proj,
         &caches.join("local"),
         "out-local-h",
+        "out-h",
         &["--targets", "gfx1100"],
     );
-    assert!(local.status.success(), "{}", text(&local));
-    same_build(&proj.join("out-local-h"), &proj.join("out-h"));
 }
