@@ -360,7 +360,6 @@ pub fn run_with(
     timeout: Option<Duration>,
     extra: &[String],
 ) -> Result<CompileOutput, CompileError> {
-    use std::os::unix::process::CommandExt;
     let start = Instant::now();
     let mut c = match &cmd.launcher {
         Some(l) => {
@@ -373,8 +372,39 @@ pub fn run_with(
     c.args(cmd.args())
         .args(extra)
         .args(output_args(tmp, cmd.depfile))
-        .current_dir(cwd)
-        .stdin(Stdio::null())
+        .current_dir(cwd);
+    let (status, log) = run_capped(c, tmp, timeout)?;
+    if !status.success() {
+        return Err(CompileError::Failed {
+            status: status.to_string(),
+            log,
+        });
+    }
+    let object = match std::fs::read(tmp.join("object")) {
+        Ok(o) if !o.is_empty() => o,
+        _ => return Err(CompileError::NoObject { log }),
+    };
+    let deps = match std::fs::read_to_string(tmp.join("deps.d")) {
+        Ok(text) => crate::depfile::parse(&text),
+        Err(_) => return Err(CompileError::NoDepfile { log }),
+    };
+    Ok(CompileOutput {
+        object,
+        log,
+        deps,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Run `c` (a compiler) in its own process group with `TMPDIR=tmp`, killed with everything it
+/// started after `timeout` or on SIGINT/SIGTERM; its exit status and its stderr then stdout.
+fn run_capped(
+    mut c: Command,
+    tmp: &Path,
+    timeout: Option<Duration>,
+) -> Result<(std::process::ExitStatus, String), CompileError> {
+    use std::os::unix::process::CommandExt;
+    c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("TMPDIR", tmp)
@@ -420,26 +450,7 @@ pub fn run_with(
     if !out_bytes.is_empty() {
         log.push_str(&String::from_utf8_lossy(&out_bytes));
     }
-    if !status.success() {
-        return Err(CompileError::Failed {
-            status: status.to_string(),
-            log,
-        });
-    }
-    let object = match std::fs::read(tmp.join("object")) {
-        Ok(o) if !o.is_empty() => o,
-        _ => return Err(CompileError::NoObject { log }),
-    };
-    let deps = match std::fs::read_to_string(tmp.join("deps.d")) {
-        Ok(text) => crate::depfile::parse(&text),
-        Err(_) => return Err(CompileError::NoDepfile { log }),
-    };
-    Ok(CompileOutput {
-        object,
-        log,
-        deps,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    Ok((status, log))
 }
 
 /// The dependencies of `cmd` from a preprocessing pass only (`-M`), for a compile that runs
@@ -458,20 +469,12 @@ pub fn scan_deps(
         Vendor::Amd => vec!["-M".into(), "-MF".into(), out.clone()],
     };
     let mut c = Command::new(&cmd.program);
-    c.args(cmd.args())
-        .args(&tail)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("TMPDIR", tmp);
-    let child = c.spawn().map_err(CompileError::Spawn)?;
+    c.args(cmd.args()).args(&tail).current_dir(cwd);
     let start = Instant::now();
-    let output = wait_capped(child, timeout)?;
-    let log = String::from_utf8_lossy(&output.stderr).into_owned();
-    if !output.status.success() {
+    let (status, log) = run_capped(c, tmp, timeout)?;
+    if !status.success() {
         return Err(CompileError::Failed {
-            status: format!("{} (dependency scan)", output.status),
+            status: format!("{status} (dependency scan)"),
             log,
         });
     }
@@ -479,37 +482,6 @@ pub fn scan_deps(
     match std::fs::read_to_string(&out) {
         Ok(text) => Ok(crate::depfile::parse(&text)),
         Err(_) => Err(CompileError::NoDepfile { log }),
-    }
-}
-
-/// Wait for `child` with `timeout` (killed after it), collecting its output.
-fn wait_capped(
-    child: std::process::Child,
-    timeout: Option<Duration>,
-) -> Result<std::process::Output, CompileError> {
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let received = match timeout {
-        Some(t) => rx.recv_timeout(t).ok(),
-        None => rx.recv().ok(),
-    };
-    match received {
-        Some(r) => r.map_err(CompileError::Io),
-        None => {
-            // SAFETY: plain signal syscall on the pid this call spawned.
-            if let Ok(pid) = libc::pid_t::try_from(id) {
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-            Err(CompileError::Timeout(
-                timeout.map(|t| t.as_secs()).unwrap_or(0),
-                String::new(),
-            ))
-        }
     }
 }
 

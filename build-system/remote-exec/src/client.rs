@@ -191,23 +191,16 @@ impl Client {
             }
             count += 1;
             bytes += size;
-            if blob.data.len() > self.max_batch {
-                self.write_stream(&blob).await?;
-                continue;
-            }
-            if pending_bytes + blob.data.len() > self.max_batch {
-                self.write_batch(&pending.iter().collect::<Vec<_>>())
-                    .await?;
+            pending_bytes += blob.data.len();
+            pending.push(blob);
+            // At most a batch's worth (or one large file) read ahead of its upload.
+            if pending_bytes >= self.max_batch {
+                self.upload(&pending.iter().collect::<Vec<_>>()).await?;
                 pending.clear();
                 pending_bytes = 0;
             }
-            pending_bytes += blob.data.len();
-            pending.push(blob);
         }
-        if !pending.is_empty() {
-            self.write_batch(&pending.iter().collect::<Vec<_>>())
-                .await?;
-        }
+        self.upload(&pending.iter().collect::<Vec<_>>()).await?;
         Ok((count, bytes))
     }
 
@@ -665,7 +658,7 @@ fn upload_id() -> String {
     );
     let h = blake3::hash(seed.as_bytes());
     let b = h.as_bytes();
-    let hex: String = b[..16].iter().map(|x| format!("{x:02x}")).collect();
+    let hex = kbuild_base::digest::hex(&b[..16]);
     format!(
         "{}-{}-4{}-8{}-{}",
         &hex[0..8],

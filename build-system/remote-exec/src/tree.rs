@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use prost::Message;
-use sha2::{Digest as _, Sha256};
 
 /// A blob and its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,9 +26,8 @@ impl Blob {
 
 /// The SHA-256 digest REAPI names a blob by.
 pub fn digest_of(data: &[u8]) -> re::Digest {
-    let hash = Sha256::digest(data);
     re::Digest {
-        hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
+        hash: kbuild_base::digest::sha256_hex(data),
         size_bytes: data.len() as i64,
     }
 }
@@ -254,7 +252,12 @@ impl Walker<'_> {
                 let child = self.walk(&path, depth + 1)?;
                 node.dirs.insert(name, child);
             } else if meta.is_file() {
-                let digest = file_digest(&path).map_err(|e| io_error(&path, e))?;
+                // A file that changes after this is caught at upload (re-read, re-hashed).
+                let digest = re::Digest {
+                    hash: kbuild_base::digest::sha256_file(&path)
+                        .map_err(|e| io_error(&path, e))?,
+                    size_bytes: i64::try_from(meta.len()).unwrap_or(i64::MAX),
+                };
                 self.bytes += digest.size_bytes as u64;
                 if self.bytes > TREE_MAX_BYTES {
                     return Err(self.too_big(TREE_MAX_BYTES, "bytes"));
@@ -276,27 +279,6 @@ fn io_error(path: &Path, source: std::io::Error) -> DirTreeError {
         path: path.display().to_string(),
         source,
     }
-}
-
-/// The SHA-256 digest of a file's bytes, read in pieces.
-fn file_digest(path: &Path) -> std::io::Result<re::Digest> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut size = 0u64;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        h.update(&buf[..n]);
-    }
-    Ok(re::Digest {
-        hash: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
-        size_bytes: size as i64,
-    })
 }
 
 /// The `Command` blob: arguments, environment and platform sorted by name, the outputs as

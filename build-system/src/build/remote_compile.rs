@@ -61,6 +61,17 @@ pub(super) fn compile(
     } else {
         Vec::new()
     };
+    let argv: Vec<String> = argv(cmd)
+        .iter()
+        .map(|a| in_input_root(a, &mounts))
+        .collect();
+    let trees: Vec<RemoteTree> = mounts
+        .iter()
+        .map(|(local, path)| RemoteTree {
+            path: path.clone(),
+            local: local.clone(),
+        })
+        .collect();
     // The recorded dependency set first (no scan); when the compile fails with it, the
     // sources may include a file the set does not know yet: scan and run once more.
     let start = std::time::Instant::now();
@@ -72,20 +83,11 @@ pub(super) fn compile(
         };
         let action = RemoteAction {
             label: label.to_string(),
-            argv: argv(cmd)
-                .iter()
-                .map(|a| in_input_root(a, &mounts))
-                .collect(),
+            argv: argv.clone(),
             env: vec![("PATH".into(), REMOTE_PATH.into())],
             working_directory: String::new(),
             inputs,
-            trees: mounts
-                .iter()
-                .map(|(local, path)| RemoteTree {
-                    path: path.clone(),
-                    local: local.clone(),
-                })
-                .collect(),
+            trees: trees.clone(),
             outputs: vec![format!("{OUT_ROOT}/object"), format!("{OUT_ROOT}/deps.d")],
             platform: platform.clone(),
             timeout: ctx.timeout,
@@ -253,34 +255,12 @@ fn inputs(
         }
     }
     if let Some(dir) = compat {
-        for f in
-            files_under(dir).map_err(|e| format!("the compat header {}: {e}", dir.display()))?
-        {
-            if let Ok(rel) = f.strip_prefix(dir) {
-                add(&Path::new(COMPAT_ROOT).join(rel), f.clone(), &mut out);
-            }
+        // The header's files as the build wrote them there.
+        for (name, _) in crate::compat_header::FILES {
+            add(&Path::new(COMPAT_ROOT).join(name), dir.join(name), &mut out);
         }
     }
     Ok((out, from_recorded))
-}
-
-/// Regular files under `dir`, recursively (the compat header's small tree).
-fn files_under(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d)? {
-            let e = e?;
-            let t = e.file_type()?;
-            if t.is_dir() {
-                stack.push(e.path());
-            } else if t.is_file() {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// A dependency the remote compile reports, as a local compile would have reported it: the
